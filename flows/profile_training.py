@@ -1,0 +1,52 @@
+"""Prefect flow `profile-training`: one profiled YOLO11 training run, tracked in MLflow.
+
+Thin on purpose: each task calls one function of `yolo_mlops.pipeline`; the flow only wires them and
+guarantees the MLflow run ends FINISHED, or FAILED/KILLED with what was captured.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from yolo_mlops import pipeline, tracking
+from yolo_mlops.config import RunSpec
+from yolo_mlops.pipeline import PreparedRun, RunAnalysis, RunResult
+from yolo_mlops.training import TrainingOutcome
+
+# Inputs are live objects (profiler tables, data frames): hashing them for Prefect's cache would be waste.
+_task = task(cache_policy=NO_CACHE, persist_result=False)
+
+
+@_task
+def prepare(spec: RunSpec) -> PreparedRun:
+    return pipeline.prepare(spec)
+
+
+@_task
+def train(prepared: PreparedRun) -> TrainingOutcome:
+    return pipeline.train(prepared)
+
+
+@_task
+def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
+    return pipeline.analyse(prepared, outcome)
+
+
+@_task
+def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
+    return pipeline.track(prepared, outcome, analysis)
+
+
+@flow(name="profile-training", log_prints=True)
+def profile_training(spec: RunSpec = RunSpec()) -> RunResult:
+    prepared = prepare(spec)
+    mlflow = tracking.client()
+    with tracking.run_guard(mlflow, prepared.run_id, salvage=lambda: pipeline.upload_run_folder(mlflow, prepared)):
+        outcome = train(prepared)
+        analysis = analyse(prepared, outcome)
+        result = track(prepared, outcome, analysis)
+    create_markdown_artifact(pipeline.summary_markdown(result, spec), key="profile-run-summary",
+                             description=f"MLflow run {result.run_id}")
+    return result

@@ -1,0 +1,227 @@
+"""The steps of one profiled run as plain functions over plain data; `flows/` wraps each in a Prefect task.
+
+    prepare(spec)  -> PreparedRun   checks input, builds data, fingerprints env, creates the MLflow run
+    train(prep)    -> TrainingOutcome
+    analyse(prep, outcome) -> RunAnalysis
+    track(prep, outcome, analysis) -> RunResult
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from yolo_mlops import tracking
+from yolo_mlops.config import ConfigError, RunSpec, data_home
+from yolo_mlops.datasets import DatasetInfo, inspect_dataset, synthetic_dataset
+from yolo_mlops.environment import Environment, capture_environment, resolve_device, series_key
+from yolo_mlops.offline import configure_ultralytics
+from yolo_mlops.profiling.step_timer import perf_metrics
+from yolo_mlops.training import TrainingOutcome, TrainingPlan, steps_per_epoch, ultralytics_args
+
+DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    spec: RunSpec
+    plan: TrainingPlan
+    dataset: DatasetInfo
+    env: Environment
+    series_key: str
+    run_id: str
+    experiment_id: str
+
+
+@dataclass
+class RunAnalysis:
+    metrics: dict[str, float]
+    histories: dict[str, list[float]]
+    findings: list[str] = field(default_factory=list)
+    report_files: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    experiment_id: str
+    run_url: str
+    metrics: dict[str, float]
+    findings: list[str]
+    trace_files: list[str]
+
+
+# prepare ------------------------------------------------------------------------------------------------------
+
+def check_inputs(spec: RunSpec) -> tuple[DatasetInfo, str, int]:
+    """Everything that can be checked before training; raises ConfigError with one line."""
+    home = data_home()
+    configure_ultralytics(home)
+    _check_model(spec.model)
+    device = resolve_device(spec.device)
+    _check_device(device)
+    if spec.data is None:
+        dataset = synthetic_dataset(home / "datasets", train_images=spec.synthetic_images, seed=spec.seed)
+    else:
+        dataset = inspect_dataset(spec.data)
+    steps = steps_per_epoch(dataset.train_images, spec.batch) * spec.epochs
+    if spec.max_steps is not None:
+        steps = min(steps, spec.max_steps)
+    if spec.profiler.window_end_step > steps:
+        raise ConfigError(
+            f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
+            f"({dataset.train_images} images / batch {spec.batch} x {spec.epochs} epochs"
+            + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
+    tracking.check_reachable()
+    return dataset, device, steps
+
+
+def _check_model(model: str) -> None:
+    path = Path(model)
+    if path.exists():
+        return
+    if path.suffix == ".pt":
+        raise ConfigError(f"model checkpoint not found: {model} (weights are never downloaded; give a local .pt)")
+    from ultralytics.utils.checks import check_yaml
+
+    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", path.name)  # how ultralytics maps yolo11n -> yolo11
+    try:
+        check_yaml(unified, hard=True)
+    except FileNotFoundError:
+        raise ConfigError(f"model config not found: {model} (not a file, and not a config bundled with "
+                          "ultralytics such as yolo11n.yaml)") from None
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available here (use --device cpu)")
+
+
+def prepare(spec: RunSpec) -> PreparedRun:
+    dataset, device, steps = check_inputs(spec)
+    env = capture_environment(device)
+    data_identity = f"synthetic:{dataset.yaml_path.parent.name}" if dataset.synthetic else str(dataset.yaml_path)
+    key = series_key(spec, env, data_identity)
+    output_dir = data_home() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    output_dir.mkdir(parents=True)
+    plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
+                        steps_expected=steps)
+    mlflow = tracking.client()
+    tags = {
+        f"{tracking.TAG_PREFIX}run_kind": spec.run_kind,
+        f"{tracking.TAG_PREFIX}variant": spec.variant,
+        f"{tracking.TAG_PREFIX}series_key": key,
+        f"{tracking.TAG_PREFIX}device_type": env.device_type,
+        f"{tracking.TAG_PREFIX}profiler_activities": "cpu,cuda" if plan.device != "cpu" else "cpu",
+        f"{tracking.TAG_PREFIX}dataset": "synthetic" if dataset.synthetic else "user",
+        **spec.tags,
+    }
+    if env.git_commit:
+        tags[tracking.GIT_COMMIT_TAG] = env.git_commit
+    if spec.parent_run_id:
+        tags[tracking.PARENT_RUN_TAG] = spec.parent_run_id
+    run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+    experiment_id = mlflow.get_run(run_id).info.experiment_id
+    (output_dir / "env.json").write_text(env.to_json())
+    (output_dir / "run_spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    return PreparedRun(spec, plan, dataset, env, key, run_id, experiment_id)
+
+
+def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str, str]:
+    params = {f"train.{k}": v for k, v in ultralytics_args(plan).items() if k not in ("project", "name")}
+    params.update({"train.max_steps": spec.max_steps, "train.variant": spec.variant,
+                   "train.steps_expected": plan.steps_expected})
+    params.update({f"train.torch.{k}": v for k, v in spec.torch.model_dump().items()})
+    params.update({f"profiler.{k}": v for k, v in spec.profiler.model_dump().items()})
+    params.update({f"sampler.{k}": v for k, v in spec.nvml.model_dump().items()})
+    params.update(env.as_params())
+    return {k: "none" if v is None else str(v) for k, v in params.items()}
+
+
+# train ------------------------------------------------------------------------------------------------------
+
+def train(prepared: PreparedRun) -> TrainingOutcome:
+    from yolo_mlops import training
+
+    outcome = training.train(prepared.plan)
+    outcome.steps.save_csv(_analysis_dir(prepared) / "step_times.csv")
+    profiler_dir = prepared.plan.output_dir / "profiler"
+    for table in outcome.tables:
+        (profiler_dir / f"{table.name}.txt").write_text(table.text)
+    return outcome
+
+
+def _analysis_dir(prepared: PreparedRun) -> Path:
+    folder = prepared.plan.output_dir / "analysis"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+# analyse ----------------------------------------------------------------------------------------------------
+
+def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
+    metrics = perf_metrics(outcome.steps, DISCARD_FIRST_STEPS)
+    metrics["perf/profiler_export_s"] = outcome.profiler_export_s
+    metrics.update(outcome.final_losses)
+    metrics.update(outcome.val_metrics)
+    histories = {"perf/step_time_ms": list(outcome.steps.step_ms),
+                 "perf/data_wait_ms": list(outcome.steps.data_wait_ms),
+                 **outcome.step_losses}
+    (_analysis_dir(prepared) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return RunAnalysis(metrics=metrics, histories=histories)
+
+
+# track ------------------------------------------------------------------------------------------------------
+
+def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
+    mlflow = tracking.client()
+    run_id = prepared.run_id
+    tags = {f"{tracking.TAG_PREFIX}applied.{k}": str(v) for k, v in outcome.applied.items()}
+    tracking.log_values(mlflow, run_id, metrics=analysis.metrics, histories=analysis.histories, tags=tags)
+    upload_run_folder(mlflow, prepared)
+    for table in outcome.tables:
+        tracking.log_table(mlflow, run_id, table.frame, f"profiler/{table.name}.json")
+    return RunResult(
+        run_id=run_id,
+        experiment_id=prepared.experiment_id,
+        run_url=tracking.run_url(run_id, prepared.experiment_id),
+        metrics=analysis.metrics,
+        findings=analysis.findings,
+        trace_files=[f"profiler/{p.name}" for p in outcome.trace_files],
+    )
+
+
+def upload_run_folder(mlflow, prepared: PreparedRun) -> None:
+    """Everything the run wrote, in the contract's layout; also used to salvage a failed run."""
+    out = prepared.plan.output_dir
+    for name in ("profiler", "nvml", "analysis"):
+        tracking.log_folder(mlflow, prepared.run_id, out / name, name)
+    for name in ("env.json", "run_spec.yaml"):
+        if (out / name).exists():
+            mlflow.log_artifact(prepared.run_id, str(out / name))
+    ultra = out / "ultralytics"
+    for name in ("results.csv", "args.yaml"):
+        if (ultra / name).exists():
+            mlflow.log_artifact(prepared.run_id, str(ultra / name), "ultralytics")
+
+
+def summary_markdown(result: RunResult, spec: RunSpec) -> str:
+    m = result.metrics
+    rows = [(k, m[k]) for k in sorted(m) if k.startswith(("perf/", "trace/", "gpu/", "val/", "train/"))]
+    lines = [f"# Profiled run `{result.run_id}`", "",
+             f"Model `{spec.model}`, imgsz {spec.imgsz}, batch {spec.batch}, variant `{spec.variant}`.", "",
+             f"MLflow run: [{result.run_url}]({result.run_url})", "",
+             "| metric | value |", "|---|---|"]
+    lines += [f"| `{k}` | {v:.4g} |" for k, v in rows]
+    if result.findings:
+        lines += ["", "## Findings", ""] + [f"- {f}" for f in result.findings]
+    lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]
+    return "\n".join(lines)

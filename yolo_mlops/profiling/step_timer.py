@@ -1,0 +1,126 @@
+"""Times every training step (not only the profiled ones), separating the wait for data.
+
+One step is the iteration from the end of the previous step to the end of this one:
+    [iteration start] --data wait--> [batch arrives] --compute--> [step end]
+The clock is `time.perf_counter_ns()`, shared with the NVML sampler so samples can be aligned to steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+CLOCK = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Columnar per-step timings; all arrays have one entry per step, in step order."""
+
+    start_ns: np.ndarray  # iteration start (previous step end, or epoch start)
+    batch_ns: np.ndarray  # batch handed to the trainer (end of data wait)
+    end_ns: np.ndarray
+    profiled: np.ndarray  # bool: torch.profiler was warming up or recording during the step
+    images: np.ndarray  # images in the batch
+
+    def __len__(self) -> int:
+        return len(self.end_ns)
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def data_wait_ms(self) -> np.ndarray:
+        return (self.batch_ns - self.start_ns) / 1e6
+
+    def steady(self, discard_first: int) -> np.ndarray:
+        """Mask of steps that represent normal training: outside the profiler window, after warm-up."""
+        mask = ~self.profiled.astype(bool)
+        mask[:discard_first] = False
+        return mask
+
+    def save_csv(self, path: Path) -> Path:
+        header = "step,start_ns,batch_ns,end_ns,step_ms,data_wait_ms,profiled,images"
+        rows = np.column_stack([np.arange(len(self)), self.start_ns, self.batch_ns, self.end_ns,
+                                self.step_ms, self.data_wait_ms, self.profiled, self.images])
+        np.savetxt(path, rows, delimiter=",", header=header, comments="",
+                   fmt=["%d", "%d", "%d", "%d", "%.4f", "%.4f", "%d", "%d"])
+        return path
+
+    @classmethod
+    def load_csv(cls, path: Path) -> StepTimes:
+        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+        ints = table.astype(np.int64)
+        return cls(start_ns=ints[:, 1], batch_ns=ints[:, 2], end_ns=ints[:, 3],
+                   profiled=ints[:, 6].astype(bool), images=ints[:, 7])
+
+
+class StepTimer:
+    """Cheap enough for every step: three clock reads and list appends."""
+
+    def __init__(self) -> None:
+        self._start: list[int] = []
+        self._batch: list[int] = []
+        self._end: list[int] = []
+        self._profiled: list[bool] = []
+        self._images: list[int] = []
+        self._iteration_start: int | None = None
+        self._batch_at: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self._end)
+
+    def iteration_start(self) -> None:
+        """Start of the wait for the next batch (epoch start, or just after the previous step's bookkeeping)."""
+        self._iteration_start = CLOCK()
+
+    def batch_start(self) -> None:
+        self._batch_at = CLOCK()
+        if self._iteration_start is None:
+            self._iteration_start = self._batch_at
+
+    def batch_end(self, profiled: bool, images: int) -> None:
+        if self._batch_at is None:
+            return  # a batch_end without a batch_start (e.g. resumed trainer): nothing to time
+        self._start.append(self._iteration_start)
+        self._batch.append(self._batch_at)
+        self._end.append(CLOCK())
+        self._profiled.append(profiled)
+        self._images.append(images)
+        self._batch_at = None
+
+    def result(self) -> StepTimes:
+        return StepTimes(start_ns=np.asarray(self._start, dtype=np.int64),
+                         batch_ns=np.asarray(self._batch, dtype=np.int64),
+                         end_ns=np.asarray(self._end, dtype=np.int64),
+                         profiled=np.asarray(self._profiled, dtype=bool),
+                         images=np.asarray(self._images, dtype=np.int64))
+
+
+def perf_metrics(times: StepTimes, discard_first: int = 1) -> dict[str, float]:
+    """`perf/*` headline metrics over the steady steps (falls back to all steps if none are steady)."""
+    if len(times) == 0:
+        return {}
+    mask = times.steady(discard_first)
+    if not mask.any():
+        mask = np.ones(len(times), dtype=bool)
+    step_ms, wait_ms = times.step_ms[mask], times.data_wait_ms[mask]
+    metrics = {
+        "perf/step_time_ms_p50": float(np.median(step_ms)),
+        "perf/step_time_ms_p90": float(np.percentile(step_ms, 90)),
+        "perf/step_time_ms_mean": float(step_ms.mean()),
+        "perf/images_per_s": float(times.images[mask].sum() / (step_ms.sum() / 1e3)),
+        "perf/data_wait_pct": float(100.0 * wait_ms.sum() / step_ms.sum()),
+        "perf/data_wait_ms_p50": float(np.median(wait_ms)),
+        "perf/steps_measured": float(mask.sum()),
+        "perf/steps_total": float(len(times)),
+    }
+    profiled = times.profiled.astype(bool)
+    if profiled.any():
+        metrics["perf/step_time_ms_p50_profiled"] = float(np.median(times.step_ms[profiled]))
+    return metrics

@@ -1,0 +1,148 @@
+"""torch.profiler over a window of training steps, driven by one `ProfilerSettings` object.
+
+Like torchtitan's `maybe_enable_profiling`: the trainer only calls `step()` once per training step and
+asks `labels_on` whether to emit phase labels; nothing else knows the profiler exists.
+Traces are written by torch's own `tensorboard_trace_handler` (gzipped, `<worker>.<ns>.pt.trace.json.gz`),
+so TensorBoard, HTA and Perfetto open them. key_averages tables are built after training.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+
+from yolo_mlops.config import ProfilerSettings
+
+PHASE_PREFIX = "yolo_mlops/"
+_RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
+
+
+class TrainingProfiler(AbstractContextManager):
+    def __init__(self, settings: ProfilerSettings, trace_dir: Path, with_cuda: bool) -> None:
+        self.settings = settings
+        self.trace_dir = Path(trace_dir)
+        self.with_cuda = with_cuda
+        self.export_s = 0.0  # time spent writing traces, kept out of the step timings
+        self._prof: profile | None = None
+        self._running = False
+        worker = f"{socket.gethostname()}_{os.getpid()}"
+        self._write_trace = tensorboard_trace_handler(str(self.trace_dir), worker_name=worker, use_gzip=True)
+
+    def __enter__(self) -> TrainingProfiler:
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        s = self.settings
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.with_cuda else [])
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active,
+                              repeat=s.repeat),
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=s.record_shapes,
+            profile_memory=s.profile_memory,
+            with_stack=s.with_stack,
+            with_modules=s.with_modules,
+            acc_events=True,  # keep every cycle's events so the tables cover all of them
+        )
+        self._prof.__enter__()
+        self._running = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._running:  # idempotent: the trainer's end callback and a crash handler may both close it
+            self._running = False
+            self._prof.__exit__(*exc)
+
+    def _on_trace_ready(self, prof: profile) -> None:
+        started = time.perf_counter()
+        self._write_trace(prof)
+        self.export_s += time.perf_counter() - started
+
+    def step(self) -> None:
+        self._prof.step()
+
+    @property
+    def recording(self) -> bool:
+        """True while the profiler is warming up or recording (steps in the window)."""
+        return self._running and self._prof.current_action in _RECORDING
+
+    def trace_files(self) -> list[Path]:
+        return sorted(self.trace_dir.glob("*.pt.trace.json.gz"))
+
+    def tables(self) -> list[KeyAveragesTable]:
+        """key_averages tables over all recorded cycles; empty when no step was recorded."""
+        if self._prof is None or self._prof.profiler is None or not self._prof.events():
+            return []
+        return key_averages_tables(self._prof, self.settings, self.with_cuda)
+
+
+def phase(name: str, enabled: bool) -> AbstractContextManager:
+    """A `record_function` label for one phase of a training step, or a no-op outside the window."""
+    if enabled:
+        return record_function(PHASE_PREFIX + name)
+    return _NULL
+
+
+class _Null(AbstractContextManager):
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+_NULL = _Null()
+
+
+@dataclass(frozen=True)
+class KeyAveragesTable:
+    name: str  # file stem, e.g. "key_averages_self_cpu"; stable across runs so MLflow can join them
+    sort_by: str
+    text: str
+    frame: pd.DataFrame
+
+
+def key_averages_tables(prof: profile, settings: ProfilerSettings, with_cuda: bool) -> list[KeyAveragesTable]:
+    averages = prof.key_averages()
+    wanted = [("key_averages_self_cpu", "self_cpu_time_total", averages)]
+    if with_cuda:
+        wanted.insert(0, ("key_averages_self_device", "self_device_time_total", averages))
+    if settings.profile_memory:
+        memory_key = "self_device_memory_usage" if with_cuda else "self_cpu_memory_usage"
+        wanted.append(("key_averages_memory", memory_key, averages))
+    if settings.record_shapes:
+        wanted.append(("key_averages_by_shape", "self_device_time_total" if with_cuda else "self_cpu_time_total",
+                       prof.key_averages(group_by_input_shape=True)))
+    tables = []
+    for name, sort_by, events in wanted:
+        text = events.table(sort_by=sort_by, row_limit=settings.row_limit, max_name_column_width=80)
+        tables.append(KeyAveragesTable(name, sort_by, text, _frame(events, sort_by)))
+    return tables
+
+
+def _frame(events, sort_by: str) -> pd.DataFrame:
+    """All rows (not only the text table's top rows) as numbers in microseconds / bytes."""
+    rows = [{
+        "name": e.key,
+        "input_shapes": str(e.input_shapes) if e.input_shapes else "",
+        "calls": e.count,
+        "self_cpu_time_us": e.self_cpu_time_total,
+        "cpu_time_us": e.cpu_time_total,
+        "self_device_time_us": e.self_device_time_total,
+        "device_time_us": e.device_time_total,
+        "self_cpu_memory_bytes": e.self_cpu_memory_usage,
+        "self_device_memory_bytes": e.self_device_memory_usage,
+    } for e in events]
+    column = {"self_cpu_time_total": "self_cpu_time_us", "self_device_time_total": "self_device_time_us",
+              "self_cpu_memory_usage": "self_cpu_memory_bytes",
+              "self_device_memory_usage": "self_device_memory_bytes"}[sort_by]
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(column, ascending=False, ignore_index=True) if len(frame) else frame
+
+
+def cuda_profiling_possible(device: str) -> bool:
+    return device != "cpu" and torch.cuda.is_available()

@@ -1,0 +1,151 @@
+"""MLflow: the one place that talks to the tracking server. Names follow docs/mlflow.md (the naming contract).
+
+Runs are created and ended explicitly by id (MlflowClient), never through `mlflow.start_run()`'s
+thread-local active-run stack: Prefect runs tasks in worker threads, where that stack is empty.
+Writes are batched (`log_batch` chunks to MLflow's limits), artifacts uploaded as folders.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+from urllib.parse import urlparse
+
+import pandas as pd
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.tracking import MlflowClient
+
+from yolo_mlops.config import ConfigError, data_home
+
+TAG_PREFIX = "yolo_mlops."
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
+def tracking_uri() -> str:
+    """`MLFLOW_TRACKING_URI`, else a SQLite store in the project data directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{data_home() / 'mlflow.db'}"
+
+
+def default_artifact_root() -> Path:
+    return data_home() / "mlartifacts"
+
+
+def client() -> MlflowClient:
+    return MlflowClient(tracking_uri=tracking_uri())
+
+
+def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
+    """Fail fast with one line when the tracking store cannot be used (before any run is created)."""
+    uri = uri or tracking_uri()
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        import requests
+
+        try:
+            # /health is served by `mlflow server`; one short request instead of MLflow's minutes of retries
+            response = requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+        except requests.RequestException as exc:
+            raise ConfigError(f"MLflow tracking server {uri} is unreachable: {type(exc).__name__}") from None
+        if response.status_code >= 500 or response.status_code == 404:
+            raise ConfigError(f"MLflow tracking server {uri} answered /health with HTTP {response.status_code}")
+    elif scheme == "sqlite":
+        db = Path(uri.removeprefix("sqlite:///"))
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"MLflow SQLite store {uri}: cannot create {db.parent}: {exc.strerror}") from None
+    elif scheme not in ("", "file", "postgresql", "mysql", "mssql", "databricks"):
+        raise ConfigError(f"unsupported MLFLOW_TRACKING_URI scheme {scheme!r} in {uri}")
+
+
+def experiment_id(mlflow: MlflowClient, name: str) -> str:
+    found = mlflow.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if urlparse(mlflow.tracking_uri).scheme not in ("http", "https"):
+        # Without this MLflow puts artifacts in ./mlartifacts of whatever directory the process started in.
+        location = (default_artifact_root() / name).as_uri()
+    try:
+        return mlflow.create_experiment(name, artifact_location=location)
+    except Exception:  # created concurrently by another run (sweeps start children in parallel)
+        found = mlflow.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def create_run(mlflow: MlflowClient, experiment: str, run_name: str | None, tags: Mapping[str, str],
+               params: Mapping[str, str]) -> str:
+    run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=run_name, tags=dict(tags))
+    log_values(mlflow, run.info.run_id, params=params)
+    return run.info.run_id
+
+
+def log_values(mlflow: MlflowClient, run_id: str, *, params: Mapping[str, str] = {},
+               metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
+               histories: Mapping[str, list[float]] = {}) -> None:
+    """One batched write: params, summary metrics, tags, and per-step metric histories (step = index)."""
+    now = int(time.time() * 1000)
+    metric_rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+    for key, values in histories.items():
+        metric_rows.extend(Metric(key, float(v), now, step) for step, v in enumerate(values))
+    mlflow.log_batch(run_id,
+                     metrics=metric_rows,
+                     params=[Param(k, _param_value(v)) for k, v in params.items()],
+                     tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+
+def _param_value(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 6000 else text[:5997] + "..."  # MLflow's param value limit
+
+
+def log_folder(mlflow: MlflowClient, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
+    if folder.is_dir() and any(folder.iterdir()):
+        mlflow.log_artifacts(run_id, str(folder), artifact_path)
+
+
+def log_table(mlflow: MlflowClient, run_id: str, frame: pd.DataFrame, artifact_file: str) -> None:
+    """An MLflow table: the UI shows it, and `mlflow.load_table(artifact_file, run_ids=...)` joins runs."""
+    mlflow.log_table(run_id, data=frame, artifact_file=artifact_file)
+
+
+def end_run(mlflow: MlflowClient, run_id: str, status: str) -> None:
+    mlflow.set_terminated(run_id, status=status)
+
+
+@contextmanager
+def run_guard(mlflow: MlflowClient, run_id: str, salvage: Callable[[], None] | None = None) -> Iterator[None]:
+    """End the run FINISHED, or FAILED/KILLED with whatever was captured: no run is left RUNNING."""
+    try:
+        yield
+    except BaseException as exc:
+        status = RunStatus.to_string(RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED)
+        try:
+            log_values(mlflow, run_id, tags={f"{TAG_PREFIX}error": f"{type(exc).__name__}: {exc}"[:5000]})
+            if salvage is not None:
+                salvage()  # upload whatever the run captured before it failed
+        finally:
+            end_run(mlflow, run_id, status)
+        raise
+    else:
+        end_run(mlflow, run_id, "FINISHED")
+
+
+def run_url(run_id: str, experiment_id_: str) -> str:
+    """Link to the run in the MLflow UI (served by `mlflow ui` for local stores)."""
+    uri = tracking_uri()
+    base = uri if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}"
+
+
+def ui_command() -> str:
+    uri = tracking_uri()
+    if urlparse(uri).scheme in ("http", "https"):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri} --port 5000"

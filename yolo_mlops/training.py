@@ -1,0 +1,256 @@
+"""Real ultralytics YOLO11 training with the step timer, torch.profiler window and phase labels attached.
+
+`train(plan)` is the only entry point. Ultralytics' loop calls our callbacks at batch start/end; a trainer
+subclass adds `record_function` labels around preprocessing and the optimizer step, and forward hooks on
+the model label forward+loss and backward. Outside the profiler window the labels are skipped entirely.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from yolo_mlops.config import RunSpec
+from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
+from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    spec: RunSpec
+    data_yaml: Path
+    device: str
+    output_dir: Path  # per-run scratch folder: traces, tables, ultralytics' save_dir
+    steps_expected: int
+
+
+@dataclass
+class TrainingOutcome:
+    steps: StepTimes
+    step_losses: dict[str, list[float]]
+    final_losses: dict[str, float]
+    val_metrics: dict[str, float]
+    trace_files: list[Path]
+    tables: list[KeyAveragesTable]
+    save_dir: Path
+    profiler_export_s: float
+    applied: dict[str, Any] = field(default_factory=dict)  # effective ultralytics/torch settings
+
+
+def steps_per_epoch(train_images: int, batch: int) -> int:
+    return math.ceil(train_images / batch)  # ultralytics' train loader keeps the last partial batch
+
+
+class _Instrumentation:
+    """State shared by the callbacks and hooks of one training run."""
+
+    def __init__(self, profiler: TrainingProfiler, max_steps: int | None) -> None:
+        self.profiler = profiler
+        self.timer = StepTimer()
+        self.max_steps = max_steps
+        self.step_losses: dict[str, list[float]] = {}
+        self._open: list[Any] = []  # currently open phase labels (innermost last)
+        self._labels = False  # labels on for the current step
+        self._in_step = False
+
+    # phase labels -------------------------------------------------------------------------------------------
+    def open(self, name: str) -> None:
+        if self._labels:
+            label = phase(name, True)
+            label.__enter__()
+            self._open.append(label)
+
+    def close_all(self) -> None:
+        while self._open:
+            self._open.pop().__exit__(None, None, None)
+
+    # ultralytics callbacks ------------------------------------------------------------------------------------
+    def on_train_start(self, trainer) -> None:
+        model = trainer.model
+        model.register_forward_pre_hook(self._forward_start)
+        model.register_forward_hook(self._forward_end)
+        self.profiler.__enter__()
+
+    def on_train_epoch_start(self, trainer) -> None:
+        self.close_all()
+        self.timer.iteration_start()
+        self._labels = self.profiler.recording
+        self.open("data_wait")
+
+    def on_train_batch_start(self, trainer) -> None:
+        self.close_all()  # ends data_wait
+        self.timer.batch_start()
+        self._in_step = True
+
+    def on_train_batch_end(self, trainer) -> None:
+        self.close_all()  # ends backward (or optimizer_step when it ran last)
+        self._in_step = False
+        self.timer.batch_end(profiled=self._labels, images=_batch_images(trainer))
+        if trainer.loss_items is not None:
+            for name, value in _loss_dict(trainer).items():
+                self.step_losses.setdefault(name, []).append(value)
+        self.profiler.step()
+        self._labels = self.profiler.recording
+        if self.max_steps is not None and self.timer.steps >= self.max_steps:
+            trainer.stop = True  # ultralytics checks this right after the callback and ends training cleanly
+        self.timer.iteration_start()  # after profiler.step(): trace export time is not training time
+        self.open("data_wait")
+
+    def on_train_epoch_end(self, trainer) -> None:
+        self.close_all()  # the data_wait opened after the epoch's last step would otherwise span validation
+
+    def on_train_end(self, trainer) -> None:
+        self.close_all()
+        self.profiler.__exit__(None, None, None)
+
+    # forward hooks on the model: forward+loss, then backward until the step ends ---------------------------
+    def _forward_start(self, module, args) -> None:
+        if self._in_step:
+            self.close_all()
+            self.open("forward_loss")
+
+    def _forward_end(self, module, args, output) -> None:
+        if self._in_step:
+            self.close_all()
+            self.open("backward")
+
+
+def _batch_images(trainer) -> int:
+    return int(getattr(trainer, "_last_batch_images", 0) or trainer.batch_size)
+
+
+def _loss_dict(trainer) -> dict[str, float]:
+    items = trainer.loss_items
+    if isinstance(items, dict):
+        return {f"train/{k}": float(v) for k, v in items.items()}
+    names = trainer.loss_names or [f"loss{i}" for i in range(len(items))]
+    return {f"train/{name}": float(v) for name, v in zip(names, items)}
+
+
+def _make_trainer_class():
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    class ProfiledDetectionTrainer(DetectionTrainer):
+        """DetectionTrainer with phase labels around preprocessing and the optimizer step."""
+
+        instrumentation: _Instrumentation
+
+        def preprocess_batch(self, batch):
+            inst = self.instrumentation
+            self._last_batch_images = int(batch["img"].shape[0])
+            inst.open("preprocess")  # host-to-device copy, normalisation
+            try:
+                return super().preprocess_batch(batch)
+            finally:
+                inst.close_all()
+
+        def optimizer_step(self):
+            inst = self.instrumentation
+            inst.close_all()  # ends backward
+            inst.open("optimizer_step")
+            try:
+                super().optimizer_step()
+            finally:
+                inst.close_all()
+
+    return ProfiledDetectionTrainer
+
+
+def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
+    spec = plan.spec
+    args = {
+        "model": spec.model,
+        "data": str(plan.data_yaml),
+        "imgsz": spec.imgsz,
+        "batch": spec.batch,
+        "epochs": spec.epochs,
+        "device": plan.device,
+        "workers": spec.workers,
+        "seed": spec.seed,
+        "val": spec.val,
+        "project": str(plan.output_dir),  # absolute: ultralytics otherwise nests it under its runs dir
+        "name": "ultralytics",
+        "exist_ok": True,
+        "plots": False,
+        "verbose": False,
+    }
+    if plan.device == "cpu":
+        args["amp"] = False  # AMP is GPU-only; saying so keeps the recorded params honest
+    args.update(spec.train_args)
+    return args
+
+
+def _apply_torch_settings(plan: TrainingPlan) -> dict[str, Any]:
+    settings = plan.spec.torch
+    applied: dict[str, Any] = {}
+    if settings.cudnn_benchmark is not None:
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    applied["cudnn_benchmark"] = torch.backends.cudnn.benchmark
+    if settings.tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = settings.tf32
+        torch.backends.cudnn.allow_tf32 = settings.tf32
+    applied["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+    if settings.pin_memory is not None:
+        # ultralytics builds loaders with pin_memory=True hard-wired; its module flag is the only switch
+        import ultralytics.data.build as build
+
+        build.PIN_MEMORY = settings.pin_memory
+        applied["pin_memory"] = settings.pin_memory
+    return applied
+
+
+def train(plan: TrainingPlan) -> TrainingOutcome:
+    """Run ultralytics training with instrumentation; traces and tables land in `plan.output_dir`."""
+    import ultralytics.engine.trainer as engine_trainer
+
+    # check_amp() downloads yolo26n.pt to compare AMP and FP32 outputs; offline it can only fail or hang.
+    # The pipeline decides AMP explicitly (variants), so take ultralytics' requested setting as is.
+    engine_trainer.check_amp = lambda model: True
+
+    applied = _apply_torch_settings(plan)
+    profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
+                                with_cuda=cuda_profiling_possible(plan.device))
+    inst = _Instrumentation(profiler, plan.spec.max_steps)
+    trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
+    trainer.instrumentation = inst
+    for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
+                  "on_train_epoch_end", "on_train_end"):
+        trainer.add_callback(event, getattr(inst, event))
+    try:
+        trainer.train()
+    finally:
+        inst.close_all()
+        profiler.__exit__(None, None, None)  # idempotent: a crash mid-window still flushes what was recorded
+    steps = inst.timer.result()
+    losses = {name: values[-1] for name, values in inst.step_losses.items()}
+    return TrainingOutcome(
+        steps=steps,
+        step_losses=inst.step_losses,
+        final_losses=losses,
+        val_metrics=_val_metrics(trainer.metrics or {}),
+        trace_files=profiler.trace_files(),
+        tables=profiler.tables(),
+        save_dir=Path(trainer.save_dir),
+        profiler_export_s=profiler.export_s,
+        applied={**applied, "amp": str(trainer.args.amp), "channels_last": str(trainer.args.channels_last),
+                 "compile": str(trainer.args.compile)},
+    )
+
+
+def _val_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """ultralytics' 'metrics/mAP50-95(B)' -> 'val/mAP50-95'; keeps val losses as 'val/box_loss'."""
+    out = {}
+    for key, value in metrics.items():
+        name = key.split("/", 1)[-1]
+        name = re.sub(r"\(B\)$", "", name)
+        name = re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", name)
+        try:
+            out[f"val/{name}"] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
