@@ -137,8 +137,9 @@ def build_run_spec(fields: dict[str, Any]) -> RunSpec:
 def one_line_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "config"
-        parts.append(f"{where}: {err['msg']}")
+        message = err["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {message}" if where else message)
     return "invalid run config: " + "; ".join(parts)
 
 

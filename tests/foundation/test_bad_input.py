@@ -1,0 +1,69 @@
+"""Bad input fails before training with one clear line; nothing is left RUNNING in MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from yolo_mlops import cli
+
+
+def _run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = cli.main(["profile", "--device", "cpu", "--imgsz", "64", "--batch", "4", "--workers", "0",
+                     "--experiment", "bad-input", *argv])
+    return code, capsys.readouterr().err.strip()
+
+
+def _runs(mlflow_client):
+    experiment = mlflow_client.get_experiment_by_name("bad-input")
+    return [] if experiment is None else mlflow_client.search_runs([experiment.experiment_id])
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--model", "yolo99z.yaml"], "model config not found: yolo99z.yaml"),
+    (["--model", "/nowhere/best.pt"], "model checkpoint not found"),
+    (["--data", "/nowhere/data.yaml"], "dataset YAML not found"),
+    (["--active", "0"], "profiler.active"),
+    (["--max-steps", "3", "--wait", "2"], "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3"),
+    (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
+    (["--device", "0"], "CUDA is not available"),
+])
+def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, argv, fragment):
+    code, err = _run_cli(capsys, *argv)
+    assert code == 2
+    assert fragment in err and len(err.splitlines()) == 1
+    assert _runs(mlflow_client) == []
+
+
+def test_dataset_yaml_with_missing_paths(capsys, tmp_path: Path, mlflow_client):
+    data = tmp_path / "data.yaml"
+    data.write_text(yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val",
+                                    "names": ["a"]}))
+    code, err = _run_cli(capsys, "--data", str(data))
+    assert code == 2 and "train path does not exist" in err
+    assert _runs(mlflow_client) == []
+
+
+def test_unreachable_tracking_server(capsys, monkeypatch, mlflow_client):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard port: nothing listens
+    code, err = _run_cli(capsys)
+    assert code == 2 and "unreachable" in err
+
+
+@pytest.mark.slow
+def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_client):
+    """Input only ultralytics can reject (unknown optimizer) fails after the run exists: it must end FAILED."""
+    from flows.profile_training import profile_training
+    from yolo_mlops.config import build_run_spec
+
+    spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
+                           "max_steps": 4, "experiment": "fails", "train_args": {"optimizer": "NoSuchOptimizer"},
+                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    with pytest.raises(Exception):
+        profile_training(spec)
+    runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("fails").experiment_id])
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert "NoSuchOptimizer" in runs[0].data.tags["yolo_mlops.error"]
+    assert "env.json" in {a.path for a in mlflow_client.list_artifacts(runs[0].info.run_id)}

@@ -1,0 +1,100 @@
+"""End to end: `yolo-mlops profile --config` -> Prefect flow (real test server) -> real YOLO11n training on
+CPU -> real torch.profiler trace -> one MLflow run in a real SQLite store."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from yolo_mlops import cli, tracking
+
+pytestmark = pytest.mark.slow
+
+ACTIVE_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def profiled_run(prefect_server, mlflow_client, tmp_path_factory, capsys_module=None):
+    config = tmp_path_factory.mktemp("cfg") / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "imgsz": 64, "batch": 4, "epochs": 2, "workers": 0, "device": "cpu", "synthetic_images": 16,
+        "experiment": "e2e", "profiler": {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS},
+    }))
+    assert cli.main(["profile", "--config", str(config), "--max-steps", "6", "--run-name", "e2e"]) == 0
+    runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("e2e").experiment_id])
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_run_finished_with_contract_tags_and_params(profiled_run):
+    run = profiled_run
+    assert run.info.status == "FINISHED"
+    tags, params = run.data.tags, run.data.params
+    assert tags["yolo_mlops.run_kind"] == "profile" and tags["yolo_mlops.variant"] == "baseline"
+    assert len(tags["yolo_mlops.series_key"]) == 16
+    assert len(tags["mlflow.source.git.commit"]) == 40
+    assert tags["yolo_mlops.profiler_activities"] == "cpu"
+    assert params["train.imgsz"] == "64" and params["train.max_steps"] == "6"
+    assert params["profiler.active"] == str(ACTIVE_STEPS)
+    for key in ("env.torch", "env.ultralytics", "env.cudnn", "env.torch_cuda", "env.device_name"):
+        assert params[key]
+
+
+def test_metrics_are_present_and_plausible(profiled_run, mlflow_client):
+    m = profiled_run.data.metrics
+    assert m["perf/steps_total"] == 6
+    assert 0 < m["perf/step_time_ms_p50"] <= m["perf/step_time_ms_p90"] < 60_000
+    assert 0 <= m["perf/data_wait_pct"] < 100
+    # images/s must agree with the step times it was derived from (batch 4, steady steps)
+    assert m["perf/images_per_s"] == pytest.approx(4000 / m["perf/step_time_ms_mean"], rel=1e-6)
+    assert {"train/box_loss", "train/cls_loss", "train/dfl_loss"} <= m.keys()
+    assert "val/mAP50-95" in m
+    history = mlflow_client.get_metric_history(profiled_run.info.run_id, "perf/step_time_ms")
+    assert sorted(h.step for h in history) == list(range(6))
+
+
+def test_trace_holds_profiled_steps_and_phase_labels(profiled_run, tmp_path):
+    run_id = profiled_run.info.run_id
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profiler",
+                                                     dst_path=str(tmp_path)))
+    traces = sorted(local.glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1
+    events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert len({n for n in names if n.startswith("ProfilerStep#")}) == ACTIVE_STEPS
+    for label in ("data_wait", "preprocess", "forward_loss", "backward"):
+        assert f"yolo_mlops/{label}" in names
+    assert "aten::convolution" in names
+    for name in ("key_averages_self_cpu", "key_averages_memory", "key_averages_by_shape"):
+        assert "Name" in (local / f"{name}.txt").read_text()
+
+
+def test_tables_are_mlflow_tables_with_rows(profiled_run, mlflow_client):
+    table = mlflow_client.load_table(profiled_run.info.experiment_id, "profiler/key_averages_self_cpu.json",
+                                     run_ids=[profiled_run.info.run_id], extra_columns=["run_id"])
+    assert len(table) > 10
+    assert (table["self_cpu_time_us"] >= 0).all() and table["self_cpu_time_us"].max() > 0
+    assert set(table["run_id"]) == {profiled_run.info.run_id}
+
+
+def test_artifacts_follow_the_layout(profiled_run, mlflow_client):
+    run_id = profiled_run.info.run_id
+    top = {a.path for a in mlflow_client.list_artifacts(run_id)}
+    assert {"profiler", "analysis", "env.json", "run_spec.yaml", "ultralytics"} <= top
+    assert {a.path for a in mlflow_client.list_artifacts(run_id, "ultralytics")} >= {
+        "ultralytics/results.csv", "ultralytics/args.yaml"}
+
+
+def test_prefect_summary_artifact_links_the_run(profiled_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-summary"])))
+    assert any(profiled_run.info.run_id in (a.data or "") for a in artifacts)
