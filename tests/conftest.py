@@ -6,7 +6,9 @@ because both read their settings once on import.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -21,6 +23,40 @@ os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
 os.environ.pop("PREFECT_API_URL", None)  # tests use their own server, never a developer's
 os.environ["YOLO_OFFLINE"] = "1"
 
+# Offline guard: any connection to a non-loopback address fails and is recorded, so a test that needs the
+# internet (ultralytics' checks, a download, telemetry) fails here instead of passing on a networked laptop.
+BLOCKED_CONNECTIONS: list[object] = []
+_real_connect, _real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+
+def _is_loopback(address: object) -> bool:
+    host = address[0] if isinstance(address, tuple) else address
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _guard(sock: socket.socket, address: object) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address):
+        BLOCKED_CONNECTIONS.append(address)
+        raise OSError(f"tests are offline: blocked connection to {address}")
+
+
+def _connect(self, address):
+    _guard(self, address)
+    return _real_connect(self, address)
+
+
+def _connect_ex(self, address):
+    _guard(self, address)
+    return _real_connect_ex(self, address)
+
+
+socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
+
 
 @pytest.fixture(scope="session")
 def session_dir() -> Path:
@@ -34,6 +70,11 @@ def prefect_server():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture
+def blocked_connections() -> list[object]:
+    return BLOCKED_CONNECTIONS
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ ACTIVE_STEPS = 2
 
 
 @pytest.fixture(scope="module")
-def profiled_run(prefect_server, mlflow_client, tmp_path_factory, capsys_module=None):
+def profiled_run(prefect_server, mlflow_client, tmp_path_factory):
     config = tmp_path_factory.mktemp("cfg") / "run.yaml"
     config.write_text(yaml.safe_dump({
         "imgsz": 64, "batch": 4, "epochs": 2, "workers": 0, "device": "cpu", "synthetic_images": 16,
@@ -88,6 +88,12 @@ def test_artifacts_follow_the_layout(profiled_run, mlflow_client):
     assert {"profiler", "analysis", "env.json", "run_spec.yaml", "ultralytics"} <= top
     assert {a.path for a in mlflow_client.list_artifacts(run_id, "ultralytics")} >= {
         "ultralytics/results.csv", "ultralytics/args.yaml"}
+
+
+def test_run_needed_no_internet_and_opened_no_second_run(profiled_run, blocked_connections, mlflow_client):
+    assert blocked_connections == []
+    experiments = {e.name for e in mlflow_client.search_experiments()}
+    assert not any("ultralytics" in name.lower() for name in experiments)  # its MLflow callback stayed off
 
 
 def test_prefect_summary_artifact_links_the_run(profiled_run):
