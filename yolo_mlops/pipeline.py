@@ -21,6 +21,7 @@ from yolo_mlops import tracking
 from yolo_mlops.config import ConfigError, RunSpec, data_home
 from yolo_mlops.datasets import DatasetInfo, inspect_dataset, synthetic_dataset
 from yolo_mlops.environment import Environment, capture_environment, resolve_device, series_key
+from yolo_mlops.nvml import align, step_history, summary_metrics, write_timeline
 from yolo_mlops.offline import configure_ultralytics
 from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.training import TrainingOutcome, TrainingPlan, steps_per_epoch, ultralytics_args
@@ -42,7 +43,8 @@ class PreparedRun:
 @dataclass
 class RunAnalysis:
     metrics: dict[str, float]
-    histories: dict[str, list[float]]
+    histories: dict[str, list[tuple[int, float]]]  # metric -> (training step, value)
+    tags: dict[str, str] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
     report_files: list[Path] = field(default_factory=list)
 
@@ -78,6 +80,8 @@ def check_inputs(spec: RunSpec) -> tuple[DatasetInfo, str, int]:
             f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
             f"({dataset.train_images} images / batch {spec.batch} x {spec.epochs} epochs"
             + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
+    if spec.nvml.backend == "real" and device == "cpu":
+        raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
     tracking.check_reachable()
     return dataset, device, steps
 
@@ -172,11 +176,21 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     metrics["perf/profiler_export_s"] = outcome.profiler_export_s
     metrics.update(outcome.final_losses)
     metrics.update(outcome.val_metrics)
-    histories = {"perf/step_time_ms": list(outcome.steps.step_ms),
-                 "perf/data_wait_ms": list(outcome.steps.data_wait_ms),
-                 **outcome.step_losses}
+    histories = {name: list(enumerate(values)) for name, values in (
+        ("perf/step_time_ms", outcome.steps.step_ms), ("perf/data_wait_ms", outcome.steps.data_wait_ms),
+        *outcome.step_losses.items())}
+    tags = {f"{tracking.TAG_PREFIX}nvml_backend": outcome.nvml.backend}
+    if outcome.nvml.reasons:
+        tags[f"{tracking.TAG_PREFIX}nvml_reason"] = "; ".join(outcome.nvml.reasons)[:5000]
+    if len(outcome.nvml):
+        steps = outcome.steps
+        aligned = align(outcome.nvml, steps.start_ns, steps.end_ns, steps.profiled)
+        metrics.update(summary_metrics(aligned, steps.images))
+        for step, name, value in step_history(aligned):
+            histories.setdefault(name, []).append((step, value))
+        write_timeline(aligned, prepared.plan.output_dir / "nvml")
     (_analysis_dir(prepared) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    return RunAnalysis(metrics=metrics, histories=histories)
+    return RunAnalysis(metrics=metrics, histories=histories, tags=tags)
 
 
 # track ------------------------------------------------------------------------------------------------------
@@ -185,6 +199,7 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     mlflow = tracking.client()
     run_id = prepared.run_id
     tags = {f"{tracking.TAG_PREFIX}applied.{k}": str(v) for k, v in outcome.applied.items()}
+    tags.update(analysis.tags)
     tracking.log_values(mlflow, run_id, metrics=analysis.metrics, histories=analysis.histories, tags=tags)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:

@@ -11,7 +11,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -88,12 +88,12 @@ def create_run(mlflow: MlflowClient, experiment: str, run_name: str | None, tags
 
 def log_values(mlflow: MlflowClient, run_id: str, *, params: Mapping[str, str] = {},
                metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
-               histories: Mapping[str, list[float]] = {}) -> None:
-    """One batched write: params, summary metrics, tags, and per-step metric histories (step = index)."""
+               histories: Mapping[str, Sequence[tuple[int, float]]] = {}) -> None:
+    """One batched write: params, summary metrics, tags, and per-step metric histories ((step, value) pairs)."""
     now = int(time.time() * 1000)
     metric_rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
-    for key, values in histories.items():
-        metric_rows.extend(Metric(key, float(v), now, step) for step, v in enumerate(values))
+    for key, points in histories.items():
+        metric_rows.extend(Metric(key, float(v), now, int(step)) for step, v in points)
     mlflow.log_batch(run_id,
                      metrics=metric_rows,
                      params=[Param(k, _param_value(v)) for k, v in params.items()],

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from yolo_mlops.config import RunSpec
+from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
 
@@ -39,6 +40,7 @@ class TrainingOutcome:
     tables: list[KeyAveragesTable]
     save_dir: Path
     profiler_export_s: float
+    nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: dict[str, Any] = field(default_factory=dict)  # effective ultralytics/torch settings
 
 
@@ -57,6 +59,8 @@ class _Instrumentation:
         self._open: list[Any] = []  # currently open phase labels (innermost last)
         self._labels = False  # labels on for the current step
         self._in_step = False
+        self.pin_memory: bool | None = None  # train-loader pin_memory override (None = ultralytics' choice)
+        self.effective: dict[str, Any] = {}  # what the trainer really built (compiled? channels_last?)
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -72,6 +76,7 @@ class _Instrumentation:
     # ultralytics callbacks ------------------------------------------------------------------------------------
     def on_train_start(self, trainer) -> None:
         model = trainer.model
+        self.effective = _effective_model_settings(model)
         model.register_forward_pre_hook(self._forward_start)
         model.register_forward_hook(self._forward_end)
         self.profiler.__enter__()
@@ -120,6 +125,15 @@ class _Instrumentation:
             self.open("backward")
 
 
+def _effective_model_settings(model) -> dict[str, Any]:
+    """What the trainer really built: ultralytics falls back to eager silently when torch.compile fails,
+    and applies channels_last only on CUDA, so the requested args alone do not say what ran."""
+    first = next((p for p in model.parameters() if p.dim() == 4), None)
+    return {"compiled": hasattr(model, "_orig_mod"),
+            "channels_last_effective": bool(first is not None and first.is_contiguous(
+                memory_format=torch.channels_last) and not first.is_contiguous())}
+
+
 def _batch_images(trainer) -> int:
     return int(getattr(trainer, "_last_batch_images", 0) or trainer.batch_size)
 
@@ -148,6 +162,22 @@ def _make_trainer_class():
                 return super().preprocess_batch(batch)
             finally:
                 inst.close_all()
+
+        def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
+            pin = self.instrumentation.pin_memory
+            if pin is None or mode != "train":
+                return super().get_dataloader(dataset_path, batch_size, rank, mode)
+            # ultralytics 8.4 hard-wires build_dataloader(pin_memory=True); pass the choice for this call only
+            import functools
+
+            import ultralytics.models.yolo.detect.train as detect_train
+
+            original = detect_train.build_dataloader
+            detect_train.build_dataloader = functools.partial(original, pin_memory=pin)
+            try:
+                return super().get_dataloader(dataset_path, batch_size, rank, mode)
+            finally:
+                detect_train.build_dataloader = original
 
         def optimizer_step(self):
             inst = self.instrumentation
@@ -185,6 +215,20 @@ def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
     return args
 
 
+def _torch_flags() -> dict[str, bool]:
+    return {"cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_tf32": torch.backends.cudnn.allow_tf32}
+
+
+def _restore_torch_flags(flags: dict[str, bool]) -> None:
+    """These switches are process-global: a sweep runs many variants in one process, so each run puts
+    them back as it found them (otherwise a cudnn_benchmark child would leak into the next baseline)."""
+    torch.backends.cudnn.benchmark = flags["cudnn_benchmark"]
+    torch.backends.cuda.matmul.allow_tf32 = flags["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = flags["cudnn_tf32"]
+
+
 def _apply_torch_settings(plan: TrainingPlan) -> dict[str, Any]:
     settings = plan.spec.torch
     applied: dict[str, Any] = {}
@@ -196,10 +240,8 @@ def _apply_torch_settings(plan: TrainingPlan) -> dict[str, Any]:
         torch.backends.cudnn.allow_tf32 = settings.tf32
     applied["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
     if settings.pin_memory is not None:
-        # ultralytics builds loaders with pin_memory=True hard-wired; its module flag is the only switch
-        import ultralytics.data.build as build
-
-        build.PIN_MEMORY = settings.pin_memory
+        # ultralytics builds loaders with pin_memory=True hard-wired (and pins only for a GPU consumer);
+        # the trainer subclass passes this choice to its train loader (see get_dataloader)
         applied["pin_memory"] = settings.pin_memory
     return applied
 
@@ -212,20 +254,25 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     # The pipeline decides AMP explicitly (variants), so take ultralytics' requested setting as is.
     engine_trainer.check_amp = lambda model: True
 
+    flags_before = _torch_flags()
     applied = _apply_torch_settings(plan)
     profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
                                 with_cuda=cuda_profiling_possible(plan.device))
     inst = _Instrumentation(profiler, plan.spec.max_steps)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
+    inst.pin_memory = plan.spec.torch.pin_memory
     for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
                   "on_train_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(inst, event))
+    sampler = NvmlSampler(_nvml_backend(plan), interval_s=plan.spec.nvml.interval_ms / 1000)
     try:
-        trainer.train()
+        with sampler:  # a background thread; it never raises into training
+            trainer.train()
     finally:
         inst.close_all()
         profiler.__exit__(None, None, None)  # idempotent: a crash mid-window still flushes what was recorded
+        _restore_torch_flags(flags_before)
     steps = inst.timer.result()
     losses = {name: values[-1] for name, values in inst.step_losses.items()}
     return TrainingOutcome(
@@ -237,9 +284,21 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         tables=profiler.tables(),
         save_dir=Path(trainer.save_dir),
         profiler_export_s=profiler.export_s,
+        nvml=sampler.timeline(),
         applied={**applied, "amp": str(trainer.args.amp), "channels_last": str(trainer.args.channels_last),
-                 "compile": str(trainer.args.compile)},
+                 "compile": str(trainer.args.compile), **inst.effective},
     )
+
+
+def _nvml_backend(plan: TrainingPlan):
+    """The NVML backend for the GPUs this run trains on (the null backend, with its reason, on CPU)."""
+    settings = plan.spec.nvml
+    devices = settings.devices
+    if devices is None and plan.device != "cpu":
+        devices = [int(d.replace("cuda:", "")) for d in plan.device.split(",") if d.replace("cuda:", "").isdigit()]
+    if plan.device == "cpu" and settings.backend == "auto":
+        return NullNvmlBackend("training on CPU: no GPU to sample")
+    return make_backend(settings.backend, devices or None)[0]
 
 
 def _val_metrics(metrics: dict[str, Any]) -> dict[str, float]:

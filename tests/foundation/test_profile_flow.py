@@ -39,6 +39,9 @@ def test_run_finished_with_contract_tags_and_params(profiled_run):
     assert len(tags["yolo_mlops.series_key"]) == 16
     assert len(tags["mlflow.source.git.commit"]) == 40
     assert tags["yolo_mlops.profiler_activities"] == "cpu"
+    # no GPU here: the run says so, and logs no gpu/* number at all (never zeros as if measured)
+    assert tags["yolo_mlops.nvml_backend"] == "none" and "CPU" in tags["yolo_mlops.nvml_reason"]
+    assert not [k for k in run.data.metrics if k.startswith("gpu/")]
     assert params["train.imgsz"] == "64" and params["train.max_steps"] == "6"
     assert params["profiler.active"] == str(ACTIVE_STEPS)
     for key in ("env.torch", "env.ultralytics", "env.cudnn", "env.torch_cuda", "env.device_name"):

@@ -1,0 +1,172 @@
+"""Alignment, time-weighted statistics (hand-computed expectations) and timeline files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from yolo_mlops.nvml import Timeline, align, step_history, summary_metrics, write_timeline
+from yolo_mlops.nvml.summary import weighted_mean, weighted_quantile
+
+S = 1_000_000_000  # ns per second
+NAN = float("nan")
+
+
+def _timeline(columns: dict[str, list[float]], gpu: list[int] | None = None) -> Timeline:
+    """Five samples at t = 1, 2, 4, 5, 7 s covering intervals of 1, 1, 2, 1, 2 s.
+
+    Interval midpoints: 0.5, 1.5, 3.0, 4.5, 6.0 s.
+    """
+    t_ns = np.array([1, 2, 4, 5, 7], np.int64) * S
+    interval_ns = np.array([1, 1, 2, 1, 2], np.int64) * S
+    return Timeline(
+        backend="fake", start_ns=0, t_ns=t_ns,
+        gpu=np.array(gpu or [0] * 5, np.int16), interval_ns=interval_ns,
+        columns={k: np.array(v, np.float64) for k, v in columns.items()},
+    )
+
+
+# Step 0 = [0.5 s, 2.5 s] without profiler, step 1 = [2.5 s, 5.5 s] profiled.
+STEP_START = [S // 2, 5 * S // 2]
+STEP_END = [5 * S // 2, 11 * S // 2]
+PROFILED = [False, True]
+
+COLUMNS = {
+    "sm_util_pct": [10, 20, 40, 80, 100],  # last sample is outside training (midpoint 6 s)
+    "tensor_util_pct": [5, NAN, 15, 25, 0],
+    "power_w": [100, 100, 200, 300, 50],
+    "energy_j": [1000, 1100, 1500, 1800, 1900],
+    "mem_used_gib": [1, 2, 3, 2.5, 9],
+    "clocks_event_mask": [0, 0x04, 0x20, 0, 0x40],  # sw power cap at row 1, sw thermal at row 2
+}
+
+
+def test_weighted_helpers_on_known_inputs():
+    values = np.array([10.0, 20.0, 40.0, 80.0])
+    weights = np.array([1.0, 1.0, 2.0, 1.0])
+    assert weighted_mean(values, weights) == pytest.approx(38.0)  # plain mean would be 37.5
+    assert weighted_quantile(values, weights, 0.95) == 80.0
+    assert weighted_quantile(values, weights, 0.5) == 40.0  # cumulative shares .2 .4 .8 1
+    assert weighted_quantile(values, weights, 0.4) == 20.0
+    assert weighted_mean(np.array([NAN]), np.array([1.0])) is None
+
+
+def test_align_marks_steps_outside_samples_and_profiler_window():
+    aligned = align(_timeline(COLUMNS), STEP_START, STEP_END, PROFILED)
+    assert aligned.step.tolist() == [0, 0, 1, 1, -1]
+    assert aligned.profiler_active.tolist() == [False, False, True, True, False]
+    assert aligned.in_training.tolist() == [True, True, True, True, False]
+
+
+def test_align_counts_gaps_inside_a_profiled_run_as_profiled():
+    tl = Timeline("fake", 0, np.array([16, 36, 56], np.int64), np.zeros(3, np.int16),
+                  np.array([2, 2, 2], np.int64), {"sm_util_pct": np.array([1.0, 2.0, 3.0])})
+    # steps [0,10] [20,30] profiled, [40,50] not; midpoints 15 (gap in window), 35 (gap outside), 55
+    aligned = align(tl, [0, 20, 40], [10, 30, 50], [True, True, False])
+    assert aligned.step.tolist() == [-1, -1, -1]
+    assert aligned.profiler_active.tolist() == [True, False, False]
+
+
+def test_align_accepts_steps_in_any_order_and_rejects_ragged_input():
+    aligned = align(_timeline(COLUMNS), STEP_START[::-1], STEP_END[::-1], PROFILED[::-1])
+    assert aligned.step.tolist() == [1, 1, 0, 0, -1]  # indices into the sequences as given
+    with pytest.raises(ValueError):
+        align(_timeline(COLUMNS), STEP_START, STEP_END[:1], PROFILED)
+
+
+def test_summary_metrics_time_weighted_over_training_span():
+    metrics = summary_metrics(align(_timeline(COLUMNS), STEP_START, STEP_END, PROFILED), images_per_step=10)
+
+    # training rows 0-3, weights 1,1,2,1 s; row 4 (outside training) is ignored
+    assert metrics["gpu/sm_util_pct_mean"] == pytest.approx(38.0)
+    assert metrics["gpu/sm_util_pct_p95"] == 80.0
+    assert metrics["gpu/sm_util_pct_max"] == 80.0
+    assert metrics["gpu/sm_util_pct_mean_profiled"] == pytest.approx(160.0 / 3.0)  # (40*2 + 80) / 3
+    assert metrics["gpu/sm_util_pct_mean_unprofiled"] == pytest.approx(15.0)
+    assert metrics["gpu/tensor_util_pct_mean"] == pytest.approx(15.0)  # NaN row skipped: 60 / 4
+    assert metrics["gpu/power_w_mean"] == pytest.approx(180.0)  # 900 / 5
+    assert metrics["gpu/mem_used_gib_max"] == 3.0
+    assert metrics["gpu/clocks_event_power_pct"] == pytest.approx(20.0)  # 1 s of 5
+    assert metrics["gpu/clocks_event_thermal_pct"] == pytest.approx(40.0)  # 2 s of 5
+    # energy counter: 800 J over t = 1..5 s -> 200 W, times the 5 s training span
+    assert metrics["gpu/energy_j"] == pytest.approx(1000.0)
+    assert metrics["gpu/energy_per_image_j"] == pytest.approx(50.0)  # 1000 J / (2 steps * 10)
+    # only measured metrics appear
+    assert not any(k.startswith(("gpu/dram_bw", "gpu/gpu_util", "gpu/temp")) for k in metrics)
+    assert all(type(v) is float for v in metrics.values())
+
+
+def test_energy_falls_back_to_integrated_power_and_sums_devices():
+    columns = {k: v for k, v in COLUMNS.items() if k != "energy_j"}
+    metrics = summary_metrics(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=[8, 12])
+    assert metrics["gpu/energy_j"] == pytest.approx(900.0)  # 100*1 + 100*1 + 200*2 + 300*1
+    assert metrics["gpu/energy_per_image_j"] == pytest.approx(45.0)
+
+    # two GPUs with the same counter readings: energies add up
+    two = _timeline({"energy_j": [1000, 1000, 1100, 1100, 0]}, gpu=[0, 1, 0, 1, 0])
+    two.t_ns = np.array([1, 1, 3, 3, 7], np.int64) * S
+    metrics = summary_metrics(align(two, [0], [4 * S], [False]), None)
+    assert metrics["gpu/energy_j"] == pytest.approx(2 * 50.0 * 4)  # 100 J / 2 s = 50 W each, 4 s span
+    assert "gpu/energy_per_image_j" not in metrics
+
+
+def test_step_history_gives_per_step_time_weighted_means():
+    history = step_history(align(_timeline(COLUMNS), STEP_START, STEP_END, PROFILED))
+    sm = [(step, value) for step, name, value in history if name == "gpu/sm_util_pct"]
+    assert sm == [(0, pytest.approx(15.0)), (1, pytest.approx(160.0 / 3.0))]
+    assert {name for _, name, _ in history} == {"gpu/sm_util_pct", "gpu/tensor_util_pct",
+                                                 "gpu/power_w", "gpu/mem_used_gib"}
+
+
+def test_write_timeline_csv_png_and_meta(tmp_path):
+    tl = _timeline(COLUMNS)
+    tl.reasons.append("tensor_util_pct: NVML answered NOT_SUPPORTED on GPU 0; metric dropped")
+    paths = write_timeline(align(tl, STEP_START, STEP_END, PROFILED), tmp_path / "nvml")
+    csv_path, png_path, meta_path = paths
+
+    with csv_path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5
+    assert list(rows[0])[:6] == ["t_s", "t_ns", "gpu", "interval_s", "step", "profiler_active"]
+    assert rows[2]["t_s"] == "4.000000" and rows[2]["step"] == "1" and rows[2]["profiler_active"] == "1"
+    assert rows[4]["step"] == "-1"
+    assert rows[1]["tensor_util_pct"] == ""  # not measured stays empty, never 0
+    assert float(rows[3]["sm_util_pct"]) == 80.0 and float(rows[0]["mem_used_gib"]) == 1.0
+    assert "dram_bw_util_pct" not in rows[0]
+
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
+    meta = json.loads(meta_path.read_text())
+    assert meta["backend"] == "fake" and meta["rows"] == 5 and "NOT_SUPPORTED" in meta["reasons"][0]
+
+
+def test_write_timeline_of_an_empty_run_still_writes_files(tmp_path):
+    paths = write_timeline(align(Timeline.empty("none"), [], [], []), tmp_path)
+    assert [p.name for p in paths] == ["nvml_timeline.csv", "nvml_timeline.png", "nvml_meta.json"]
+    assert paths[0].read_text().strip() == "t_s,t_ns,gpu,interval_s,step,profiler_active"
+
+
+def test_end_to_end_with_a_real_thread_and_perf_counter_steps(tmp_path):
+    import time
+
+    from yolo_mlops.nvml import FakeNvmlBackend, FakeScript, NvmlSampler
+
+    script = FakeScript(mode="utilization", values={"gpu_util_pct": 75.0, "power_w": 200.0})
+    starts, ends, profiled = [], [], []
+    with NvmlSampler(FakeNvmlBackend(script), interval_s=0.01) as sampler:
+        for step in range(12):
+            starts.append(time.perf_counter_ns())
+            time.sleep(0.03)
+            ends.append(time.perf_counter_ns())
+            profiled.append(4 <= step < 8)
+    aligned = align(sampler.timeline(), starts, ends, profiled)
+
+    assert (aligned.step >= 0).any() and aligned.profiler_active.any()
+    metrics = summary_metrics(aligned, images_per_step=4)
+    assert metrics["gpu/gpu_util_pct_mean"] == pytest.approx(75.0)
+    assert metrics["gpu/gpu_util_pct_mean_profiled"] == pytest.approx(75.0)
+    assert metrics["gpu/energy_j"] > 0 and metrics["gpu/energy_per_image_j"] > 0
+    assert {p.name for p in write_timeline(aligned, tmp_path)} == {
+        "nvml_timeline.csv", "nvml_timeline.png", "nvml_meta.json"}

@@ -1,0 +1,476 @@
+"""The real NVML backend on nvidia-ml-py (`import pynvml`).
+
+Three utilisation paths, best first, chosen once at open():
+
+- `gpm` (Hopper and newer): GPU Performance Monitoring. Two sample buffers per device;
+  each poll fills the older one, asks nvmlGpmMetricsGet for the metrics between the two,
+  then swaps them, so every poll yields averages over exactly the interval since the last
+  poll. Samples must be more than 100 ms apart (the sampler clamps its interval).
+- `samples`: the driver's own ring of utilisation samples (nvmlDeviceGetSamples), read
+  from the last-seen timestamp so every driver sample between polls is used once.
+- `utilization`: nvmlDeviceGetUtilizationRates, the driver's last sample period only.
+
+Memory, power, energy, clocks, temperature and clock-event reasons are read on every
+path; power and energy in one nvmlDeviceGetFieldValues call. nvmlDeviceGetPcieThroughput
+is deliberately never called: it blocks for ~20 ms per call.
+
+Every pynvml function is looked up as `pynvml.<name>` at call time so tests can patch it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from yolo_mlops.nvml.backend import (
+    BackendUnavailableError,
+    DeviceReading,
+    GPM_MIN_SAMPLE_GAP_S,
+    GpuLostError,
+)
+
+try:  # nvidia-ml-py is optional at import time: without it, auto falls back to `none`.
+    import pynvml
+except ImportError:  # pragma: no cover - exercised only where nvidia-ml-py is absent
+    pynvml = None  # type: ignore[assignment]
+
+_GIB = float(1 << 30)
+
+# GPM metric ids -> our column names (ids from pynvml's NVML_GPM_METRIC_* constants).
+GPM_METRIC_IDS: dict[str, int] = {
+    "gpu_util_pct": 1,  # NVML_GPM_METRIC_GRAPHICS_UTIL
+    "sm_util_pct": 2,  # NVML_GPM_METRIC_SM_UTIL
+    "sm_occupancy_pct": 3,  # NVML_GPM_METRIC_SM_OCCUPANCY
+    "tensor_util_pct": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    "dram_bw_util_pct": 10,  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    "pcie_tx_mib_s": 20,  # NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    "pcie_rx_mib_s": 21,  # NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    "nvlink_rx_mib_s": 60,  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+    "nvlink_tx_mib_s": 61,  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
+}
+
+# Driver sample types (NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES).
+SAMPLE_TYPES: dict[str, int] = {"gpu_util_pct": 1, "mem_util_pct": 2}
+
+FIELD_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, milliwatts
+FIELD_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, millijoules
+
+COMMON_METRICS = (
+    "mem_used_gib", "mem_total_gib", "power_w", "energy_j",
+    "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
+)
+
+_ERR_NOT_SUPPORTED = 3
+_ERR_NOT_FOUND = 6
+_ERR_FUNCTION_NOT_FOUND = 13
+_GPU_LOST_CODES = frozenset({15, 16, 28})  # GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND
+
+_VALUE_FIELD_BY_TYPE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+# ---------------------------------------------------------------------------
+# nvmlInit once per process
+# ---------------------------------------------------------------------------
+
+_init_lock = threading.Lock()
+_init_state: dict[str, object] = {"done": False, "error": None}
+
+
+def ensure_nvml_initialised() -> None:
+    """Call nvmlInit at most once per process; remember a failure instead of retrying.
+
+    NVML is never shut down here: other libraries in the process (torch) may use it too.
+    """
+    if pynvml is None:
+        raise BackendUnavailableError("nvidia-ml-py (pynvml) is not installed")
+    with _init_lock:
+        if _init_state["done"]:
+            return
+        if _init_state["error"] is not None:
+            raise BackendUnavailableError(str(_init_state["error"]))
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            _init_state["error"] = f"nvmlInit failed: {exc}"
+            raise BackendUnavailableError(str(_init_state["error"])) from exc
+        _init_state["done"] = True
+
+
+def _forget_nvml_init_for_tests() -> None:
+    with _init_lock:
+        _init_state.update(done=False, error=None)
+
+
+# ---------------------------------------------------------------------------
+# CUDA index -> NVML handle
+# ---------------------------------------------------------------------------
+
+
+def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
+    """Entries of CUDA_VISIBLE_DEVICES in CUDA order; None when unset (all devices visible).
+
+    Like the CUDA runtime, stops at the first entry that is neither an index nor a
+    GPU-/MIG- UUID, so "0,2,-1,1" exposes devices 0 and 2.
+    """
+    if value is None:
+        return None
+    entries: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
+            entries.append(entry)
+        else:
+            break
+    return entries
+
+
+def _decode(text: str | bytes) -> str:
+    return text.decode() if isinstance(text, bytes) else text
+
+
+def _handle_by_uuid_prefix(prefix: str):
+    """CUDA accepts unambiguous UUID prefixes; NVML wants the full UUID."""
+    matches = []
+    for nvml_index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index)
+        if _decode(pynvml.nvmlDeviceGetUUID(handle)).startswith(prefix):
+            matches.append(handle)
+    if len(matches) != 1:
+        raise BackendUnavailableError(
+            f"CUDA_VISIBLE_DEVICES entry {prefix!r} matches {len(matches)} NVML devices"
+        )
+    return matches[0]
+
+
+def resolve_nvml_handle(cuda_index: int, visible: list[str] | None, pci_bus_id: str | None = None):
+    """The NVML handle of CUDA device `cuda_index` of this process.
+
+    Preference: an explicit PCI bus id (exact whatever CUDA_DEVICE_ORDER says); a UUID
+    from CUDA_VISIBLE_DEVICES; an index from CUDA_VISIBLE_DEVICES; the index itself.
+    Integer entries assume CUDA enumerates in PCI bus order like NVML does
+    (CUDA_DEVICE_ORDER=PCI_BUS_ID, or identical GPUs); pass pci_bus_ids otherwise.
+    """
+    if pci_bus_id:
+        return pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+    if visible is None:
+        return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    if cuda_index >= len(visible):
+        raise BackendUnavailableError(
+            f"CUDA device {cuda_index} is not visible (CUDA_VISIBLE_DEVICES has {len(visible)} usable entries)"
+        )
+    entry = visible[cuda_index]
+    if entry.startswith("MIG-"):
+        raise BackendUnavailableError(f"MIG device {entry} cannot be sampled per device")
+    if entry.isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(entry)
+    except pynvml.NVMLError as exc:
+        if exc.value != _ERR_NOT_FOUND:
+            raise
+        return _handle_by_uuid_prefix(entry)
+
+
+def torch_pci_bus_ids(cuda_devices: list[int]) -> dict[int, str] | None:
+    """PCI bus ids of CUDA devices as torch sees them, for make_backend(pci_bus_ids=...).
+
+    The exact mapping, whatever CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES say. Needs
+    CUDA (it initialises it); None when torch or CUDA is not there.
+    """
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        ids = {}
+        for index in cuda_devices:
+            props = torch.cuda.get_device_properties(index)
+            ids[index] = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        return ids
+    except Exception:  # no torch, no driver, odd device: fall back to the environment mapping
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------
+
+
+def sample_value(value_type: int, value) -> float:
+    """A c_nvmlValue_t union (sample or field value) as float, read by its value type."""
+    return float(getattr(value, _VALUE_FIELD_BY_TYPE.get(value_type, "uiVal")))
+
+
+def mean_of_new_samples(samples: list[tuple[int, float]], last_seen_us: int) -> tuple[float | None, int]:
+    """Mean of the driver samples newer than `last_seen_us` and the new last-seen timestamp.
+
+    Driver samples come at a fixed rate, so their plain mean is the time-weighted mean of
+    the interval they cover. None when there is nothing new (never a made-up zero).
+    """
+    fresh = [(ts, v) for ts, v in samples if ts > last_seen_us]
+    if not fresh:
+        return None, last_seen_us
+    return sum(v for _, v in fresh) / len(fresh), max(ts for ts, _ in fresh)
+
+
+# ---------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Device:
+    cuda_index: int
+    handle: object
+    gpm_older: object = None  # GPM sample taken at the previous poll (or at start())
+    gpm_newer: object = None  # buffer the next poll fills
+    gpm_request: object = None  # reusable c_nvmlGpmMetricsGet_t
+    gpm_request_metrics: tuple[str, ...] = ()
+    last_seen_us: dict[str, int] = field(default_factory=dict)
+    power_from_usage: bool = False  # field POWER_INSTANT unsupported -> nvmlDeviceGetPowerUsage
+
+
+def _gpm_supported(handle) -> bool:
+    try:
+        return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+    except pynvml.NVMLError:
+        return False  # old driver (FUNCTION_NOT_FOUND) or pre-Hopper GPU (NOT_SUPPORTED)
+
+
+def _samples_supported(handle) -> bool:
+    try:
+        pynvml.nvmlDeviceGetSamples(handle, SAMPLE_TYPES["gpu_util_pct"], 0)
+    except pynvml.NVMLError as exc:
+        return exc.value == _ERR_NOT_FOUND  # supported, just no sample yet
+    return True
+
+
+class PynvmlBackend:
+    """Real NVML backend; construct with PynvmlBackend.open()."""
+
+    def __init__(self, devices: list[_Device], mode: str, notes: list[str]) -> None:
+        self._devices = devices
+        self.devices = [d.cuda_index for d in devices]
+        self.name = mode  # gpm | samples | utilization
+        self.notes = notes
+        # GPM needs > 100 ms between samples; a small margin keeps timer jitter out.
+        self.min_interval_s = GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
+        self._disabled: set[str] = set()
+        self.metrics: tuple[str, ...] = self._metrics_for_mode(mode)
+
+    @staticmethod
+    def _metrics_for_mode(mode: str) -> tuple[str, ...]:
+        if mode == "gpm":
+            return tuple(GPM_METRIC_IDS) + COMMON_METRICS
+        return ("gpu_util_pct", "mem_util_pct") + COMMON_METRICS
+
+    @classmethod
+    def open(
+        cls,
+        cuda_devices: list[int],
+        *,
+        pci_bus_ids: dict[int, str] | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> "PynvmlBackend":
+        """Init NVML, map CUDA devices to handles, pick the best utilisation path."""
+        ensure_nvml_initialised()
+        env = os.environ if environ is None else environ
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                raise BackendUnavailableError("NVML sees no GPU")
+            visible = parse_cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
+            devices = [
+                _Device(i, resolve_nvml_handle(i, visible, (pci_bus_ids or {}).get(i)))
+                for i in cuda_devices
+            ]
+            notes: list[str] = []
+            if all(_gpm_supported(d.handle) for d in devices):
+                mode = "gpm"
+            elif all(_samples_supported(d.handle) for d in devices):
+                mode = "samples"
+            else:
+                mode = "utilization"
+            if visible and visible[0].isdigit() and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" \
+                    and not pci_bus_ids and pynvml.nvmlDeviceGetCount() > 1:
+                notes.append("CUDA_VISIBLE_DEVICES holds indices and CUDA_DEVICE_ORDER is not "
+                             "PCI_BUS_ID: the NVML mapping assumes PCI bus order")
+        except pynvml.NVMLError as exc:
+            raise BackendUnavailableError(f"NVML device lookup failed: {exc}") from exc
+        return cls(devices, mode, notes)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> int:
+        for dev in self._devices:
+            if self.name == "gpm":
+                if dev.gpm_older is None:
+                    dev.gpm_older = pynvml.nvmlGpmSampleAlloc()
+                    dev.gpm_newer = pynvml.nvmlGpmSampleAlloc()
+                pynvml.nvmlGpmSampleGet(dev.handle, dev.gpm_older)
+            elif self.name == "samples":
+                for metric, sample_type in SAMPLE_TYPES.items():
+                    dev.last_seen_us[metric] = self._latest_sample_ts(dev.handle, sample_type)
+        return time.perf_counter_ns()
+
+    def close(self) -> None:
+        for dev in self._devices:
+            for sample in (dev.gpm_older, dev.gpm_newer):
+                if sample is not None:
+                    try:
+                        pynvml.nvmlGpmSampleFree(sample)
+                    except pynvml.NVMLError:
+                        pass  # the GPU may be gone; nothing left to free then
+            dev.gpm_older = dev.gpm_newer = None
+
+    def disable(self, metric: str) -> None:
+        self._disabled.add(metric)
+
+    @staticmethod
+    def _latest_sample_ts(handle, sample_type: int) -> int:
+        """Newest driver sample timestamp, so the first poll does not average old history."""
+        try:
+            _, samples = pynvml.nvmlDeviceGetSamples(handle, sample_type, 0)
+        except pynvml.NVMLError as exc:
+            if exc.value == _ERR_NOT_FOUND:
+                return 0
+            raise
+        return max((s.timeStamp for s in samples), default=0)
+
+    # -- polling ---------------------------------------------------------------
+
+    def read(self) -> list[DeviceReading]:
+        readings = []
+        for dev in self._devices:
+            reading = DeviceReading(dev.cuda_index, time.perf_counter_ns())
+            if self.name == "gpm":
+                self._guard(reading, tuple(GPM_METRIC_IDS), lambda r, d=dev: self._read_gpm(d, r))
+            elif self.name == "samples":
+                for metric, sample_type in SAMPLE_TYPES.items():
+                    self._guard(reading, (metric,),
+                                lambda r, d=dev, m=metric, st=sample_type: self._read_samples(d, m, st, r))
+            else:
+                self._guard(reading, ("gpu_util_pct", "mem_util_pct"), lambda r, d=dev: self._read_utilization(d, r))
+            self._guard(reading, ("power_w", "energy_j"), lambda r, d=dev: self._read_fields(d, r))
+            self._guard(reading, ("mem_used_gib", "mem_total_gib"), lambda r, d=dev: self._read_memory(d, r))
+            self._guard(reading, ("sm_clock_mhz",),
+                        lambda r, d=dev: self._put(r, "sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo(d.handle, pynvml.NVML_CLOCK_SM)))
+            self._guard(reading, ("mem_clock_mhz",),
+                        lambda r, d=dev: self._put(r, "mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo(d.handle, pynvml.NVML_CLOCK_MEM)))
+            self._guard(reading, ("temp_c",),
+                        lambda r, d=dev: self._put(r, "temp_c", pynvml.nvmlDeviceGetTemperature(d.handle, pynvml.NVML_TEMPERATURE_GPU)))
+            self._guard(reading, ("clocks_event_mask",),
+                        lambda r, d=dev: self._put(r, "clocks_event_mask", pynvml.nvmlDeviceGetCurrentClocksEventReasons(d.handle)))
+            readings.append(reading)
+        return readings
+
+    def _wanted(self, metrics: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m for m in metrics if m not in self._disabled)
+
+    def _put(self, reading: DeviceReading, metric: str, value: float) -> None:
+        if metric not in self._disabled:
+            reading.values[metric] = float(value)
+
+    def _guard(self, reading: DeviceReading, metrics: tuple[str, ...], read_fn: Callable[[DeviceReading], None]) -> None:
+        """Run one NVML query group; turn its NVML errors into reading bookkeeping."""
+        wanted = self._wanted(metrics)
+        if not wanted:
+            return
+        try:
+            read_fn(reading)
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_LOST_CODES:
+                raise GpuLostError(f"GPU {reading.device}: {exc}") from exc
+            if exc.value in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND):
+                reading.unsupported += tuple(m for m in wanted if m not in reading.unsupported)
+            else:
+                reading.failed.update({m: f"{exc} (NVML error {exc.value})" for m in wanted})
+
+    def _read_gpm(self, dev: _Device, reading: DeviceReading) -> None:
+        wanted = self._wanted(tuple(GPM_METRIC_IDS))
+        if dev.gpm_request is None or dev.gpm_request_metrics != wanted:
+            request = pynvml.c_nvmlGpmMetricsGet_t()
+            request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(wanted)
+            for i, metric in enumerate(wanted):
+                request.metrics[i].metricId = GPM_METRIC_IDS[metric]
+            dev.gpm_request, dev.gpm_request_metrics = request, wanted
+        pynvml.nvmlGpmSampleGet(dev.handle, dev.gpm_newer)
+        # The new sample is the newest whatever happens next: swap before computing so a
+        # failed nvmlGpmMetricsGet costs one interval, not a stale pair forever.
+        older, newer = dev.gpm_older, dev.gpm_newer
+        dev.gpm_older, dev.gpm_newer = newer, older
+        request = dev.gpm_request
+        request.sample1 = older
+        request.sample2 = newer
+        pynvml.nvmlGpmMetricsGet(request)
+        for i, metric in enumerate(wanted):
+            result = request.metrics[i]
+            if result.nvmlReturn == 0:
+                reading.values[metric] = float(result.value)
+            elif result.nvmlReturn == _ERR_NOT_SUPPORTED:
+                reading.unsupported += (metric,)
+            else:
+                reading.failed[metric] = f"nvmlGpmMetricsGet returned {result.nvmlReturn}"
+
+    def _read_samples(self, dev: _Device, metric: str, sample_type: int, reading: DeviceReading) -> None:
+        last_seen = dev.last_seen_us.get(metric, 0)
+        try:
+            value_type, samples = pynvml.nvmlDeviceGetSamples(dev.handle, sample_type, last_seen)
+        except pynvml.NVMLError as exc:
+            if exc.value == _ERR_NOT_FOUND:
+                return  # no driver sample since last poll: nothing measured, nothing logged
+            raise
+        pairs = [(s.timeStamp, sample_value(value_type, s.sampleValue)) for s in samples]
+        mean, dev.last_seen_us[metric] = mean_of_new_samples(pairs, last_seen)
+        if mean is not None:
+            reading.values[metric] = mean
+
+    def _read_utilization(self, dev: _Device, reading: DeviceReading) -> None:
+        rates = pynvml.nvmlDeviceGetUtilizationRates(dev.handle)
+        self._put(reading, "gpu_util_pct", rates.gpu)
+        self._put(reading, "mem_util_pct", rates.memory)
+
+    def _read_fields(self, dev: _Device, reading: DeviceReading) -> None:
+        fields: list[tuple[str, int]] = []
+        if "power_w" not in self._disabled and not dev.power_from_usage:
+            fields.append(("power_w", FIELD_POWER_INSTANT))
+        if "energy_j" not in self._disabled:
+            fields.append(("energy_j", FIELD_TOTAL_ENERGY))
+        if fields:
+            values = pynvml.nvmlDeviceGetFieldValues(dev.handle, [field_id for _, field_id in fields])
+            for (metric, _), fv in zip(fields, values):
+                if fv.nvmlReturn == 0:
+                    # both fields are in milli-units (mW, mJ)
+                    reading.values[metric] = sample_value(fv.valueType, fv.value) / 1000.0
+                elif fv.nvmlReturn in _GPU_LOST_CODES:
+                    raise GpuLostError(f"GPU {reading.device}: field {metric} returned {fv.nvmlReturn}")
+                elif fv.nvmlReturn == _ERR_NOT_SUPPORTED and metric == "power_w":
+                    dev.power_from_usage = True
+                elif fv.nvmlReturn == _ERR_NOT_SUPPORTED:
+                    reading.unsupported += (metric,)
+                else:
+                    reading.failed[metric] = f"nvmlDeviceGetFieldValues returned {fv.nvmlReturn}"
+        if dev.power_from_usage and "power_w" not in self._disabled:
+            try:
+                reading.values["power_w"] = pynvml.nvmlDeviceGetPowerUsage(dev.handle) / 1000.0
+            except pynvml.NVMLError as exc:
+                if exc.value in _GPU_LOST_CODES:
+                    raise
+                if exc.value == _ERR_NOT_SUPPORTED:
+                    reading.unsupported += ("power_w",)
+                else:
+                    reading.failed["power_w"] = str(exc)
+
+    def _read_memory(self, dev: _Device, reading: DeviceReading) -> None:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(dev.handle)
+        self._put(reading, "mem_used_gib", memory.used / _GIB)
+        self._put(reading, "mem_total_gib", memory.total / _GIB)
+
+
+def gpm_sample_address(sample) -> int | None:
+    """Address held by a c_nvmlGpmSample_t (lets tests check which buffer went where)."""
+    return ctypes.cast(sample, ctypes.c_void_p).value

@@ -1,0 +1,370 @@
+"""Alignment of NVML samples to training steps, summaries as plain data, timeline files.
+
+Everything here is a pure function over plain data (numpy arrays, dicts) except
+write_timeline, which writes files. The lead's tracking code does the MLflow calls.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from yolo_mlops.nvml.backend import (
+    CLOCKS_EVENT_POWER_BITS,
+    CLOCKS_EVENT_THERMAL_BITS,
+    METRIC_NAMES,
+)
+from yolo_mlops.nvml.sampler import Timeline
+
+TIMELINE_CSV = "nvml_timeline.csv"
+TIMELINE_PNG = "nvml_timeline.png"
+TIMELINE_META = "nvml_meta.json"
+
+# Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
+_UTIL_METRICS = (
+    "sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct",
+    "gpu_util_pct", "mem_util_pct",
+    "pcie_tx_mib_s", "pcie_rx_mib_s", "nvlink_tx_mib_s", "nvlink_rx_mib_s",
+)
+# Per-step history: what MLflow charts against the step axis.
+STEP_HISTORY_METRICS = (
+    "sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "gpu_util_pct", "mem_util_pct",
+    "power_w", "mem_used_gib",
+)
+
+
+@dataclass
+class AlignedTimeline:
+    """A Timeline plus, per sample, its training step (-1 outside steps) and profiler state."""
+
+    timeline: Timeline
+    step: np.ndarray  # int64, index into the step sequences, -1 outside every step
+    profiler_active: np.ndarray  # bool
+    in_training: np.ndarray  # bool: inside [first step start, last step end] (all rows if no steps)
+    step_start_ns: np.ndarray  # int64, as given
+    step_end_ns: np.ndarray  # int64, as given
+    step_profiler_active: np.ndarray  # bool, as given
+
+
+def sample_midpoints_ns(timeline: Timeline) -> np.ndarray:
+    """Where each sample belongs in time: the middle of the interval its averages cover."""
+    return timeline.t_ns - timeline.interval_ns // 2
+
+
+def profiler_windows_ns(step_start_ns: np.ndarray, step_end_ns: np.ndarray,
+                        profiler_active: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end] of each run of consecutive profiled steps (gaps inside a run count)."""
+    order = np.argsort(step_start_ns, kind="stable")
+    windows: list[tuple[int, int]] = []
+    current: list[int] | None = None
+    for i in order:
+        if profiler_active[i]:
+            if current is None:
+                current = [int(step_start_ns[i]), int(step_end_ns[i])]
+            else:
+                current[1] = max(current[1], int(step_end_ns[i]))
+        elif current is not None:
+            windows.append((current[0], current[1]))
+            current = None
+    if current is not None:
+        windows.append((current[0], current[1]))
+    return windows
+
+
+def align(timeline: Timeline, step_start_ns: Sequence[int], step_end_ns: Sequence[int],
+          profiler_active: Sequence[bool]) -> AlignedTimeline:
+    """Mark every sample with its training step (index into the sequences, -1 outside any
+    step) and whether the profiler was active, judged at the sample's interval midpoint.
+
+    The profiler counts as active over a whole run of consecutive profiled steps,
+    including the gaps between them (the profiler does not pause there).
+    """
+    starts = np.asarray(step_start_ns, dtype=np.int64)
+    ends = np.asarray(step_end_ns, dtype=np.int64)
+    active = np.asarray(profiler_active, dtype=bool)
+    if not (starts.shape == ends.shape == active.shape):
+        raise ValueError("step_start_ns, step_end_ns and profiler_active must have equal lengths")
+    mid = sample_midpoints_ns(timeline)
+    step = np.full(mid.shape, -1, np.int64)
+    profiled = np.zeros(mid.shape, bool)
+    in_training = np.ones(mid.shape, bool)
+    if starts.size:
+        order = np.argsort(starts, kind="stable")
+        sorted_starts, sorted_ends = starts[order], ends[order]
+        candidate = np.searchsorted(sorted_starts, mid, side="right") - 1
+        valid = candidate >= 0
+        inside = np.zeros(mid.shape, bool)
+        inside[valid] = mid[valid] <= sorted_ends[candidate[valid]]
+        step[inside] = order[candidate[inside]]
+        for window_start, window_end in profiler_windows_ns(starts, ends, active):
+            profiled |= (mid >= window_start) & (mid <= window_end)
+        in_training = (mid >= starts.min()) & (mid <= ends.max())
+    return AlignedTimeline(timeline, step, profiled, in_training, starts, ends, active)
+
+
+# ---------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------
+
+
+def weighted_mean(values: np.ndarray, weights: np.ndarray) -> float | None:
+    ok = np.isfinite(values) & (weights > 0)
+    if not ok.any():
+        return None
+    return float(np.sum(values[ok] * weights[ok]) / np.sum(weights[ok]))
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
+    """Smallest value v with (time share of samples <= v) >= q."""
+    ok = np.isfinite(values) & (weights > 0)
+    if not ok.any():
+        return None
+    order = np.argsort(values[ok], kind="stable")
+    sorted_values, sorted_weights = values[ok][order], weights[ok][order]
+    cumulative = np.cumsum(sorted_weights) / np.sum(sorted_weights)
+    index = int(np.searchsorted(cumulative, q - 1e-12, side="left"))
+    return float(sorted_values[min(index, sorted_values.size - 1)])
+
+
+def _finite_max(values: np.ndarray) -> float | None:
+    ok = np.isfinite(values)
+    return float(values[ok].max()) if ok.any() else None
+
+
+def _finite_min(values: np.ndarray) -> float | None:
+    ok = np.isfinite(values)
+    return float(values[ok].min()) if ok.any() else None
+
+
+def _put(out: dict[str, float], name: str, value: float | None) -> None:
+    if value is not None and math.isfinite(value):
+        out[name] = float(value)
+
+
+def _training_duration_s(aligned: AlignedTimeline) -> float:
+    if aligned.step_start_ns.size:
+        return (int(aligned.step_end_ns.max()) - int(aligned.step_start_ns.min())) / 1e9
+    tl = aligned.timeline
+    return (int(tl.t_ns.max()) - tl.start_ns) / 1e9 if len(tl) else 0.0
+
+
+def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray) -> float | None:
+    """Energy of all watched GPUs over the training span.
+
+    From the energy counter when it has two readings in the span (its average power over
+    the readings, times the span), else by integrating power_w over the sample intervals.
+    """
+    tl = aligned.timeline
+    duration_s = _training_duration_s(aligned)
+    total, have = 0.0, False
+    for device in np.unique(tl.gpu[rows]):
+        dev_rows = rows & (tl.gpu == device)
+        counter = tl.columns.get("energy_j")
+        if counter is not None:
+            ok = dev_rows & np.isfinite(counter)
+            idx = np.flatnonzero(ok)
+            if idx.size >= 2 and tl.t_ns[idx[-1]] > tl.t_ns[idx[0]]:
+                dt_s = (int(tl.t_ns[idx[-1]]) - int(tl.t_ns[idx[0]])) / 1e9
+                total += (counter[idx[-1]] - counter[idx[0]]) / dt_s * duration_s
+                have = True
+                continue
+        power = tl.columns.get("power_w")
+        if power is not None:
+            ok = dev_rows & np.isfinite(power)
+            if ok.any():
+                total += float(np.sum(power[ok] * weights_s[ok]))
+                have = True
+    return total if have else None
+
+
+def summary_metrics(aligned: AlignedTimeline,
+                    images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
+    """`gpu/*` headline metrics over the training span, time-weighted by sample interval.
+
+    Only metrics that were measured appear; the null backend (no rows) gives {}.
+    `images_per_step` counts images per step over all watched GPUs: one number for every
+    step, or one entry per step (e.g. StepTimes.images, for a short last batch).
+    """
+    tl = aligned.timeline
+    if len(tl) == 0:
+        return {}
+    out: dict[str, float] = {}
+    weights_s = tl.interval_ns.astype(np.float64) / 1e9
+    rows = aligned.in_training
+    profiled = rows & aligned.profiler_active
+    unprofiled = rows & ~aligned.profiler_active
+
+    def w(mask: np.ndarray) -> np.ndarray:
+        return np.where(mask, weights_s, 0.0)
+
+    for metric, column in tl.columns.items():
+        if metric in _UTIL_METRICS:
+            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w(rows)))
+            _put(out, f"gpu/{metric}_p95", weighted_quantile(column, w(rows), 0.95))
+            _put(out, f"gpu/{metric}_max", _finite_max(column[rows]))
+            if aligned.step_start_ns.size:
+                _put(out, f"gpu/{metric}_mean_profiled", weighted_mean(column, w(profiled)))
+                _put(out, f"gpu/{metric}_mean_unprofiled", weighted_mean(column, w(unprofiled)))
+        elif metric == "mem_used_gib":
+            _put(out, "gpu/mem_used_gib_mean", weighted_mean(column, w(rows)))
+            _put(out, "gpu/mem_used_gib_max", _finite_max(column[rows]))
+        elif metric == "mem_total_gib":
+            _put(out, "gpu/mem_total_gib", _finite_max(column[rows]))
+        elif metric == "power_w":
+            _put(out, "gpu/power_w_mean", weighted_mean(column, w(rows)))
+            _put(out, "gpu/power_w_p95", weighted_quantile(column, w(rows), 0.95))
+            _put(out, "gpu/power_w_max", _finite_max(column[rows]))
+        elif metric in ("sm_clock_mhz", "mem_clock_mhz"):
+            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w(rows)))
+            _put(out, f"gpu/{metric}_min", _finite_min(column[rows]))
+        elif metric == "temp_c":
+            _put(out, "gpu/temp_c_mean", weighted_mean(column, w(rows)))
+            _put(out, "gpu/temp_c_max", _finite_max(column[rows]))
+        elif metric == "clocks_event_mask":
+            masks = np.where(np.isfinite(column), column, 0).astype(np.int64)
+            measured = np.isfinite(column)
+            for name, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
+                share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w(rows))
+                _put(out, f"gpu/clocks_event_{name}_pct", share)
+
+    energy = _energy_j(aligned, rows, weights_s)
+    _put(out, "gpu/energy_j", energy)
+    images = _total_images(images_per_step, int(aligned.step_start_ns.size))
+    if energy is not None and images:
+        _put(out, "gpu/energy_per_image_j", energy / images)
+    return out
+
+
+def _total_images(images_per_step: float | Sequence[float] | np.ndarray | None, n_steps: int) -> float:
+    if images_per_step is None or n_steps == 0:
+        return 0.0
+    if np.ndim(images_per_step) == 0:
+        return float(images_per_step) * n_steps
+    per_step = np.asarray(images_per_step, dtype=np.float64)
+    if per_step.size != n_steps:
+        raise ValueError(f"images_per_step has {per_step.size} entries for {n_steps} steps")
+    return float(per_step.sum())
+
+
+def step_history(aligned: AlignedTimeline) -> list[tuple[int, str, float]]:
+    """Per-step time-weighted means as (step, metric name, value), for MLflow step charts.
+
+    Steps without a sample are absent (a step shorter than the sampling interval often
+    has none); names are `gpu/<column>`, e.g. `gpu/sm_util_pct`.
+    """
+    tl = aligned.timeline
+    out: list[tuple[int, str, float]] = []
+    if len(tl) == 0:
+        return out
+    weights_s = tl.interval_ns.astype(np.float64) / 1e9
+    present = [m for m in STEP_HISTORY_METRICS if m in tl.columns]
+    for step in np.unique(aligned.step[aligned.step >= 0]):
+        mask = aligned.step == step
+        for metric in present:
+            value = weighted_mean(tl.columns[metric], np.where(mask, weights_s, 0.0))
+            if value is not None:
+                out.append((int(step), f"gpu/{metric}", value))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------
+
+
+def _csv_cell(value: float) -> str:
+    return "" if not math.isfinite(value) else repr(float(value))
+
+
+def write_timeline(aligned: AlignedTimeline, out_dir: str | Path) -> list[Path]:
+    """Write the raw timeline (CSV), a plot (PNG) and a small JSON sidecar; return the paths.
+
+    CSV, not Parquet: a few MB at most (bounded ring), opens in MLflow's artifact viewer,
+    a spreadsheet or pandas, and needs no pyarrow. Empty cells mean "not measured".
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tl = aligned.timeline
+    metrics = [m for m in METRIC_NAMES if m in tl.columns]
+    csv_path = out / TIMELINE_CSV
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["t_s", "t_ns", "gpu", "interval_s", "step", "profiler_active", *metrics])
+        for i in range(len(tl)):
+            writer.writerow([
+                f"{(int(tl.t_ns[i]) - tl.start_ns) / 1e9:.6f}", int(tl.t_ns[i]), int(tl.gpu[i]),
+                f"{int(tl.interval_ns[i]) / 1e9:.6f}", int(aligned.step[i]), int(bool(aligned.profiler_active[i])),
+                *(_csv_cell(tl.columns[m][i]) for m in metrics),
+            ])
+    meta_path = out / TIMELINE_META
+    meta_path.write_text(json.dumps({
+        "backend": tl.backend, "interval_s": tl.interval_s, "rows": len(tl),
+        "dropped_rows": tl.dropped_rows, "start_perf_counter_ns": tl.start_ns,
+        "metrics": metrics, "reasons": tl.reasons,
+    }, indent=2))
+    png_path = out / TIMELINE_PNG
+    plot_timeline(aligned, png_path)
+    return [csv_path, png_path, meta_path]
+
+
+_MAX_STEP_LINES = 400  # beyond this, mark every k-th step boundary so the plot stays legible
+
+
+def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
+    """SM util, DRAM bandwidth util, memory and power over time; profiler window shaded,
+    step boundaries as thin vertical lines."""
+    # The object API with the Agg canvas: no pyplot global state, no GUI backend, safe to
+    # call from any thread of a process that uses matplotlib for something else.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    tl = aligned.timeline
+    t_s = (tl.t_ns - tl.start_ns) / 1e9
+    panels = [
+        ("SM / GPU util (%)", ["sm_util_pct", "tensor_util_pct", "gpu_util_pct"]),
+        ("DRAM bw / mem util (%)", ["dram_bw_util_pct", "mem_util_pct"]),
+        ("memory used (GiB)", ["mem_used_gib"]),
+        ("power (W)", ["power_w"]),
+    ]
+    fig = Figure(figsize=(11, 9))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), 1, sharex=True)
+    starts_s = (aligned.step_start_ns - tl.start_ns) / 1e9
+    stride = max(1, math.ceil(starts_s.size / _MAX_STEP_LINES))
+    windows = profiler_windows_ns(aligned.step_start_ns, aligned.step_end_ns, aligned.step_profiler_active)
+    for ax, (label, metrics) in zip(axes, panels):
+        drawn = False
+        for metric in metrics:
+            column = tl.columns.get(metric)
+            if column is None:
+                continue
+            for device in np.unique(tl.gpu):
+                mask = (tl.gpu == device) & np.isfinite(column)
+                if mask.any():
+                    suffix = f" gpu{device}" if np.unique(tl.gpu).size > 1 else ""
+                    # steps-pre: a value covers the interval that ends at its timestamp
+                    ax.plot(t_s[mask], column[mask], lw=1.0, drawstyle="steps-pre", label=f"{metric}{suffix}")
+                    drawn = True
+        for window_start, window_end in windows:
+            ax.axvspan((window_start - tl.start_ns) / 1e9, (window_end - tl.start_ns) / 1e9,
+                       color="tab:orange", alpha=0.15, lw=0)
+        if starts_s.size:
+            ax.vlines(starts_s[::stride], 0, 1, transform=ax.get_xaxis_transform(),
+                      colors="grey", lw=0.3, alpha=0.5)
+        ax.set_ylabel(label, fontsize=8)
+        if drawn:
+            ax.legend(fontsize=7, loc="upper right")
+        else:
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
+    axes[-1].set_xlabel("time since sampler start (s)")
+    step_note = f"every {stride}th step boundary" if stride > 1 else "step boundaries"
+    fig.suptitle(f"NVML timeline (backend {tl.backend}); shaded: profiler active; grey lines: {step_note}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
