@@ -49,4 +49,7 @@ def profile_training(spec: RunSpec = RunSpec()) -> RunResult:
         result = track(prepared, outcome, analysis)
     create_markdown_artifact(pipeline.summary_markdown(result, spec), key="profile-run-summary",
                              description=f"MLflow run {result.run_id}")
+    if result.report_markdown:
+        create_markdown_artifact(result.report_markdown, key="profile-run-report",
+                                 description=f"Trace analysis and findings of MLflow run {result.run_id}")
     return result

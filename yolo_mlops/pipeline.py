@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from yolo_mlops import tracking
+from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.config import ConfigError, RunSpec, data_home
 from yolo_mlops.datasets import DatasetInfo, inspect_dataset, synthetic_dataset
 from yolo_mlops.environment import Environment, capture_environment, resolve_device, series_key
@@ -45,8 +46,8 @@ class RunAnalysis:
     metrics: dict[str, float]
     histories: dict[str, list[tuple[int, float]]]  # metric -> (training step, value)
     tags: dict[str, str] = field(default_factory=dict)
-    findings: list[str] = field(default_factory=list)
-    report_files: list[Path] = field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)  # Finding.to_dict(): rule, severity, title, evidence, ...
+    report_markdown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ class RunResult:
     experiment_id: str
     run_url: str
     metrics: dict[str, float]
-    findings: list[str]
+    findings: list[dict]
     trace_files: list[str]
+    report_markdown: str | None = None
 
 
 # prepare ------------------------------------------------------------------------------------------------------
@@ -189,8 +191,47 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         for step, name, value in step_history(aligned):
             histories.setdefault(name, []).append((step, value))
         write_timeline(aligned, prepared.plan.output_dir / "nvml")
+    result = RunAnalysis(metrics=metrics, histories=histories, tags=tags)
+    try:
+        _analyse_trace(prepared, outcome, result)
+        tags[f"{tracking.TAG_PREFIX}analysis_status"] = "ok"
+    except Exception as exc:  # a broken trace must not lose the run: record why and keep the measurements
+        tags[f"{tracking.TAG_PREFIX}analysis_status"] = "failed"
+        tags[f"{tracking.TAG_PREFIX}analysis_error"] = f"{type(exc).__name__}: {exc}"[:5000]
     (_analysis_dir(prepared) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    return RunAnalysis(metrics=metrics, histories=histories, tags=tags)
+    return result
+
+
+def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """Trace breakdown, diagnosis and report of the last profiler cycle (the most warmed-up one)."""
+    if not outcome.trace_files:
+        raise FileNotFoundError("the profiler wrote no trace (training ended before the window closed?)")
+    folder = _analysis_dir(prepared)
+    trace = analyze_traces(outcome.trace_files[-1])
+    (folder / "trace_analysis.json").write_text(trace.to_json())
+    m = result.metrics
+    result.metrics.update(headline_metrics(trace))
+    amp = outcome.applied.get("amp")
+    findings = diagnose(DiagnosisInput(
+        analysis=trace,
+        data_wait_pct=m.get("perf/data_wait_pct"),
+        device_type=prepared.env.device_type,
+        amp=None if amp is None else amp not in ("False", "fp32"),
+        cudnn_benchmark=outcome.applied.get("cudnn_benchmark"),
+        gpu_memory_total_gib=m.get("gpu/mem_total_gib"),
+        peak_memory_gib=m.get("gpu/mem_used_gib_max"),
+        sm_util_pct=m.get("gpu/sm_util_pct_mean"),
+        dram_util_pct=m.get("gpu/dram_bw_util_pct_mean"),
+        batch_size=prepared.spec.batch,
+        workers=prepared.spec.workers,
+    ))
+    result.findings = [f.to_dict() for f in findings]
+    result.metrics["analysis/findings"] = float(len(findings))
+    (folder / "findings.json").write_text(json.dumps(result.findings, indent=2))
+    nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
+    headline = {k: v for k, v in m.items() if k.startswith("perf/")}
+    write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None)
+    result.report_markdown = (folder / "report.md").read_text()
 
 
 # track ------------------------------------------------------------------------------------------------------
@@ -211,6 +252,7 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
         metrics=analysis.metrics,
         findings=analysis.findings,
         trace_files=[f"profiler/{p.name}" for p in outcome.trace_files],
+        report_markdown=analysis.report_markdown,
     )
 
 
@@ -237,6 +279,8 @@ def summary_markdown(result: RunResult, spec: RunSpec) -> str:
              "| metric | value |", "|---|---|"]
     lines += [f"| `{k}` | {v:.4g} |" for k, v in rows]
     if result.findings:
-        lines += ["", "## Findings", ""] + [f"- {f}" for f in result.findings]
+        lines += ["", "## Findings", ""] + [
+            f"- **{f['severity']}** {f['title']} (try: {', '.join(f['recommended_variants']) or '-'})"
+            for f in result.findings]
     lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]
     return "\n".join(lines)

@@ -67,3 +67,26 @@ def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_clie
     assert [r.info.status for r in runs] == ["FAILED"]
     assert "NoSuchOptimizer" in runs[0].data.tags["yolo_mlops.error"]
     assert "env.json" in {a.path for a in mlflow_client.list_artifacts(runs[0].info.run_id)}
+
+
+@pytest.mark.slow
+def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
+    """Analysis of a broken trace is recorded as failed; the run's measurements still land, FINISHED."""
+    from yolo_mlops import pipeline, tracking
+    from yolo_mlops.config import build_run_spec
+
+    spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
+                           "max_steps": 3, "experiment": "corrupt-trace",
+                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    prepared = pipeline.prepare(spec)
+    with tracking.run_guard(mlflow_client, prepared.run_id):
+        outcome = pipeline.train(prepared)
+        trace = outcome.trace_files[-1]
+        trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])  # truncated gzip
+        analysis = pipeline.analyse(prepared, outcome)
+        pipeline.track(prepared, outcome, analysis)
+    run = mlflow_client.get_run(prepared.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["yolo_mlops.analysis_status"] == "failed"
+    assert trace.name in run.data.tags["yolo_mlops.analysis_error"]
+    assert run.data.metrics["perf/step_time_ms_p50"] > 0

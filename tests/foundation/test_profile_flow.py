@@ -57,6 +57,8 @@ def test_metrics_are_present_and_plausible(profiled_run, mlflow_client):
     assert m["perf/images_per_s"] == pytest.approx(4000 / m["perf/step_time_ms_mean"], rel=1e-6)
     assert {"train/box_loss", "train/cls_loss", "train/dfl_loss"} <= m.keys()
     assert "val/mAP50-95" in m
+    assert profiled_run.data.tags["yolo_mlops.analysis_status"] == "ok"
+    assert m["trace/step_time_ms_mean"] > 0 and "trace/gpu_idle_pct" not in m  # CPU trace: no GPU numbers
     history = mlflow_client.get_metric_history(profiled_run.info.run_id, "perf/step_time_ms")
     assert sorted(h.step for h in history) == list(range(6))
 
@@ -89,6 +91,8 @@ def test_artifacts_follow_the_layout(profiled_run, mlflow_client):
     run_id = profiled_run.info.run_id
     top = {a.path for a in mlflow_client.list_artifacts(run_id)}
     assert {"profiler", "analysis", "env.json", "run_spec.yaml", "ultralytics"} <= top
+    analysis = {a.path.split("/")[-1] for a in mlflow_client.list_artifacts(run_id, "analysis")}
+    assert {"report.md", "report.html", "trace_analysis.json", "findings.json", "step_times.csv"} <= analysis
     assert {a.path for a in mlflow_client.list_artifacts(run_id, "ultralytics")} >= {
         "ultralytics/results.csv", "ultralytics/args.yaml"}
 
@@ -107,3 +111,7 @@ def test_prefect_summary_artifact_links_the_run(profiled_run):
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-summary"])))
     assert any(profiled_run.info.run_id in (a.data or "") for a in artifacts)
+    with get_client(sync_client=True) as client:
+        reports = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-report"])))
+    assert reports and "Step" in reports[0].data

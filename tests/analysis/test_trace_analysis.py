@@ -1,0 +1,299 @@
+"""The analyzer on a real CPU trace, on synthetic traces with known answers, and on bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from yolo_mlops.analysis import TraceError, analyze_command, analyze_traces
+from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
+
+# ------------------------------------------------------------------------------- real CPU trace
+
+
+def test_cpu_trace_host_breakdown(cpu_trace_file, cpu_trace_spec):
+    phases, active_steps = cpu_trace_spec
+    analysis = analyze_traces(cpu_trace_file)
+    (rank,) = analysis.ranks
+    assert rank.gpu is None and rank.kernel_types == [] and rank.top_kernels == []
+    assert rank.step_time is not None and rank.step_time.count == active_steps
+    categories = {c.category: c for c in rank.host}
+    for phase in phases:
+        assert categories[PHASE_LABEL_PREFIX + phase].count == active_steps
+    assert categories[DATA_LOADER_CATEGORY].count == active_steps
+    assert categories[OPTIMIZER_CATEGORY].count == active_steps
+    # The phases are disjoint parts of each step.
+    phase_pct = sum(categories[PHASE_LABEL_PREFIX + p].pct for p in phases)
+    assert 0 < phase_pct <= 100.0
+    # The data loader runs inside the data_wait label.
+    assert categories[DATA_LOADER_CATEGORY].time_us <= categories[PHASE_LABEL_PREFIX + "data_wait"].time_us
+    for step in rank.steps:
+        assert sum(step.host_us[PHASE_LABEL_PREFIX + p] for p in phases) <= step.duration_us
+        assert step.gpu is None
+    assert rank.memory is not None and rank.memory.device == "cpu"
+    assert rank.memory.peak_allocated_bytes > 0
+    assert any(op.name == "aten::conv2d" for op in rank.top_host_ops)
+
+
+def test_cpu_trace_json_has_null_gpu(cpu_trace_dir):
+    doc = json.loads(analyze_command(str(cpu_trace_dir), fmt="json"))
+    assert doc["ranks"][0]["gpu"] is None
+    assert doc["ranks"][0]["kernel_types"] == []
+    assert doc["spread"] is None
+
+
+def test_cpu_trace_text(cpu_trace_file):
+    text = analyze_command(str(cpu_trace_file), fmt="text")
+    assert "gpu: none (CPU-only trace)" in text
+    assert PHASE_LABEL_PREFIX + "forward_loss" in text
+
+
+def test_unknown_format_is_rejected(cpu_trace_file):
+    with pytest.raises(ValueError, match="format"):
+        analyze_command(str(cpu_trace_file), fmt="yaml")
+
+
+# ------------------------------------------------------------------------- synthetic, known answer
+
+
+def _two_step_gpu_trace(builder, rank=None, step_us=1000.0, sync=False):
+    """Two 1 ms steps (plus a third, which HTA-style windowing drops from the GPU totals)."""
+    b = builder(rank)
+    for i in range(3):
+        t0 = i * step_us
+        b.step(i, t0, step_us)
+        b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 10, 200)
+        b.host(PHASE_LABEL_PREFIX + "forward_loss", t0 + 300, 300)
+        b.host("Optimizer.step#SGD.step", t0 + 700, 100)
+        if sync:
+            b.host("cudaStreamSynchronize", t0 + 850, 50, cat="cuda_runtime")
+        # compute kernel 400 us, then a memcpy 100 us, 100 us gap between them, launched in time
+        b.kernel("volta_sgemm_128x64_nn", launch=t0 + 310, start=t0 + 320, dur=400)
+        b.kernel("Memcpy DtoH (Device -> Pageable)", launch=t0 + 400, start=t0 + 820, dur=100)
+    return b
+
+
+def test_synthetic_gpu_trace_known_numbers(tmp_path, trace_builder):
+    path = _two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "t.json")
+    (rank,) = analyze_traces(path).ranks
+    # GPU window = steps 0 and 1: kernels 320..720, 820..920, 1320..1720, 1820..1920 -> span 1600
+    assert rank.gpu.kernel_time_us == 1600
+    assert rank.gpu.compute_time_us == 800
+    assert rank.gpu.non_compute_time_us == 200
+    assert rank.gpu.idle_time_us == 600
+    assert rank.gpu.idle_pct == pytest.approx(37.5)
+    assert {k.kernel_type: k.pct for k in rank.kernel_types} == {"COMPUTATION": 80.0, "MEMORY": 20.0}
+    host = {c.category: c for c in rank.host}
+    assert host[DATA_LOADER_CATEGORY].pct == pytest.approx(20.0)
+    assert host[PHASE_LABEL_PREFIX + "forward_loss"].pct == pytest.approx(30.0)
+    assert host[OPTIMIZER_CATEGORY].pct == pytest.approx(10.0)
+    assert CUDA_SYNC_CATEGORY not in host
+    # per step: each step's own kernels, 320..920 -> 600 span, 100 idle
+    assert [s.gpu.idle_time_us for s in rank.steps] == [100, 100, 100]
+    assert rank.device_name == "Test GPU"
+
+
+def test_sync_calls_are_counted(tmp_path, trace_builder):
+    path = _two_step_gpu_trace(trace_builder, sync=True).write(tmp_path / "t.json.gz")
+    host = {c.category: c for c in analyze_traces(path).ranks[0].host}
+    assert host[CUDA_SYNC_CATEGORY].count == 3
+    assert host[CUDA_SYNC_CATEGORY].pct == pytest.approx(5.0)
+
+
+def test_ranks_from_distributed_info_and_spread(tmp_path, trace_builder):
+    # File order is the reverse of rank order: the rank must come from distributedInfo.
+    _two_step_gpu_trace(trace_builder, rank=1, step_us=1500.0).write(tmp_path / "a.pt.trace.json.gz")
+    _two_step_gpu_trace(trace_builder, rank=0, step_us=1000.0).write(tmp_path / "b.pt.trace.json.gz")
+    (tmp_path / "notes.txt").write_text("not a trace")
+    analysis = analyze_traces(tmp_path)
+    assert [r.rank for r in analysis.ranks] == [0, 1]
+    assert analysis.spread.slowest_rank == 1
+    assert analysis.spread.spread_us == pytest.approx(500.0)
+    assert analysis.spread.spread_pct == pytest.approx(50.0)
+    assert "slowest rank 1" in analyze_command(str(tmp_path))
+
+
+def test_rank_from_metadata_written_after_the_events(tmp_path, trace_builder):
+    doc = _two_step_gpu_trace(trace_builder, rank=3).document()
+    reordered = {"traceEvents": doc.pop("traceEvents"), **doc}
+    path = tmp_path / "late_meta.json"
+    path.write_text(json.dumps(reordered))
+    assert analyze_traces(path).ranks[0].rank == 3
+
+
+def test_ranks_from_file_order_without_distributed_info(tmp_path, trace_builder):
+    _two_step_gpu_trace(trace_builder, step_us=2000.0).write(tmp_path / "a.json")
+    _two_step_gpu_trace(trace_builder, step_us=1000.0).write(tmp_path / "b.json")
+    analysis = analyze_traces(tmp_path)
+    assert [(r.rank, r.step_time.mean_us) for r in analysis.ranks] == [(0, 2000.0), (1, 1000.0)]
+
+
+def test_duplicate_rank_is_an_error(tmp_path, trace_builder):
+    _two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "a.json")
+    _two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "b.json")
+    with pytest.raises(TraceError, match="two traces for rank 0"):
+        analyze_traces(tmp_path)
+
+
+def test_memory_growth_is_flagged(tmp_path, trace_builder):
+    b = trace_builder(0)
+    for i in range(4):
+        b.step(i, i * 1000.0, 1000.0)
+        b.memory(i * 1000.0 + 500, allocated=(1 + i) * 2**30, reserved=8 * 2**30)
+    (rank,) = analyze_traces(b.write(tmp_path / "t.json")).ranks
+    assert rank.memory.device == "cuda"
+    assert rank.memory.step_peak_allocated_bytes == [float(2**30 * k) for k in (1, 2, 3, 4)]
+    assert rank.memory.growth_bytes_per_step == pytest.approx(2**30)
+    assert rank.memory.steadily_rising
+    assert rank.steps[3].peak_reserved_bytes == 8 * 2**30
+
+
+def test_flat_memory_is_not_flagged(tmp_path, trace_builder):
+    b = trace_builder(0)
+    for i in range(4):
+        b.step(i, i * 1000.0, 1000.0)
+        b.memory(i * 1000.0 + 500, allocated=2**30 + (i % 2) * 2**20, reserved=2 * 2**30)
+    (rank,) = analyze_traces(b.write(tmp_path / "t.json")).ranks
+    assert not rank.memory.steadily_rising
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+def test_truncated_gzip(tmp_path, cpu_trace_file):
+    data = cpu_trace_file.read_bytes()
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="cut.json.gz"):
+        analyze_traces(bad)
+
+
+def test_corrupt_gzip(tmp_path):
+    bad = tmp_path / "corrupt.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + b"garbage" * 50)
+    with pytest.raises(TraceError, match="corrupt.json.gz"):
+        analyze_traces(bad)
+
+
+def test_truncated_plain_json(tmp_path, trace_builder):
+    text = json.dumps(_two_step_gpu_trace(trace_builder).document())
+    bad = tmp_path / "cut.json"
+    bad.write_text(text[: len(text) - 40])
+    with pytest.raises(TraceError, match="cut.json"):
+        analyze_traces(bad)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "empty"),
+        (b'{"traceEvents": []}', "empty trace"),
+        (b'{"schemaVersion": 1, "rows": [1, 2]}', "not a Kineto trace"),
+        (b"[1, 2, 3]", "not a Kineto trace"),
+        (b'{"traceEvents": [{"ph": "M", "name": "process_name"}]}', "not a Kineto trace"),
+    ],
+)
+def test_not_a_usable_trace(tmp_path, content, message):
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message) as err:
+        analyze_traces(path)
+    assert "x.json" in str(err.value) and "\n" not in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_directory_without_traces(tmp_path):
+    (tmp_path / "readme.md").write_text("nothing here")
+    with pytest.raises(TraceError, match="no trace files"):
+        analyze_traces(tmp_path)
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(TraceError, match="nope"):
+        analyze_traces(tmp_path / "nope.json")
+
+
+def test_gzip_and_plain_json_agree(tmp_path, cpu_trace_file):
+    plain = tmp_path / "plain.json"
+    with gzip.open(cpu_trace_file, "rb") as src, open(plain, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    a, b = analyze_traces(cpu_trace_file).ranks[0], analyze_traces(plain).ranks[0]
+    assert a.step_time == b.step_time and a.host == b.host
+
+
+# ----------------------------------------------------------------------------- parser paths
+
+
+def _columns_equal(a, b) -> None:
+    for column in ("ts", "dur", "stream", "correlation", "name_id", "cat_id", "thread_id"):
+        assert list(getattr(a, column)) == list(getattr(b, column)), column
+    assert a.names.values == b.names.values
+    assert a.threads.values == b.threads.values
+    assert list(a.mem_allocated) == list(b.mem_allocated)
+    assert a.seen_events == b.seen_events
+
+
+def test_chunked_decoder_matches_streaming_parser(cpu_trace_file, gpu_traces_dir):
+    """The fast msgspec path and the ijson fallback read the same columns from real traces."""
+    from yolo_mlops.analysis import trace_loader as loader
+
+    for path in (cpu_trace_file, gpu_traces_dir / "small_comm_rank0.json.gz"):
+        fast = loader._ColumnBuilder()
+        with loader._open_binary(path) as fh:
+            assert loader._decode_events_chunked(fh, fast)
+        slow = loader._ColumnBuilder()
+        with loader._open_binary(path) as fh:
+            loader._stream_events_ijson(fh, slow)
+        _columns_equal(fast, slow)
+
+
+@pytest.mark.parametrize("layout", ["compact", "indented", "spaced", "odd_value"])
+def test_any_json_layout_gives_the_same_analysis(tmp_path, trace_builder, layout, monkeypatch):
+    """Layouts the chunked decoder does not cut (or values it rejects) fall back to ijson."""
+    from yolo_mlops.analysis import trace_loader as loader
+
+    monkeypatch.setattr(loader, "READ_BUFFER_BYTES", 512)  # many blocks even for a small trace
+    doc = _two_step_gpu_trace(trace_builder, rank=0).document()
+    reference = analyze_traces(_two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "ref.json"))
+    if layout == "compact":
+        text = json.dumps(doc, separators=(",", ":"))
+    elif layout == "indented":
+        text = json.dumps(doc, indent=3)
+    elif layout == "spaced":
+        text = json.dumps(doc).replace("},", "}\n ,")  # no "}," anywhere: never cut
+    else:
+        doc["traceEvents"].append({"ph": "X", "name": "weird", "ts": "12", "dur": "x", "args": [1]})
+        text = json.dumps(doc)
+    path = tmp_path / f"{layout}.json"
+    path.write_text(text)
+    fallbacks = []
+    streaming = loader._stream_events_ijson
+    monkeypatch.setattr(loader, "_stream_events_ijson", lambda *a: fallbacks.append(1) or streaming(*a))
+    result = analyze_traces(path).ranks[0]
+    assert bool(fallbacks) == (layout == "odd_value")  # a string ts is a type the fast decoder rejects
+    assert result.gpu == reference.ranks[0].gpu
+    assert result.host == reference.ranks[0].host
+    assert result.step_time == reference.ranks[0].step_time
+
+
+# ------------------------------------------------------------------------------ interval helpers
+
+
+def test_rounding_and_merging():
+    import numpy as np
+
+    from yolo_mlops.analysis.gpu import hta_rounded_interval, kernel_type, merge_intervals
+
+    start, end = hta_rounded_interval(np.array([10.2, 20.0, 30.3]), np.array([5.5, 3.0, 0.5]))
+    assert start.tolist() == [11.0, 20.0, 31.0]
+    assert end.tolist() == [15.0, 23.0, 31.0]  # 30.3 + 0.5 rounds to end < start: clamped to 0 length
+    s, e = merge_intervals(np.array([5.0, 0.0, 10.0, 2.0, 12.0]), np.array([10.0, 3.0, 11.0, 4.0, 13.0]))
+    # [0,3]+[2,4] overlap; [5,10] and [10,11] touch (merged, as HTA does); [12,13] stays apart
+    assert s.tolist() == [0.0, 5.0, 12.0] and e.tolist() == [4.0, 11.0, 13.0]
+    assert kernel_type("ncclDevKernel_AllGather_RING_LL(ncclDevComm*)") == "COMMUNICATION"
+    assert kernel_type("Memcpy HtoD (Pinned -> Device)") == "MEMORY"
+    assert kernel_type("void at::native::vectorized_elementwise_kernel<4>") == "COMPUTATION"
+    assert kernel_type("cudaStreamSync") == "OTHER"

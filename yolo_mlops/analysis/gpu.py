@@ -1,0 +1,291 @@
+"""GPU-side analyses over one rank's columns, with HolisticTraceAnalysis' (HTA 0.5.0) definitions.
+
+- Kernel types: HTA's name rules (`hta/utils/utils.py`): NCCL kernels are COMMUNICATION,
+  `Memcpy*`/`Memset*`/`dma*` are MEMORY, names matching HTA's non-compute pattern (e.g. "...Sync")
+  are OTHER, everything else is COMPUTATION.
+- Window: when the trace has >= 2 ProfilerStep spans, HTA drops the last (usually incomplete)
+  step: host events from the last ProfilerStep's start on, and GPU activities whose launching
+  runtime call (same `correlation`) is not among the kept host events.
+- Times: HTA rounds ns-resolution timestamps to whole microseconds (start up, end down) so that
+  back-to-back kernels do not appear to overlap; we do the same for GPU intervals, so per-kernel
+  totals are HTA's too (short kernels lose up to 1 us each: unrounded totals run ~1-4% higher).
+- Temporal breakdown: kernel_time = last kernel end - first kernel start; idle = kernel_time -
+  union of all GPU activities; compute = union of COMPUTATION kernels; non-compute = the rest.
+- Kernel-type breakdown: sweep over the merged intervals of each type; time where several types
+  run at once is its own row, "A overlapping B".
+- Idle breakdown per stream: the gap before each kernel is host_wait when its launch call started
+  after the previous kernel on the stream ended, kernel_wait when the gap is shorter than
+  KERNEL_WAIT_THRESHOLD_US, other otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from yolo_mlops.analysis.trace_loader import RankTrace
+
+COMPUTATION = "COMPUTATION"
+COMMUNICATION = "COMMUNICATION"
+MEMORY = "MEMORY"
+OTHER = "OTHER"
+# Order matters: it fixes the bit of each type in the overlap sweep and the row labels
+# ("COMPUTATION overlapping COMMUNICATION"), as in HTA's get_gpu_kernel_breakdown.
+BREAKDOWN_KERNEL_TYPES = (COMPUTATION, COMMUNICATION, MEMORY)
+
+_COMM_KERNEL_RE = re.compile(r"^nccl.*Kernel")
+_MEMORY_KERNEL_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NON_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+
+# Kernels computing in 16-bit floats (cuBLAS/cutlass/cuDNN/ATen naming), and NCHW<->NHWC layout
+# conversions (cuDNN inserts them when tensors are not channels_last).
+_REDUCED_PRECISION_RE = re.compile(r"fp16|f16|bf16|half|bfloat16|hgemm|h884|h1688|h16816", re.IGNORECASE)
+_LAYOUT_CONVERSION_RE = re.compile(r"nchwToNhwc|nhwcToNchw", re.IGNORECASE)
+
+# HTA's default `consecutive_kernel_delay` (trace time unit: microseconds).
+KERNEL_WAIT_THRESHOLD_US = 30.0
+IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
+TOP_KERNELS = 10
+
+
+def kernel_type(name: str) -> str:
+    if _COMM_KERNEL_RE.match(name):
+        return COMMUNICATION
+    if _MEMORY_KERNEL_RE.match(name):
+        return MEMORY
+    if not _NON_COMPUTE_RE.match(name):
+        return COMPUTATION
+    return OTHER
+
+
+@dataclass
+class GpuActivities:
+    """The GPU activities inside the analysis window, as integer-microsecond intervals."""
+
+    start: np.ndarray  # float64, whole microseconds
+    end: np.ndarray
+    stream: np.ndarray
+    name_id: np.ndarray
+    kernel_type: np.ndarray  # object array of type names
+    launch_ts: np.ndarray  # float64 start of the launching runtime call (NaN when unknown)
+
+    @property
+    def count(self) -> int:
+        return int(self.start.size)
+
+    def subset(self, mask: np.ndarray) -> "GpuActivities":
+        return GpuActivities(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+
+@dataclass
+class TemporalBreakdown:
+    idle_time_us: float
+    compute_time_us: float
+    non_compute_time_us: float
+    kernel_time_us: float
+
+    def pct(self, value: float) -> float:
+        return 100.0 * value / self.kernel_time_us if self.kernel_time_us > 0 else 0.0
+
+    @property
+    def idle_pct(self) -> float:
+        return self.pct(self.idle_time_us)
+
+    @property
+    def compute_pct(self) -> float:
+        return self.pct(self.compute_time_us)
+
+    @property
+    def non_compute_pct(self) -> float:
+        return self.pct(self.non_compute_time_us)
+
+
+@dataclass
+class KernelTypeShare:
+    kernel_type: str
+    time_us: float
+    pct: float
+
+
+@dataclass
+class StreamIdle:
+    stream: int
+    idle_category: str
+    idle_time_us: float
+    idle_ratio: float
+
+
+@dataclass
+class KernelTotal:
+    name: str
+    kernel_type: str
+    time_us: float
+    count: int
+
+
+def hta_rounded_interval(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start rounded up, end rounded down to whole microseconds (HTA's ns-rounding).
+
+    A sub-microsecond activity can round to end < start; HTA keeps that negative length, we clamp
+    it to zero so that no activity subtracts from busy time."""
+    start = np.ceil(ts)
+    return start, np.maximum(np.floor(ts + dur), start)
+
+
+def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge."""
+    if start.size == 0:
+        return start.copy(), end.copy()
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    running_end = np.maximum.accumulate(e)
+    is_new = np.empty(s.size, dtype=bool)
+    is_new[0] = True
+    is_new[1:] = s[1:] > running_end[:-1]
+    first = np.flatnonzero(is_new)
+    last = np.append(first[1:] - 1, s.size - 1)
+    return s[first], running_end[last]
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> float:
+    s, e = merge_intervals(start, end)
+    return float((e - s).sum())
+
+
+def profiler_step_names(trace: RankTrace) -> set[int]:
+    return {i for i, n in enumerate(trace.names) if "ProfilerStep" in n}
+
+
+def select_gpu_activities(trace: RankTrace, host_window_end: float | None) -> GpuActivities:
+    """GPU activities launched by host calls that start before host_window_end (None: all)."""
+    gpu = trace.gpu_mask()
+    launch_ts = np.ceil(_launch_ts_by_correlation(trace, gpu))  # whole us, as HTA compares them
+    keep = gpu.copy()
+    if host_window_end is not None:
+        keep &= ~np.isnan(launch_ts) & (launch_ts < host_window_end)
+    start, end = hta_rounded_interval(trace.ts[keep], trace.dur[keep])
+    type_by_name = np.array([kernel_type(n) for n in trace.names], dtype=object)
+    name_id = trace.name_id[keep]
+    return GpuActivities(
+        start=start,
+        end=end,
+        stream=trace.stream[keep],
+        name_id=name_id,
+        kernel_type=type_by_name[name_id] if name_id.size else np.zeros(0, dtype=object),
+        launch_ts=launch_ts[keep],
+    )
+
+
+def _launch_ts_by_correlation(trace: RankTrace, gpu: np.ndarray) -> np.ndarray:
+    """For each event, the start of the host event sharing its correlation id (NaN if none)."""
+    launch_ts = np.full(trace.event_count, np.nan)
+    host_with_corr = ~gpu & (trace.correlation >= 0)
+    host_corr = trace.correlation[host_with_corr]
+    host_ts = trace.ts[host_with_corr]
+    if host_corr.size == 0:
+        return launch_ts
+    order = np.argsort(host_corr, kind="stable")
+    host_corr, host_ts = host_corr[order], host_ts[order]
+    gpu_idx = np.flatnonzero(gpu & (trace.correlation >= 0))
+    wanted = trace.correlation[gpu_idx]
+    pos = np.searchsorted(host_corr, wanted)
+    found = pos < host_corr.size
+    found[found] = host_corr[pos[found]] == wanted[found]
+    launch_ts[gpu_idx[found]] = host_ts[pos[found]]
+    return launch_ts
+
+
+def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
+    if acts.count == 0:
+        return None
+    all_s, all_e = merge_intervals(acts.start, acts.end)
+    kernel_time = float(all_e[-1] - all_s[0])
+    busy = float((all_e - all_s).sum())
+    is_compute = acts.kernel_type == COMPUTATION
+    compute = union_length(acts.start[is_compute], acts.end[is_compute])
+    idle = kernel_time - busy
+    return TemporalBreakdown(
+        idle_time_us=idle,
+        compute_time_us=compute,
+        non_compute_time_us=kernel_time - compute - idle,
+        kernel_time_us=kernel_time,
+    )
+
+
+def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
+    """Time per kernel type and per overlap of types, largest first (zero rows dropped)."""
+    times, deltas = [], []
+    for bit, ktype in enumerate(BREAKDOWN_KERNEL_TYPES):
+        mask = acts.kernel_type == ktype
+        s, e = merge_intervals(acts.start[mask], acts.end[mask])
+        times += [s, e]
+        deltas += [np.full(s.size, 1 << bit), np.full(e.size, -(1 << bit))]
+    time = np.concatenate(times)
+    if time.size == 0:
+        return []
+    delta = np.concatenate(deltas)
+    order = np.argsort(time, kind="stable")
+    time, delta = time[order], delta[order]
+    running = np.cumsum(delta)
+    seg = np.diff(time)
+    state = running[:-1]
+    totals = np.bincount(state, weights=seg, minlength=1 << len(BREAKDOWN_KERNEL_TYPES))
+    rows = [(_overlap_label(state_bits), float(t)) for state_bits, t in enumerate(totals) if state_bits > 0 and t > 0]
+    grand_total = sum(t for _, t in rows)
+    rows.sort(key=lambda r: -r[1])
+    return [KernelTypeShare(label, t, 100.0 * t / grand_total) for label, t in rows]
+
+
+def _overlap_label(state_bits: int) -> str:
+    return " overlapping ".join(k for bit, k in enumerate(BREAKDOWN_KERNEL_TYPES) if state_bits & (1 << bit))
+
+
+def idle_breakdown(acts: GpuActivities) -> list[StreamIdle]:
+    rows: list[StreamIdle] = []
+    for stream in np.unique(acts.stream):
+        on_stream = acts.stream == stream
+        order = np.argsort(acts.start[on_stream], kind="stable")
+        start = acts.start[on_stream][order]
+        end = acts.end[on_stream][order]
+        launch = acts.launch_ts[on_stream][order]
+        gap = start[1:] - end[:-1]
+        host_wait = launch[1:] > end[:-1]  # NaN launch (unknown) compares False
+        kernel_wait = ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_US)
+        other = ~host_wait & ~kernel_wait
+        per_category = [float(gap[m].sum()) for m in (host_wait, kernel_wait, other)]
+        total = sum(per_category)
+        for category, t in zip(IDLE_CATEGORIES, per_category, strict=True):
+            rows.append(StreamIdle(int(stream), category, t, t / total if total > 0 else 0.0))
+    return rows
+
+
+def top_kernels(acts: GpuActivities, names: list[str], limit: int = TOP_KERNELS) -> list[KernelTotal]:
+    """Kernels by total (unmerged) duration, largest first; durations rounded as HTA rounds them."""
+    if acts.count == 0:
+        return []
+    totals = np.bincount(acts.name_id, weights=acts.end - acts.start, minlength=len(names))
+    counts = np.bincount(acts.name_id, minlength=len(names))
+    ranked = np.argsort(-totals, kind="stable")[:limit]
+    return [
+        KernelTotal(names[i], kernel_type(names[i]), float(totals[i]), int(counts[i])) for i in ranked if counts[i] > 0
+    ]
+
+
+def is_reduced_precision_kernel(name: str) -> bool:
+    return bool(_REDUCED_PRECISION_RE.search(name))
+
+
+def is_layout_conversion_kernel(name: str) -> bool:
+    return bool(_LAYOUT_CONVERSION_RE.search(name))
+
+
+def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> float:
+    """Share (%) of summed kernel durations spent in kernels whose name satisfies predicate."""
+    durations = acts.end - acts.start
+    total = float(durations.sum())
+    if total <= 0:
+        return 0.0
+    hits = np.fromiter((bool(predicate(n)) for n in names), dtype=bool, count=len(names))
+    return 100.0 * float(durations[hits[acts.name_id]].sum()) / total

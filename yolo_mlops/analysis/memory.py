@@ -1,0 +1,77 @@
+"""Allocator memory per step from `[memory]` instant events (profile_memory=True traces)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from yolo_mlops.analysis.host import Steps
+from yolo_mlops.analysis.trace_loader import CUDA_DEVICE_TYPE, RankTrace
+
+# "Steadily rising": at least this many steps with a peak, no step's peak more than
+# MEMORY_DIP_TOLERANCE below the previous one, and the last peak above the first by at least
+# MEMORY_GROWTH_MIN_BYTES and MEMORY_GROWTH_MIN_FRACTION of the first (allocator noise is smaller).
+MEMORY_GROWTH_MIN_STEPS = 3
+MEMORY_DIP_TOLERANCE = 0.001
+MEMORY_GROWTH_MIN_BYTES = 16 * 2**20
+MEMORY_GROWTH_MIN_FRACTION = 0.02
+
+
+@dataclass
+class MemoryProfile:
+    device: str  # "cuda" or "cpu": which allocator the numbers describe
+    peak_allocated_bytes: float
+    peak_reserved_bytes: float | None
+    step_peak_allocated_bytes: list[float | None]  # per step, None when the step had no event
+    step_peak_reserved_bytes: list[float | None]
+    growth_bytes_per_step: float | None  # least-squares slope of the per-step peaks
+    steadily_rising: bool
+
+
+def memory_profile(trace: RankTrace, steps: Steps) -> MemoryProfile | None:
+    mem = trace.memory
+    if mem.ts.size == 0:
+        return None
+    on_cuda = mem.device_type == CUDA_DEVICE_TYPE
+    device = "cuda" if on_cuda.any() else "cpu"
+    sel = on_cuda if on_cuda.any() else mem.device_type != CUDA_DEVICE_TYPE
+    ts, allocated, reserved = mem.ts[sel], mem.total_allocated[sel], mem.total_reserved[sel]
+    if np.all(np.isnan(allocated)):
+        return None
+    step_alloc = _peak_per_step(steps, ts, allocated)
+    step_reserved = _peak_per_step(steps, ts, reserved)
+    slope, rising = growth_trend(step_alloc)
+    return MemoryProfile(
+        device=device,
+        peak_allocated_bytes=float(np.nanmax(allocated)),
+        peak_reserved_bytes=None if np.all(np.isnan(reserved)) else float(np.nanmax(reserved)),
+        step_peak_allocated_bytes=step_alloc,
+        step_peak_reserved_bytes=step_reserved,
+        growth_bytes_per_step=slope,
+        steadily_rising=rising,
+    )
+
+
+def _peak_per_step(steps: Steps, ts: np.ndarray, values: np.ndarray) -> list[float | None]:
+    idx = steps.index_of(ts)
+    valid = (idx >= 0) & ~np.isnan(values)
+    peaks = np.full(steps.count, -np.inf)
+    np.maximum.at(peaks, idx[valid], values[valid])
+    return [float(p) if np.isfinite(p) else None for p in peaks]
+
+
+def growth_trend(step_peaks: list[float | None]) -> tuple[float | None, bool]:
+    """(slope in bytes/step, steadily rising?) over the steps that have a peak."""
+    points = [(i, p) for i, p in enumerate(step_peaks) if p is not None]
+    if len(points) < 2:
+        return None, False
+    x = np.array([i for i, _ in points], dtype=float)
+    y = np.array([p for _, p in points], dtype=float)
+    slope = float(np.polyfit(x, y, 1)[0])
+    if len(points) < MEMORY_GROWTH_MIN_STEPS:
+        return slope, False
+    never_drops = bool(np.all(np.diff(y) >= -MEMORY_DIP_TOLERANCE * np.abs(y[:-1])))
+    rise = y[-1] - y[0]
+    big_enough = bool(rise >= MEMORY_GROWTH_MIN_BYTES and rise >= MEMORY_GROWTH_MIN_FRACTION * abs(y[0]))
+    return slope, never_drops and big_enough

@@ -1,0 +1,373 @@
+"""Run report (Markdown + self-contained HTML + PNG plots) and headline `trace/*` metrics.
+
+The report is built once as a list of blocks (heading, paragraph, table, image) and rendered to
+both formats, so the two never disagree. Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+from yolo_mlops.analysis.diagnosis import Finding, exposed_communication_pct
+from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
+from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
+
+STEP_PLOT = "step_time_breakdown.png"
+KERNEL_PLOT = "kernel_mix.png"
+NVML_PLOT = "nvml.png"
+# The training code's phases in the order they happen within a step (plot stacking order).
+PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
+
+
+# ----------------------------------------------------------------------------- headline metrics
+
+
+def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
+    """`trace/*` metrics, units in the name. Only what the trace measured: a CPU-only trace has no
+    GPU metric, a trace without DataLoader events has no data-loader share. Across ranks: the mean
+    of the per-rank values (and the step-time spread)."""
+    ranks = analysis.ranks
+    metrics: dict[str, float] = {}
+
+    def put(name: str, values: list[float | None]) -> None:
+        measured = [v for v in values if v is not None]
+        if measured:
+            metrics[name] = float(mean(measured))
+
+    timed = [r for r in ranks if r.step_time is not None]
+    put("trace/step_time_ms_mean", [r.step_time.mean_us / 1000 for r in timed])
+    put("trace/step_time_ms_median", [r.step_time.median_us / 1000 for r in timed])
+    if timed:
+        metrics["trace/step_time_ms_max"] = max(r.step_time.max_us for r in timed) / 1000
+        metrics["trace/profiled_steps_count"] = float(min(r.step_time.count for r in timed))
+    if analysis.spread is not None:
+        metrics["trace/step_time_spread_ms"] = analysis.spread.spread_us / 1000
+        metrics["trace/step_time_spread_pct"] = analysis.spread.spread_pct
+
+    for category in sorted({c.category for r in ranks for c in r.host}):
+        put(f"trace/host_{_metric_token(category)}_pct", [r.host_pct(category) for r in ranks])
+    gpu_ranks = [r for r in ranks if r.gpu is not None]
+    if gpu_ranks and f"trace/host_{CUDA_SYNC_CATEGORY}_pct" not in metrics and timed:
+        # The profiler records every CUDA runtime call: on a GPU trace, no sync call is a measured 0.
+        metrics[f"trace/host_{CUDA_SYNC_CATEGORY}_pct"] = 0.0
+
+    put("trace/gpu_idle_pct", [r.gpu.idle_pct for r in gpu_ranks])
+    put("trace/gpu_compute_pct", [r.gpu.compute_pct for r in gpu_ranks])
+    put("trace/gpu_non_compute_pct", [r.gpu.non_compute_pct for r in gpu_ranks])
+    put("trace/gpu_kernel_time_ms", [r.gpu.kernel_time_us / 1000 for r in gpu_ranks])
+    put("trace/gpu_communication_pct", [_communication_pct(r) for r in gpu_ranks])
+    put("trace/gpu_communication_exposed_pct", [exposed_communication_pct(r) for r in gpu_ranks])
+    put("trace/gpu_idle_host_wait_pct", [_host_wait_pct_of_idle(r) for r in gpu_ranks])
+    put("trace/gpu_reduced_precision_kernel_pct", [r.gpu.reduced_precision_kernel_pct for r in gpu_ranks])
+
+    for device in ("cuda", "cpu"):
+        with_memory = [r for r in ranks if r.memory is not None and r.memory.device == device]
+        prefix = "gpu" if device == "cuda" else "cpu"
+        if with_memory:
+            metrics[f"trace/{prefix}_memory_peak_allocated_gib"] = max(
+                r.memory.peak_allocated_bytes for r in with_memory) / 2**30
+            reserved = [r.memory.peak_reserved_bytes for r in with_memory if r.memory.peak_reserved_bytes is not None]
+            if reserved:
+                metrics[f"trace/{prefix}_memory_peak_reserved_gib"] = max(reserved) / 2**30
+            put(f"trace/{prefix}_memory_growth_mib_per_step",
+                [None if r.memory.growth_bytes_per_step is None else r.memory.growth_bytes_per_step / 2**20
+                 for r in with_memory])
+    return metrics
+
+
+def _metric_token(category: str) -> str:
+    """yolo_mlops/data_wait -> data_wait; data_loader stays."""
+    token = category[len(PHASE_LABEL_PREFIX):] if category.startswith(PHASE_LABEL_PREFIX) else category
+    return "".join(ch if ch.isalnum() else "_" for ch in token)
+
+
+def _communication_pct(rank: RankAnalysis) -> float | None:
+    busy = sum(k.time_us for k in rank.kernel_types)
+    if busy <= 0:
+        return None
+    return 100.0 * sum(k.time_us for k in rank.kernel_types if "COMMUNICATION" in k.kernel_type) / busy
+
+
+def _host_wait_pct_of_idle(rank: RankAnalysis) -> float | None:
+    idle = sum(i.idle_time_us for i in rank.idle_breakdown)
+    if idle <= 0:
+        return None
+    return 100.0 * sum(i.idle_time_us for i in rank.idle_breakdown if i.idle_category == "host_wait") / idle
+
+
+# ---------------------------------------------------------------------------------------- blocks
+
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Paragraph:
+    text: str
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class Image:
+    file_name: str
+    alt: str
+
+
+Block = Heading | Paragraph | Table | Image
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f}"
+
+
+def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict | None,
+                   images: list[Image]) -> list[Block]:
+    summary = f"Trace: {analysis.source}, {len(analysis.ranks)} rank(s)."
+    blocks: list[Block] = [Heading("Profiling report", 1), Paragraph(summary)]
+    blocks += _findings_blocks(findings)
+    if extra:
+        blocks += [Heading("Run context"), Table(["key", "value"], [[str(k), _fmt(v)] for k, v in extra.items()])]
+    blocks += _step_blocks(analysis)
+    blocks += _host_blocks(analysis)
+    for rank in analysis.ranks:
+        blocks += _gpu_blocks(rank, multi=len(analysis.ranks) > 1)
+    blocks += _memory_blocks(analysis)
+    if images:
+        blocks.append(Heading("Plots"))
+        blocks += images
+    return blocks
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _findings_blocks(findings: list[Finding]) -> list[Block]:
+    if not findings:
+        return [Heading("Findings"), Paragraph("No rule fired: nothing stands out in this run.")]
+    rows = [
+        [f.severity, f.title, ", ".join(f.recommended_variants) or "-",
+         "; ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items())]
+        for f in findings
+    ]
+    return [Heading("Findings"), Table(["severity", "finding", "try variants", "evidence"], rows)]
+
+
+def _step_blocks(analysis: TraceAnalysis) -> list[Block]:
+    rows = [
+        [str(r.rank), str(r.step_time.count), _ms(r.step_time.mean_us), _ms(r.step_time.median_us),
+         _ms(r.step_time.min_us), _ms(r.step_time.max_us)]
+        for r in analysis.ranks if r.step_time is not None
+    ]
+    if not rows:
+        return [Heading("Step time"), Paragraph("No ProfilerStep spans in the trace.")]
+    blocks: list[Block] = [Heading("Step time"),
+                           Table(["rank", "steps", "mean ms", "median ms", "min ms", "max ms"], rows)]
+    if analysis.spread is not None:
+        s = analysis.spread
+        blocks.append(Paragraph(f"Spread between ranks: {_ms(s.spread_us)} ms ({s.spread_pct:.1f}%); "
+                                f"slowest rank {s.slowest_rank}, fastest rank {s.fastest_rank}."))
+    return blocks
+
+
+def _host_blocks(analysis: TraceAnalysis) -> list[Block]:
+    rows = [[str(r.rank), c.category, _ms(c.time_us), f"{c.pct:.1f}", str(c.count)]
+            for r in analysis.ranks for c in r.host]
+    blocks: list[Block] = [Heading("Host time per category")]
+    if rows:
+        blocks.append(Table(["rank", "category", "ms", "% of step time", "events"], rows))
+    else:
+        blocks.append(Paragraph("No data-loader, phase-label, optimizer or sync events inside profiled steps."))
+    top = analysis.ranks[0].top_host_ops if analysis.ranks else []
+    if top:
+        blocks += [Heading("Top host operators (rank %d, inclusive time)" % analysis.ranks[0].rank, 3),
+                   Table(["operator", "ms", "calls"], [[o.name, _ms(o.time_us), str(o.count)] for o in top])]
+    return blocks
+
+
+def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
+    title = f"GPU breakdown (rank {rank.rank})" if multi else "GPU breakdown"
+    if rank.gpu is None:
+        return [Heading(title), Paragraph("CPU-only trace: no GPU activity was recorded.")]
+    g = rank.gpu
+    return [
+        Heading(title),
+        Paragraph(f"Device: {rank.device_name or 'unknown'}; window: {rank.gpu_window}. Shares of the span "
+                  f"from the first kernel start to the last kernel end ({_ms(g.kernel_time_us)} ms), "
+                  "with HolisticTraceAnalysis' definitions."),
+        Table(["idle %", "compute %", "non-compute %", "reduced-precision kernels %", "layout conversions %"],
+              [[f"{g.idle_pct:.2f}", f"{g.compute_pct:.2f}", f"{g.non_compute_pct:.2f}",
+                f"{g.reduced_precision_kernel_pct or 0:.1f}", f"{g.layout_conversion_kernel_pct or 0:.1f}"]]),
+        Heading("Kernel types", 3),
+        Table(["kernel type", "ms", "%"], [[k.kernel_type, _ms(k.time_us), f"{k.pct:.1f}"] for k in rank.kernel_types]),
+        Heading("Idle time per stream", 3),
+        Table(["stream", "category", "ms", "share of stream idle"],
+              [[str(i.stream), i.idle_category, _ms(i.idle_time_us), f"{100 * i.idle_ratio:.1f}%"]
+               for i in rank.idle_breakdown]),
+        Heading("Top kernels", 3),
+        Table(["kernel", "type", "ms", "count"],
+              [[k.name, k.kernel_type, _ms(k.time_us), str(k.count)] for k in rank.top_kernels]),
+    ]
+
+
+def _memory_blocks(analysis: TraceAnalysis) -> list[Block]:
+    rows = []
+    for r in analysis.ranks:
+        m = r.memory
+        if m is None:
+            continue
+        rows.append([
+            str(r.rank), m.device, f"{m.peak_allocated_bytes / 2**30:.3f}",
+            f"{m.peak_reserved_bytes / 2**30:.3f}" if m.peak_reserved_bytes is not None else "-",
+            f"{m.growth_bytes_per_step / 2**20:+.1f}" if m.growth_bytes_per_step is not None else "-",
+            "yes" if m.steadily_rising else "no",
+        ])
+    if not rows:
+        return [Heading("Memory"), Paragraph("No `[memory]` events (profile with profile_memory=True).")]
+    return [Heading("Memory"),
+            Table(["rank", "allocator", "peak allocated GiB", "peak reserved GiB", "MiB/step", "steadily rising"],
+                  rows)]
+
+
+# ----------------------------------------------------------------------------------------- plots
+
+
+def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
+    if not rank.steps:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labelled = {c for s in rank.steps for c in s.host_us if c.startswith(PHASE_LABEL_PREFIX)}
+    known = [PHASE_LABEL_PREFIX + p for p in PHASE_ORDER if PHASE_LABEL_PREFIX + p in labelled]
+    categories = known + sorted(labelled - set(known))
+    if not categories:  # no phase labels: the built-in categories are (nearly) disjoint too
+        categories = [c for c in (DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, CUDA_SYNC_CATEGORY)
+                      if any(c in s.host_us for s in rank.steps)]
+    labels = [str(s.step) for s in rank.steps]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 3), 4))
+    bottom = [0.0] * len(rank.steps)
+    for category in categories:
+        values = [s.host_us.get(category, 0.0) / 1000 for s in rank.steps]
+        ax.bar(labels, values, bottom=bottom, label=_metric_token(category))
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    other = [max(0.0, s.duration_us / 1000 - b) for s, b in zip(rank.steps, bottom, strict=True)]
+    ax.bar(labels, other, bottom=bottom, label="other", color="lightgrey")
+    ax.set_xlabel("profiled step")
+    ax.set_ylabel("ms")
+    ax.set_title(f"Step time breakdown (rank {rank.rank})")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _plot_kernel_mix(rank: RankAnalysis, path: Path) -> bool:
+    if rank.gpu is None or not rank.kernel_types:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [k.kernel_type.replace(" overlapping ", " +\n") for k in rank.kernel_types]
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.5))
+    ax.barh(names[::-1], [k.pct for k in rank.kernel_types][::-1], color="tab:blue")
+    ax.set_xlabel("% of GPU busy time")
+    ax.set_title(f"Kernel mix (rank {rank.rank}); GPU idle {rank.gpu.idle_pct:.1f}% of its span")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------- renderers
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append("#" * b.level + " " + b.text)
+        elif isinstance(b, Paragraph):
+            out.append(b.text)
+        elif isinstance(b, Table):
+            out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
+            out.append("|" + "---|" * len(b.headers))
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+        elif isinstance(b, Image):
+            out.append(f"![{b.alt}]({b.file_name})")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_html(blocks: list[Block], out_dir: Path) -> str:
+    """Self-contained page: images are embedded, so it renders inside MLflow's artifact viewer."""
+    body: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Paragraph):
+            body.append(f"<p>{html.escape(b.text)}</p>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif isinstance(b, Image):
+            data = base64.b64encode((out_dir / b.file_name).read_bytes()).decode()
+            body.append(f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{html.escape(b.alt)}</figcaption></figure>")
+    style = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}"
+             "th{background:#f3f3f3}img{max-width:100%}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Profiling report</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(out_dir: str | Path, analysis: TraceAnalysis, findings: list[Finding], extra: dict | None = None,
+                 nvml_plot: Path | None = None) -> list[Path]:
+    """Write report.md, report.html and the plots into out_dir; return every file written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    images: list[Image] = []
+    if analysis.ranks and _plot_step_breakdown(analysis.ranks[0], out_dir / STEP_PLOT):
+        written.append(out_dir / STEP_PLOT)
+        images.append(Image(STEP_PLOT, f"Step time breakdown, rank {analysis.ranks[0].rank}"))
+    gpu_rank = next((r for r in analysis.ranks if r.gpu is not None), None)
+    if gpu_rank is not None and _plot_kernel_mix(gpu_rank, out_dir / KERNEL_PLOT):
+        written.append(out_dir / KERNEL_PLOT)
+        images.append(Image(KERNEL_PLOT, f"Kernel mix, rank {gpu_rank.rank}"))
+    if nvml_plot is not None:
+        nvml_plot = Path(nvml_plot)
+        if nvml_plot.resolve() != (out_dir / NVML_PLOT).resolve():
+            shutil.copyfile(nvml_plot, out_dir / NVML_PLOT)
+        written.append(out_dir / NVML_PLOT)
+        images.append(Image(NVML_PLOT, "NVML timeline"))
+    blocks = _report_blocks(analysis, findings, extra, images)
+    md_path, html_path = out_dir / "report.md", out_dir / "report.html"
+    md_path.write_text(render_markdown(blocks))
+    html_path.write_text(render_html(blocks, out_dir))
+    return [md_path, html_path, *written]

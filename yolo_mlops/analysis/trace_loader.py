@@ -1,0 +1,494 @@
+"""Load Kineto / Chrome traces written by `torch.profiler` into columnar numpy arrays.
+
+The decompressed file is streamed in blocks; each block's complete events are decoded by a typed
+msgspec decoder that builds only the fields we use, appended to typed `array.array` columns and
+dropped. Memory therefore grows with the number of events (~80 bytes each), not with the JSON
+size, and no per-event Python object outlives its block. Names, categories and threads are
+interned into small tables. Layouts the block decoder does not handle fall back to ijson
+streaming. docs/analysis.md has the measurements that picked this design.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import zlib
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ijson
+import msgspec
+import numpy as np
+
+# Streaming parser backend: the C one is ~20x faster than ijson's pure-Python fallback.
+try:
+    _IJSON = ijson.get_backend("yajl2_c")
+except ImportError:  # pragma: no cover - wheels ship the C backend; keep working without it
+    _IJSON = ijson
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+# Kineto writes `distributedInfo` / `deviceProperties` before `traceEvents`; reading this many
+# decompressed bytes from the head is enough to find them without a second full pass.
+METADATA_HEAD_BYTES = 1 << 20
+READ_BUFFER_BYTES = 1 << 18
+
+# Event categories that are activities on the GPU itself (Kineto names; old traces capitalise).
+GPU_ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
+MEMORY_EVENT_NAME = "[memory]"
+CUDA_DEVICE_TYPE = 1  # `Device Type` in [memory] events: 0 = CPU, 1 = CUDA
+
+
+class TraceError(ValueError):
+    """A trace file or directory that cannot be analysed; the message names the file."""
+
+
+@dataclass
+class RankTrace:
+    """Complete ("X") events of one rank as parallel columns; strings live in `names`/`categories`."""
+
+    path: str
+    rank: int
+    names: list[str]
+    categories: list[str]
+    name_id: np.ndarray  # int32 index into names
+    cat_id: np.ndarray  # int32 index into categories
+    thread_id: np.ndarray  # int32 index into threads ((pid, tid) as strings)
+    ts: np.ndarray  # float64 microseconds
+    dur: np.ndarray  # float64 microseconds
+    stream: np.ndarray  # int32, -1 when the event has no CUDA stream
+    correlation: np.ndarray  # int64, -1 when absent
+    threads: list[tuple[str, str]]
+    memory: "MemoryEvents"
+    device_properties: list[dict] = field(default_factory=list)
+    distributed_info: dict = field(default_factory=dict)
+
+    @property
+    def event_count(self) -> int:
+        return int(self.ts.size)
+
+    def category_mask(self, categories: frozenset[str]) -> np.ndarray:
+        wanted = [i for i, c in enumerate(self.categories) if c.lower() in categories]
+        return np.isin(self.cat_id, wanted)
+
+    def gpu_mask(self) -> np.ndarray:
+        return self.category_mask(GPU_ACTIVITY_CATEGORIES) & (self.stream >= 0)
+
+
+@dataclass
+class MemoryEvents:
+    """`[memory]` instant events (only present when profiling with profile_memory=True)."""
+
+    ts: np.ndarray
+    device_type: np.ndarray
+    device_id: np.ndarray
+    total_allocated: np.ndarray  # bytes, float64 (some traces lack it: NaN)
+    total_reserved: np.ndarray
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.index: dict = {}
+        self.values: list = []
+
+    def many(self, values: list) -> list[int]:
+        index, table = self.index, self.values
+        codes = []
+        for value in values:
+            code = index.get(value)
+            if code is None:
+                code = index[value] = len(table)
+                table.append(value)
+            codes.append(code)
+        return codes
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _metadata_before_events(head: bytes) -> dict | None:
+    """Kineto's layout: every metadata key precedes traceEvents, so the text before the key plus
+    `"traceEvents": []}` is a complete JSON object. None when that does not hold."""
+    match = _TRACE_EVENTS_KEY_RE.search(head)
+    if match is None:
+        return None
+    try:
+        meta = msgspec.json.decode(head[: match.start()] + b'"traceEvents": []}')
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    meta.pop("traceEvents", None)
+    meta["_has_trace_events"] = True
+    return meta
+
+
+def _read_metadata(path: Path) -> dict:
+    """Top-level keys other than traceEvents found in the file head (bounded read)."""
+    with _open_binary(path) as fh:
+        head = fh.read(METADATA_HEAD_BYTES)
+    if not head.strip():
+        raise TraceError(f"{path}: empty file")
+    first = head.lstrip()[:1]
+    if first != b"{":
+        raise TraceError(f"{path}: not a Kineto trace (top level is not a JSON object)")
+    fast = _metadata_before_events(head)
+    if fast is not None and "distributedInfo" in fast:
+        return fast
+    # Otherwise read every complete top-level key in the head, including any after traceEvents.
+    meta: dict = {}
+    try:
+        for key, value in _IJSON.kvitems(io.BytesIO(head), "", use_float=True):
+            if key == "traceEvents":  # built only within the bounded head; metadata may follow
+                meta["_has_trace_events"] = True
+                continue
+            meta[key] = value
+    except ijson.IncompleteJSONError:
+        # The head ends inside traceEvents (or inside whatever comes first): expected for big files.
+        pass
+    except ijson.JSONError as exc:
+        raise TraceError(f"{path}: invalid JSON ({exc})") from exc
+    if b'"traceEvents"' in head:
+        meta["_has_trace_events"] = True
+    return meta
+
+
+class _Args(
+    msgspec.Struct,
+    rename={
+        "device_type": "Device Type",
+        "device_id": "Device Id",
+        "total_allocated": "Total Allocated",
+        "total_reserved": "Total Reserved",
+    },
+):
+    """The args we read (Kineto's key spelling); msgspec skips every other key without building it."""
+
+    stream: Any = -1
+    correlation: Any = -1
+    device_type: Any = -1
+    device_id: Any = -1
+    total_allocated: Any = None
+    total_reserved: Any = None
+
+
+_NO_ARGS = _Args()
+
+
+class _TypedEvent(msgspec.Struct):
+    """One trace event, only the fields we use; values of unexpected type fall back to ijson."""
+
+    ph: Any = None
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = ""
+    tid: Any = ""
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args | None = None
+
+
+_CHUNK_DECODER = msgspec.json.Decoder(list[_TypedEvent])
+_TRACE_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_BOUNDARY = b"},"
+# Give up on the fast path (and stream with ijson instead) when this much text has no decodable cut.
+_MAX_PENDING_BYTES = 64 << 20
+_CUT_ATTEMPTS = 8
+_TAIL_ATTEMPTS = 256
+
+
+class _FastPathUnavailable(Exception):
+    """The chunked decoder met a layout it does not handle; the caller falls back to ijson."""
+
+
+def _decode_events_chunked(fh, columns: "_ColumnBuilder") -> bool:
+    """Decode traceEvents in blocks with msgspec; False when the file has no traceEvents key.
+
+    Blocks are cut after a `},` and validated by decoding `[` + block + `]`: a cut that falls
+    inside an event leaves unbalanced JSON, which the decoder rejects, so we retry at an earlier
+    `},`. Raises _FastPathUnavailable for anything else (odd types, no cut in 64 MiB, bad tail).
+    """
+    pending = b""
+    while True:  # find the start of the traceEvents array
+        block = fh.read(READ_BUFFER_BYTES)
+        pending += block
+        match = _TRACE_EVENTS_KEY_RE.search(pending)
+        if match:
+            pending = pending[match.end() :]
+            break
+        if not block:
+            return False
+        if len(pending) > _MAX_PENDING_BYTES:
+            raise _FastPathUnavailable
+        pending = pending[-64:]  # keep enough to match a key split across blocks
+    eof = False
+    while not eof:
+        block = fh.read(READ_BUFFER_BYTES)
+        eof = not block
+        pending += block
+        if eof:
+            break
+        pending = _decode_complete_prefix(pending, columns)
+        if len(pending) > _MAX_PENDING_BYTES:
+            raise _FastPathUnavailable
+    pending = _decode_complete_prefix(pending, columns)
+    _decode_tail(pending, columns)
+    return True
+
+
+def _decode_complete_prefix(pending: bytes, columns: "_ColumnBuilder") -> bytes:
+    """Decode the longest run of whole events at the start of pending; return what is left."""
+    end = len(pending)
+    for _ in range(_CUT_ATTEMPTS):
+        cut = pending.rfind(_EVENT_BOUNDARY, 0, end)
+        if cut < 0:
+            return pending
+        try:
+            events = _CHUNK_DECODER.decode(b"[" + pending[: cut + 1] + b"]")
+        except msgspec.ValidationError as exc:
+            raise _FastPathUnavailable from exc
+        except msgspec.DecodeError:
+            end = cut  # the cut was inside an event: try an earlier one
+            continue
+        columns.add_events(events)
+        return pending[cut + 2 :]
+    return pending
+
+
+def _decode_tail(pending: bytes, columns: "_ColumnBuilder") -> None:
+    """The last event(s) and the array's closing `]`.
+
+    Exactly one `]` closes a valid array; scan from the left, since after the last event can come
+    top-level metadata with many `]` (Kineto's "INFO" log lines), while the events left here
+    (after _decode_complete_prefix) hold few.
+    """
+    close = -1
+    for _ in range(_TAIL_ATTEMPTS):
+        close = pending.find(b"]", close + 1)
+        if close < 0:
+            break
+        try:
+            events = _CHUNK_DECODER.decode(b"[" + pending[:close] + b"]")
+        except msgspec.ValidationError as exc:
+            raise _FastPathUnavailable from exc
+        except msgspec.DecodeError:
+            continue
+        columns.add_events(events)
+        return
+    raise _FastPathUnavailable
+
+
+def _stream_events_ijson(fh, columns: "_ColumnBuilder") -> None:
+    """Fallback parser: any valid JSON layout, one event dict at a time (several times slower)."""
+    batch: list[_TypedEvent] = []
+    for event in _IJSON.items(fh, "traceEvents.item", use_float=True, buf_size=READ_BUFFER_BYTES):
+        batch.append(_event_from_dict(event))
+        if len(batch) >= 4096:
+            columns.add_events(batch)
+            batch = []
+    columns.add_events(batch)
+
+
+def _event_from_dict(event) -> _TypedEvent:
+    if not isinstance(event, dict):
+        return _TypedEvent()  # counted as seen, read as nothing
+    args = event.get("args")
+    if isinstance(args, dict):
+        args = _Args(
+            stream=args.get("stream", -1),
+            correlation=args.get("correlation", -1),
+            device_type=args.get("Device Type", -1),
+            device_id=args.get("Device Id", -1),
+            total_allocated=args.get("Total Allocated"),
+            total_reserved=args.get("Total Reserved"),
+        )
+    else:
+        args = None
+    ts, dur = _as_float(event.get("ts")), _as_float(event.get("dur"))
+    return _TypedEvent(
+        ph=event.get("ph"),
+        cat=_hashable(event.get("cat", "")),
+        name=_hashable(event.get("name", "")),
+        pid=_hashable(event.get("pid", "")),
+        tid=_hashable(event.get("tid", "")),
+        ts=None if ts != ts else ts,  # NaN (missing or unreadable) -> None
+        dur=None if dur != dur else dur,
+        args=args,
+    )
+
+
+def _hashable(value):
+    return value if isinstance(value, (str, int, float)) else str(value)
+
+
+def _parse_events(path: Path) -> "_ColumnBuilder":
+    columns = _ColumnBuilder()
+    try:
+        with _open_binary(path) as fh:
+            _decode_events_chunked(fh, columns)
+        return columns
+    except _FastPathUnavailable:
+        pass
+    columns = _ColumnBuilder()
+    with _open_binary(path) as fh:
+        _stream_events_ijson(fh, columns)
+    return columns
+
+
+class _ColumnBuilder:
+    """Appends decoded events to typed buffers; no event object outlives `add_events`."""
+
+    def __init__(self) -> None:
+        self.names = _Interner()
+        self.categories = _Interner()
+        self.threads = _Interner()
+        self.name_id = array("i")
+        self.cat_id = array("i")
+        self.thread_id = array("i")
+        self.ts = array("d")
+        self.dur = array("d")
+        self.stream = array("i")
+        self.correlation = array("q")
+        self.mem_ts = array("d")
+        self.mem_device_type = array("i")
+        self.mem_device_id = array("i")
+        self.mem_allocated = array("d")
+        self.mem_reserved = array("d")
+        self.seen_events = 0
+
+    def add_events(self, events: list) -> None:
+        self.seen_events += len(events)
+        complete = [e for e in events if e.ph == "X" and e.ts is not None and e.dur is not None]
+        self.ts.extend([e.ts for e in complete])
+        self.dur.extend([e.dur for e in complete])
+        self.name_id.extend(self.names.many([e.name for e in complete]))
+        self.cat_id.extend(self.categories.many([e.cat for e in complete]))
+        self.thread_id.extend(self.threads.many([(e.pid, e.tid) for e in complete]))
+        no_args = _NO_ARGS
+        args = [e.args or no_args for e in complete]
+        self.stream.extend([a.stream if type(a.stream) is int else _as_int(a.stream) for a in args])
+        self.correlation.extend([a.correlation if type(a.correlation) is int else _as_int(a.correlation) for a in args])
+        for e in events:
+            if e.ph == "i" and e.name == MEMORY_EVENT_NAME:
+                a = e.args or no_args
+                self.mem_ts.append(_as_float(e.ts))
+                self.mem_device_type.append(_as_int(a.device_type))
+                self.mem_device_id.append(_as_int(a.device_id))
+                self.mem_allocated.append(_as_float(a.total_allocated))
+                self.mem_reserved.append(_as_float(a.total_reserved))
+
+    def build(self, path: Path, rank: int, meta: dict) -> RankTrace:
+        memory = MemoryEvents(
+            ts=_column(self.mem_ts, np.float64),
+            device_type=_column(self.mem_device_type, np.int32),
+            device_id=_column(self.mem_device_id, np.int32),
+            total_allocated=_column(self.mem_allocated, np.float64),
+            total_reserved=_column(self.mem_reserved, np.float64),
+        )
+        device_properties = meta.get("deviceProperties")
+        distributed_info = meta.get("distributedInfo")
+        return RankTrace(
+            path=str(path),
+            rank=rank,
+            names=self.names.values,
+            categories=self.categories.values,
+            name_id=_column(self.name_id, np.int32),
+            cat_id=_column(self.cat_id, np.int32),
+            thread_id=_column(self.thread_id, np.int32),
+            ts=_column(self.ts, np.float64),
+            dur=_column(self.dur, np.float64),
+            stream=_column(self.stream, np.int32),
+            correlation=_column(self.correlation, np.int64),
+            threads=[(str(pid), str(tid)) for pid, tid in self.threads.values],
+            memory=memory,
+            device_properties=device_properties if isinstance(device_properties, list) else [],
+            distributed_info=distributed_info if isinstance(distributed_info, dict) else {},
+        )
+
+
+def _column(buffer: array, dtype) -> np.ndarray:
+    """A numpy view of a finished buffer (no copy: the array stays alive as the view's base)."""
+    if len(buffer) == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(buffer, dtype=dtype)
+
+
+def _as_int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _as_float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _rank_from_meta(meta: dict) -> int | None:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), (int, float)):
+        return int(info["rank"])
+    return None
+
+
+def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
+    """Parse one trace file; raise TraceError naming the file on any unusable input."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    try:
+        meta = _read_metadata(path)
+        columns = _parse_events(path)
+    except TraceError:
+        raise
+    except (OSError, EOFError, zlib.error) as exc:
+        # gzip.BadGzipFile is an OSError; a truncated .gz raises EOFError.
+        raise TraceError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from exc
+    except ijson.JSONError as exc:
+        raise TraceError(f"{path}: invalid or truncated JSON ({str(exc).splitlines()[0][:120]})") from exc
+    if columns.seen_events == 0:
+        if meta.get("_has_trace_events"):
+            raise TraceError(f"{path}: empty trace (traceEvents has no events)")
+        raise TraceError(f"{path}: not a Kineto trace (no traceEvents)")
+    if len(columns.ts) == 0:
+        raise TraceError(f"{path}: not a Kineto trace (no complete 'X' events with ts and dur)")
+    rank = _rank_from_meta(meta)
+    return columns.build(path, default_rank if rank is None else rank, meta)
+
+
+def find_trace_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+
+
+def load_traces(path: str | Path) -> list[RankTrace]:
+    """One trace file, or a directory with one trace per rank; sorted by rank.
+
+    The rank comes from `distributedInfo.rank`; traces without it are numbered in file-name order.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = find_trace_files(path)
+        if not files:
+            raise TraceError(f"{path}: directory holds no trace files (*.json, *.json.gz)")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise TraceError(f"{path}: no such file or directory")
+    traces = [load_trace_file(f, default_rank=i) for i, f in enumerate(files)]
+    by_rank: dict[int, RankTrace] = {}
+    for trace in traces:
+        if trace.rank in by_rank:
+            raise TraceError(
+                f"{path}: two traces for rank {trace.rank} ({Path(by_rank[trace.rank].path).name}, "
+                f"{Path(trace.path).name}); analyse one file at a time"
+            )
+        by_rank[trace.rank] = trace
+    return [by_rank[r] for r in sorted(by_rank)]
