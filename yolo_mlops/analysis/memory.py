@@ -37,6 +37,9 @@ def memory_profile(trace: RankTrace, steps: Steps) -> MemoryProfile | None:
     device = "cuda" if on_cuda.any() else "cpu"
     sel = on_cuda if on_cuda.any() else mem.device_type != CUDA_DEVICE_TYPE
     ts, allocated, reserved = mem.ts[sel], mem.total_allocated[sel], mem.total_reserved[sel]
+    if not on_cuda.any():
+        # the CPU allocator keeps no cache: its "Total Reserved" is always 0, which is not a measurement
+        reserved = np.full_like(allocated, np.nan)
     if np.all(np.isnan(allocated)):
         return None
     step_alloc = _peak_per_step(steps, ts, allocated)
