@@ -83,9 +83,19 @@ def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None
     print(f"\nMLflow run {result.run_id} ({tracking.tracking_uri()})")
     for key in sorted(result.metrics):
         print(f"  {key:<36} {result.metrics[key]:>12.4g}")
-    for finding in result.findings:
-        print(f"  finding: {finding}")
+    for f in result.findings:
+        print(f"  finding [{f['severity']}] {f['title']}  -> try: {', '.join(f['recommended_variants']) or '-'}")
     print(f"\nOpen the MLflow UI:  {tracking.ui_command()}\n  then {result.run_url}")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from yolo_mlops.analysis import TraceError, analyze_command
+
+    try:
+        print(analyze_command(str(args.path), args.format))
+    except TraceError as exc:
+        raise ConfigError(str(exc)) from None
     return 0
 
 
@@ -98,7 +108,82 @@ def build_parser() -> argparse.ArgumentParser:
     profile = sub.add_parser("profile", help="profiled YOLO11 training run")
     add_run_options(profile)
     profile.set_defaults(handler=cmd_profile)
+    analyze = sub.add_parser("analyze", help="analyse any torch.profiler trace (file, .gz, or a folder of ranks)")
+    analyze.add_argument("path", type=Path)
+    analyze.add_argument("--format", choices=["text", "json"], default="text")
+    analyze.set_defaults(handler=cmd_analyze)
+    add_sweep_commands(sub)
     return parser
+
+
+# --- sweeps: `yolo-mlops variants | sweep | optimize` (issue 5; flows/sweep.py, flows/optimize.py) -----------------
+
+def add_sweep_commands(sub) -> None:
+    listing = sub.add_parser("variants", help="list the optimisation variants a sweep can run")
+    listing.set_defaults(handler=cmd_variants)
+    sweep = sub.add_parser("sweep", help="baseline + variants x repeats, speed-up with bootstrap 95%% CI")
+    sweep.add_argument("--variants", default="", help="comma-separated variant expressions, e.g. "
+                       "amp_bf16,channels_first,workers_8 or amp_bf16+channels_last (baseline is always included)")
+    _add_sweep_options(sweep)
+    add_run_options(sweep)
+    sweep.set_defaults(handler=cmd_sweep)
+    optimize = sub.add_parser("optimize", help="profile the baseline, sweep the variants its diagnosis recommends")
+    _add_sweep_options(optimize)
+    add_run_options(optimize)
+    optimize.set_defaults(handler=cmd_optimize)
+
+
+def _add_sweep_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sweep options")
+    group.add_argument("--repeats", type=int, default=3, help="repeats per variant (default 3)")
+    group.add_argument("--order", choices=["interleaved", "blocked"], default="interleaved",
+                       help="interleaved: A B C A B C (default, spreads drift over all variants); blocked: A A B B")
+    group.add_argument("--warmup-steps", type=int, default=1, help="steps discarded at the start of each child")
+    group.add_argument("--concurrency-limit", help="Prefect global concurrency limit held by each child "
+                       "(default gpu-<index> on a GPU, none on CPU; it must exist)")
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from yolo_mlops import variants
+
+    print(variants.describe())
+    return 0
+
+
+def _sweep_plan(args: argparse.Namespace, names: list[str]):
+    """Validate variants, the base run and the concurrency limit before Prefect or MLflow start."""
+    from yolo_mlops import pipeline, sweeps
+
+    defaults = None
+    if args.data is None and args.config is None:  # the synthetic dataset: start from the demo's sizes
+        defaults = {k: v for k, v in demo_defaults().items() if k != "run_name"}
+    spec = spec_from_args(args, defaults)
+    plan = sweeps.plan_sweep(spec, names, args.repeats, args.order, args.warmup_steps, args.concurrency_limit)
+    pipeline.check_inputs(spec)
+    sweeps.check_concurrency_limit(plan.concurrency_limit)
+    return spec
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    spec = _sweep_plan(args, names)
+    from flows.sweep import sweep
+
+    result = sweep(base=spec, variants=names, repeats=args.repeats, order=args.order,
+                   warmup_steps=args.warmup_steps, concurrency_limit=args.concurrency_limit)
+    print("\n" + result.markdown)
+    print(f"\nMLflow parent run {result.parent_run_id}: {result.run_url}")
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    spec = _sweep_plan(args, [])
+    from flows.optimize import optimize
+
+    result = optimize(base=spec, repeats=args.repeats, order=args.order, warmup_steps=args.warmup_steps,
+                      concurrency_limit=args.concurrency_limit)
+    print("\n" + result.markdown)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

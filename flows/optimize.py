@@ -1,0 +1,73 @@
+"""Prefect flow `optimize`: profile the baseline, sweep exactly the variants its diagnosis recommends, report
+which recommendations held (measurably faster, accuracy unchanged) and by how much.
+
+Deployment entrypoint: `flows/optimize.py:optimize`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.concurrency.sync import concurrency
+from pydantic import Field
+
+from flows.profile_training import profile_training
+from flows.sweep import sweep
+from yolo_mlops import sweeps, tracking
+from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+
+
+@dataclass
+class OptimizeResult:
+    profile_run_id: str
+    recommended: list[str]
+    rows: list[dict[str, Any]]
+    markdown: str
+    findings: list[Any] = field(default_factory=list)  # the baseline diagnosis, as RunResult.findings holds it
+    sweep_parent_run_id: str | None = None
+    best_variant: str | None = None
+    rejected: dict[str, str] = field(default_factory=dict)
+
+
+@flow(name="optimize", log_prints=True)
+def optimize(
+    base: RunSpec = RunSpec(),
+    repeats: Annotated[int, Field(ge=1, le=50)] = 3,
+    order: Literal["interleaved", "blocked"] = "interleaved",
+    warmup_steps: Annotated[int, Field(ge=0)] = 1,
+    concurrency_limit: str | None = None,
+) -> OptimizeResult:
+    plan = sweeps.plan_sweep(base, [], repeats, order, warmup_steps, concurrency_limit)  # validates the base
+    sweeps.check_concurrency_limit(plan.concurrency_limit)
+    profile_spec = build_run_spec(deep_merge(base.model_dump(mode="json"), {
+        "run_kind": "profile", "variant": "baseline", "run_name": base.run_name or "optimize-baseline",
+        "tags": {f"{tracking.TAG_PREFIX}optimize": "baseline-profile"}}))
+    limit = (concurrency(plan.concurrency_limit, occupy=1, strict=True)
+             if plan.concurrency_limit else contextlib.nullcontext())
+    with limit:
+        profiled = profile_training(profile_spec)
+    recs = sweeps.recommendations(list(profiled.findings))
+    print(f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
+          + (f"; not swept: {recs.rejected}" if recs.rejected else ""))
+    result = None
+    if recs.variants:
+        result = sweep(base=base, variants=recs.variants, repeats=repeats, order=order, warmup_steps=warmup_steps,
+                       concurrency_limit=plan.concurrency_limit,
+                       extra_tags={f"{tracking.TAG_PREFIX}optimize.profile_run_id": profiled.run_id,
+                                   f"{tracking.TAG_PREFIX}optimize.recommended": ",".join(recs.variants)})
+    rows, markdown = sweeps.recommendation_report(recs, result.table if result else None, profiled.run_id)
+    if result is not None:
+        mlflow = tracking.client()
+        mlflow.log_text(result.parent_run_id, markdown, "sweep/recommendations.md")
+    create_table_artifact(rows or [{"variant": "-", "outcome": "no recommendations"}], key="optimize-recommendations",
+                          description=f"recommendations of profile run {profiled.run_id}")
+    create_markdown_artifact(markdown, key="optimize-report", description=f"profile run {profiled.run_id}")
+    print(markdown)
+    return OptimizeResult(profile_run_id=profiled.run_id, recommended=recs.variants, rows=rows, markdown=markdown,
+                          findings=list(profiled.findings),
+                          sweep_parent_run_id=result.parent_run_id if result else None,
+                          best_variant=result.best_variant if result else None, rejected=recs.rejected)

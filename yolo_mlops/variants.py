@@ -1,0 +1,282 @@
+"""Named optimisation variants: each one is an exact, documented change to a RunSpec.
+
+A variant expression is one name or several joined with `+` (`amp_bf16+channels_last`). Every variant
+belongs to one *axis* (precision, batch, memory format ...); two variants on the same axis conflict and
+the expression is rejected. The canonical expression sorts the parts in catalogue order, so
+`channels_last+amp_bf16` and `amp_bf16+channels_last` name the same runs.
+
+What each variant changes (ultralytics 8.4.190 semantics, checked in its source):
+
+- ultralytics train arguments go to `RunSpec.train_args` (`amp`, `deterministic`, `channels_last`,
+  `compile`, `cache`);
+- torch backend switches that ultralytics has no argument for go to `RunSpec.torch`
+  (`cudnn_benchmark`, `tf32`, `pin_memory`);
+- `batch`, `workers`, `imgsz` are RunSpec fields.
+
+Variants that only mean something on a CUDA device say so (`Variant.cuda_reason`); on a CPU device
+`skip_reason()` returns that reason and the sweep records the variant as skipped instead of running
+it as something else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from yolo_mlops.config import ConfigError, RunSpec, build_run_spec, deep_merge
+
+BASELINE = "baseline"
+
+# Order of the axes = order of the parts in a canonical expression.
+AXES = ("precision", "tf32", "cudnn_benchmark", "memory_format", "compile", "batch", "imgsz", "workers",
+        "pin_memory", "cache", "custom")
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class VariantError(ConfigError):
+    """Unknown, rejected or conflicting variant expression (one line, for the CLI and the sweep)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    axis: str
+    summary: str
+    changes: dict[str, Any] = field(default_factory=dict)  # RunSpec fields; nested dicts merge
+    cuda_reason: str | None = None  # set when the variant only means something on a CUDA device
+    note: str = ""  # caveat shown by `yolo-mlops variants` and in the sweep report
+
+    @property
+    def requires_cuda(self) -> bool:
+        return self.cuda_reason is not None
+
+
+def _ua(**kwargs: Any) -> dict[str, Any]:
+    return {"train_args": kwargs}
+
+
+def _torch(**kwargs: Any) -> dict[str, Any]:
+    return {"torch": kwargs}
+
+
+_FIXED: tuple[Variant, ...] = (
+    Variant(BASELINE, "baseline",
+            "ultralytics defaults: AMP fp16 on CUDA (fp32 on CPU), channels_last auto (on for CUDA), "
+            "deterministic=True (cudnn autotuning off), no compile, no image cache, pinned memory on CUDA"),
+    Variant("amp_fp16", "precision", "mixed precision with float16 autocast + GradScaler (amp='fp16')",
+            _ua(amp="fp16"), cuda_reason="AMP is CUDA-only in ultralytics",
+            note="same numerics as the CUDA baseline (ultralytics' default is amp=True = fp16); "
+                 "use it to name fp16 explicitly or to compose"),
+    Variant("amp_bf16", "precision", "mixed precision with bfloat16 autocast, no GradScaler (amp='bf16')",
+            _ua(amp="bf16"), cuda_reason="AMP is CUDA-only in ultralytics; bf16 needs an Ampere or newer GPU"),
+    Variant("fp32", "precision", "full float32 training, AMP off (amp=False)", _ua(amp=False),
+            note="identical to the baseline on CPU, where AMP is always off"),
+    Variant("tf32", "tf32", "TF32 tensor-core math for float32 matmuls and convolutions "
+            "(torch.backends.cuda.matmul.allow_tf32 = cudnn.allow_tf32 = True)", _torch(tf32=True),
+            cuda_reason="TF32 is a CUDA tensor-core mode",
+            note="only float32 ops are affected: compose with fp32 (fp32+tf32) to see its full effect"),
+    Variant("cudnn_benchmark", "cudnn_benchmark",
+            "cuDNN autotuning (torch.backends.cudnn.benchmark=True) with ultralytics deterministic=False: "
+            "its default deterministic=True sets cudnn.deterministic and use_deterministic_algorithms(True), "
+            "restricting cuDNN to deterministic algorithms, which leaves autotuning little to choose from",
+            {**_torch(cudnn_benchmark=True), **_ua(deterministic=False)},
+            cuda_reason="cuDNN exists only on CUDA devices",
+            note="runs are no longer bit-reproducible; the first steps pay for autotuning (discard them)"),
+    Variant("channels_last", "memory_format", "NHWC memory format for the model (channels_last=True)",
+            _ua(channels_last=True), cuda_reason="ultralytics applies channels_last only on CUDA",
+            note="ultralytics 8.4.190 already enables channels_last on CUDA by default (channels_last=None "
+                 "means auto), so on Linux+CUDA this equals the baseline; channels_first measures the gain"),
+    Variant("channels_first", "memory_format", "force NCHW memory format (channels_last=False)",
+            _ua(channels_last=False), cuda_reason="ultralytics applies channels_last only on CUDA",
+            note="the opposite of ultralytics' CUDA default: baseline vs channels_first measures channels_last"),
+    Variant("pin_memory_off", "pin_memory", "pageable host memory for the train loader (pin_memory=False)",
+            _torch(pin_memory=False), cuda_reason="ultralytics pins loader memory only when a GPU consumes it, "
+                                                  "so on CPU pinning is already off"),
+    Variant("cache_ram", "cache", "decoded images cached in RAM (cache='ram')", _ua(cache="ram"),
+            note="ultralytics warns that cache='ram' with deterministic=True may not be reproducible"),
+    Variant("cache_disk", "cache", "decoded images cached as .npy files next to the images (cache='disk')",
+            _ua(cache="disk"),
+            note="ultralytics reads existing .npy files in every cache mode; the sweep removes the .npy "
+                 "files a cache_disk child created so later children are not sped up by them"),
+)
+
+_REJECTED: dict[str, str] = {
+    "persistent_workers": (
+        "rejected: ultralytics' InfiniteDataLoader already keeps one iterator (and its worker processes) "
+        "for the whole training run via a repeating sampler, so its workers are persistent by construction; "
+        "a persistent_workers variant would measure nothing. Compare workers_<n> instead."),
+}
+
+_FAMILIES = (
+    ("batch_<n>", "batch", "batch size n (RunSpec.batch)"),
+    ("workers_<n>", "workers", "n data-loader worker processes (RunSpec.workers; ultralytics caps it at the "
+                               "CPU count and at the number of batches)"),
+    ("imgsz_<n>", "imgsz", "training image size n, a multiple of 32 (RunSpec.imgsz); changes the work done, "
+                           "so compare images/s with care and expect accuracy to change"),
+    ("compile", "compile", "torch.compile with inductor, mode 'default' (compile=True)"),
+    ("compile_<mode>", "compile", "torch.compile mode: " + ", ".join(COMPILE_MODES)
+     + " (underscores accepted for hyphens)"),
+)
+
+_CATALOGUE = {v.name: v for v in _FIXED}
+
+_COMPILE_CUDA_REASON = ("GPU-only in this catalogue: inductor on CPU spends minutes compiling C++ and "
+                        "ultralytics silently falls back to eager when no compiler is found")
+_COMPILE_NOTE = ("the first steps include compilation (discard them with the sweep's warmup_steps); "
+                 "ultralytics falls back to eager on compile failure, which the sweep detects and flags; "
+                 "ultralytics drops the last partial train batch under compile")
+
+
+def _family(name: str) -> Variant | None:
+    match = re.fullmatch(r"(batch|workers|imgsz)_(\d+)", name)
+    if match:
+        axis, n = match.group(1), int(match.group(2))
+        if axis == "batch":
+            if n < 1:
+                raise VariantError(f"variant {name!r}: batch must be >= 1")
+            return Variant(f"batch_{n}", "batch", f"batch size {n}", {"batch": n})
+        if axis == "workers":
+            return Variant(f"workers_{n}", "workers", f"{n} data-loader workers", {"workers": n})
+        if n < 32 or n > 4096 or n % 32:
+            raise VariantError(f"variant {name!r}: imgsz must be a multiple of 32 between 32 and 4096 "
+                               "(ultralytics would silently round it)")
+        return Variant(f"imgsz_{n}", "imgsz", f"image size {n}", {"imgsz": n},
+                       note="changes the work per image: images/s is not like-for-like and accuracy changes")
+    if name == "compile":
+        return Variant("compile", "compile", "torch.compile, mode 'default'", _ua(compile=True),
+                       cuda_reason=_COMPILE_CUDA_REASON, note=_COMPILE_NOTE)
+    match = re.fullmatch(r"compile_([a-z_\-]+)", name)
+    if match:
+        mode = match.group(1).replace("_", "-")
+        if mode not in COMPILE_MODES:
+            raise VariantError(f"variant {name!r}: unknown compile mode {mode!r}; one of {', '.join(COMPILE_MODES)}")
+        return Variant(f"compile_{mode}", "compile", f"torch.compile, mode {mode!r}", _ua(compile=mode),
+                       cuda_reason=_COMPILE_CUDA_REASON, note=_COMPILE_NOTE)
+    return None
+
+
+def lookup(name: str, custom: dict[str, dict[str, Any]] | None = None) -> Variant:
+    """One variant by name (fixed, parametric family, or a sweep's custom variant)."""
+    name = name.strip()
+    if custom and name in custom:
+        return Variant(name, "custom", f"custom variant: {custom[name]}", dict(custom[name]))
+    if name in _CATALOGUE:
+        return _CATALOGUE[name]
+    if name in _REJECTED:
+        raise VariantError(f"variant {name!r} {_REJECTED[name]}")
+    found = _family(name)
+    if found is not None:
+        return found
+    raise VariantError(f"unknown variant {name!r}; `yolo-mlops variants` lists them "
+                       f"({', '.join(_CATALOGUE)}, batch_<n>, workers_<n>, imgsz_<n>, compile, compile_<mode>)")
+
+
+def parse(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> list[Variant]:
+    """The variants of an expression, in canonical order; baseline parts vanish; conflicts raise."""
+    names = [part.strip() for part in expr.split("+")]
+    if not expr.strip() or any(not n for n in names):
+        raise VariantError(f"empty variant in expression {expr!r}")
+    parts = [lookup(n, custom) for n in names]
+    parts = [p for p in parts if p.name != BASELINE]
+    by_axis: dict[str, Variant] = {}
+    for part in parts:
+        other = by_axis.get(part.axis)
+        if other is not None and part.axis != "custom":
+            what = "appears twice" if other.name == part.name else f"conflicts with {other.name!r}"
+            raise VariantError(f"variant expression {expr!r}: {part.name!r} {what} "
+                               f"(both set the {part.axis} axis; a run has one value per axis)")
+        by_axis.setdefault(part.axis, part)
+    _check_key_conflicts(expr, parts)
+    order = {axis: i for i, axis in enumerate(AXES)}
+    return sorted(parts, key=lambda p: (order[p.axis], p.name))
+
+
+def _flatten(changes: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _check_key_conflicts(expr: str, parts: list[Variant]) -> None:
+    seen: dict[str, tuple[Any, str]] = {}
+    for part in parts:
+        for key, value in _flatten(part.changes).items():
+            if key in seen and seen[key][0] != value:
+                raise VariantError(f"variant expression {expr!r}: {part.name!r} sets {key}={value!r} but "
+                                   f"{seen[key][1]!r} sets {key}={seen[key][0]!r}")
+            seen[key] = (value, part.name)
+
+
+def canonical(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> str:
+    parts = parse(expr, custom)
+    return "+".join(p.name for p in parts) if parts else BASELINE
+
+
+def changes(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The merged RunSpec changes of an expression."""
+    merged: dict[str, Any] = {}
+    for part in parse(expr, custom):
+        merged = deep_merge(merged, part.changes)
+    return merged
+
+
+def apply_variant(spec: RunSpec, expr: str, custom: dict[str, dict[str, Any]] | None = None) -> RunSpec:
+    """`spec` with the expression's changes applied and `variant` set to the canonical expression."""
+    fields = deep_merge(spec.model_dump(mode="json", exclude_unset=False),
+                        {**changes(expr, custom), "variant": canonical(expr, custom)})
+    return build_run_spec(fields)
+
+
+def requires_cuda(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> bool:
+    return any(p.requires_cuda for p in parse(expr, custom))
+
+
+def skip_reason(expr: str, device: str, custom: dict[str, dict[str, Any]] | None = None) -> str | None:
+    """Why the expression cannot run on `device` (a resolved device string such as 'cpu' or '0'), or None."""
+    parts = parse(expr, custom)
+    if device == "cpu":
+        reasons = [f"{p.name}: {p.cuda_reason}" for p in parts if p.cuda_reason]
+        return "needs a CUDA device (" + "; ".join(reasons) + ")" if reasons else None
+    if any(p.name == "amp_bf16" for p in parts):
+        import torch
+
+        index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
+        if torch.cuda.is_available() and torch.cuda.get_device_capability(index) < (8, 0):
+            return (f"amp_bf16: bfloat16 needs compute capability >= 8.0, "
+                    f"{torch.cuda.get_device_name(index)} has {torch.cuda.get_device_capability(index)}")
+    return None
+
+
+def notes(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> str:
+    return "; ".join(f"{p.name}: {p.note}" for p in parse(expr, custom) if p.note)
+
+
+def metric_suffix(expr: str) -> str:
+    """MLflow metric names may not contain '+': `amp_bf16+channels_last` -> `amp_bf16__channels_last`."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", expr.replace("+", "__"))
+
+
+def describe() -> str:
+    """The catalogue as text, for `yolo-mlops variants` and docs."""
+    lines = ["Variants (compose with '+', e.g. amp_bf16+channels_last; one variant per axis):", ""]
+    for v in _FIXED:
+        lines.append(f"  {v.name:<20} [{v.axis}] {v.summary}")
+        if v.changes:
+            lines.append(f"  {'':<20} changes: {_flatten(v.changes)}")
+        if v.cuda_reason:
+            lines.append(f"  {'':<20} CUDA only: {v.cuda_reason}")
+        if v.note:
+            lines.append(f"  {'':<20} note: {v.note}")
+    for name, axis, summary in _FAMILIES:
+        lines.append(f"  {name:<20} [{axis}] {summary}")
+        if axis == "compile":
+            lines.append(f"  {'':<20} CUDA only: {_COMPILE_CUDA_REASON}")
+    lines += ["", "Not offered:"]
+    lines += [f"  {name:<20} {reason}" for name, reason in _REJECTED.items()]
+    return "\n".join(lines)
