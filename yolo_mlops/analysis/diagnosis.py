@@ -3,7 +3,7 @@
 Every threshold is a module constant, listed with its reason in docs/analysis.md. A rule fires only
 on evidence it actually has: unknown context (None) never fires a rule, so a CPU-only run or a run
 without NVML gets fewer findings, never invented ones. Recommended variants are the names the
-sweep engine implements (workers_<n>, persistent_workers, pin_memory_off, cache_ram, batch_<n>,
+sweep engine implements (workers_<n>, pin_memory_off, cache_ram, batch_<n>,
 compile, amp_bf16, amp_fp16, cudnn_benchmark, channels_last, tf32).
 """
 
@@ -127,7 +127,8 @@ def data_wait_high(inp: DiagnosisInput) -> Finding | None:
         source, pct = f"trace (rank {worst[0].rank})", worst[1]
     if pct < DATA_WAIT_PCT_WARN:
         return None
-    variants = [f"workers_{_double(inp.workers, DEFAULT_WORKERS_SUGGESTION)}", "persistent_workers", "cache_ram"]
+    # no persistent_workers: ultralytics' InfiniteDataLoader already keeps its workers for the whole run
+    variants = [f"workers_{_double(inp.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
     return Finding(
         rule="data_wait_high",
         severity=_severity(pct, DATA_WAIT_PCT_HIGH),
