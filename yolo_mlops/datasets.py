@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,16 +40,23 @@ def synthetic_dataset(root: Path, train_images: int = 64, val_images: int | None
     folder = root / f"synthetic-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     yaml_path = folder / "data.yaml"
     if not (folder / ".complete").exists():
+        # Build beside the final folder and rename it into place: concurrent builders (parallel sweeps,
+        # test workers) never see a half-written dataset, and a crash leaves only a stray temp folder.
+        staging = folder.with_name(f"{folder.name}.building-{uuid.uuid4().hex[:8]}")
         rng = random.Random(seed)
         for split, count in (("train", train_images), ("val", val_images)):
-            _write_split(folder, split, count, image_size, rng)
-        yaml_path.write_text(yaml.safe_dump({
+            _write_split(staging, split, count, image_size, rng)
+        (staging / "data.yaml").write_text(yaml.safe_dump({
             "path": str(folder),
             "train": "images/train",
             "val": "images/val",
             "names": dict(enumerate(SHAPES)),
         }, sort_keys=False))
-        (folder / ".complete").touch()  # written last: a crash mid-build leaves no half dataset in use
+        (staging / ".complete").touch()
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first: its dataset is byte-identical to ours
+            shutil.rmtree(staging, ignore_errors=True)
     return DatasetInfo(yaml_path, train_images, val_images, SHAPES, synthetic=True)
 
 

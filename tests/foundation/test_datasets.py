@@ -48,3 +48,13 @@ def test_dataset_yaml_errors_name_the_problem(tmp_path: Path):
     data.write_text(yaml.safe_dump({"train": "images/train"}))
     with pytest.raises(ConfigError, match="lacks"):
         inspect_dataset(data)
+
+
+def test_concurrent_builders_share_one_complete_dataset(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        infos = list(pool.map(lambda _: synthetic_dataset(tmp_path, train_images=8, image_size=64), range(4)))
+    assert len({info.yaml_path for info in infos}) == 1
+    assert inspect_dataset(infos[0].yaml_path).train_images == 8
+    assert [p.name for p in tmp_path.iterdir()] == [infos[0].yaml_path.parent.name]  # no staging left behind
