@@ -70,7 +70,7 @@ def main() -> int:
     from flows.sweep import sweep
     from yolo_mlops.config import RunSpec
 
-    from yolo_mlops import pipeline, sweeps
+    from yolo_mlops import gpu_lock, pipeline, sweeps
 
     spent: dict[str, float] = {}
 
@@ -88,8 +88,9 @@ def main() -> int:
     import flows.sweep as sweep_module
 
     for label, name in (("collect", "collect"), ("compare", "compare"), ("log_report", "log_report"),
-                        ("check_limit", "check_concurrency_limit"), ("plan", "plan_sweep")):
+                        ("plan", "plan_sweep")):
         timed(sweeps, name, label)
+    timed(gpu_lock, "check_limit", "check_limit")
     timed(pipeline, "check_inputs", "check_inputs")
     timed(sweep_module, "create_table_artifact", "prefect_artifacts")
     timed(sweep_module, "create_markdown_artifact", "prefect_artifacts")

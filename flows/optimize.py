@@ -6,18 +6,16 @@ Deployment entrypoint: `flows/optimize.py:optimize`.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.concurrency.sync import concurrency
 from pydantic import Field
 
 from flows.profile_training import profile_training
 from flows.sweep import sweep
-from yolo_mlops import sweeps, tracking
+from yolo_mlops import gpu_lock, sweeps, tracking
 from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
 
 
@@ -42,14 +40,12 @@ def optimize(
     concurrency_limit: str | None = None,
 ) -> OptimizeResult:
     plan = sweeps.plan_sweep(base, [], repeats, order, warmup_steps, concurrency_limit)  # validates the base
-    sweeps.check_concurrency_limit(plan.concurrency_limit)
+    gpu_lock.check_limit(plan.concurrency_limit)
     profile_spec = build_run_spec(deep_merge(base.model_dump(mode="json"), {
         "run_kind": "profile", "variant": "baseline", "run_name": base.run_name or "optimize-baseline",
         "tags": {f"{tracking.TAG_PREFIX}optimize": "baseline-profile"}}))
-    limit = (concurrency(plan.concurrency_limit, occupy=1, strict=True)
-             if plan.concurrency_limit else contextlib.nullcontext())
-    with limit:
-        profiled = profile_training(profile_spec)
+    with gpu_lock.hold(plan.concurrency_limit):
+        profiled = profile_training(profile_spec, gpu_limit=None)  # the lock is held here
     recs = sweeps.recommendations(list(profiled.findings))
     print(f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
           + (f"; not swept: {recs.rejected}" if recs.rejected else ""))

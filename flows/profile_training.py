@@ -10,7 +10,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from yolo_mlops import pipeline, tracking
+from yolo_mlops import gpu_lock, pipeline, tracking
 from yolo_mlops.config import RunSpec
 from yolo_mlops.pipeline import PreparedRun, RunAnalysis, RunResult
 from yolo_mlops.training import TrainingOutcome
@@ -40,11 +40,14 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
 
 
 @flow(name="profile-training", log_prints=True)
-def profile_training(spec: RunSpec = RunSpec()) -> RunResult:
+def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock.AUTO) -> RunResult:
+    """`gpu_limit`: Prefect concurrency limit held while training ("auto" = gpu-<index> on a GPU with a
+    shared Prefect server; None when the caller, e.g. a sweep, already holds it)."""
     prepared = prepare(spec)
     mlflow = tracking.client()
     with tracking.run_guard(mlflow, prepared.run_id, salvage=lambda: pipeline.upload_run_folder(mlflow, prepared)):
-        outcome = train(prepared)
+        with gpu_lock.hold(gpu_lock.limit_name(prepared.plan.device, gpu_limit)):
+            outcome = train(prepared)
         analysis = analyse(prepared, outcome)
         result = track(prepared, outcome, analysis)
     create_markdown_artifact(pipeline.summary_markdown(result, spec), key="profile-run-summary",

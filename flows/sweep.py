@@ -12,18 +12,16 @@ Deployment entrypoint: `flows/sweep.py:sweep`.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.concurrency.sync import concurrency
 from pydantic import Field
 
 from flows.profile_training import profile_training
-from yolo_mlops import pipeline, sweeps, tracking
+from yolo_mlops import gpu_lock, pipeline, sweeps, tracking
 from yolo_mlops.config import RunSpec
 from yolo_mlops.sweeps import ChildOutcome, SweepPlan
 
@@ -45,16 +43,14 @@ class SweepResult:
 def run_child(plan: SweepPlan, outcome: ChildOutcome, parent_run_id: str, dataset_yaml) -> ChildOutcome:
     """One variant x repeat as the profile-training subflow, holding the device's concurrency slot."""
     spec = plan.child_spec(outcome.child, parent_run_id)
-    limit = (concurrency(plan.concurrency_limit, occupy=1, strict=True)
-             if plan.concurrency_limit else contextlib.nullcontext())
     t_wait = time.perf_counter()
-    with limit:  # a missing limit raises here (strict=True): that breaks the sweep, by design
+    with gpu_lock.hold(plan.concurrency_limit):  # a missing limit raises here (strict): breaks the sweep, by design
         outcome.started = time.time()
         t0 = time.perf_counter()
         outcome.acquire_s = t0 - t_wait
         sweeps.release_device_memory(plan.device)
         with sweeps.disk_cache_guard(spec, dataset_yaml):
-            state = profile_training(spec, return_state=True)
+            state = profile_training(spec, gpu_limit=None, return_state=True)  # the lock is held here
         outcome.wall_s = time.perf_counter() - t0
         outcome.ended = time.time()
     outcome.flow_run_id = str(state.state_details.flow_run_id) if state.state_details.flow_run_id else None
@@ -88,7 +84,7 @@ def sweep(
     extra_tags: Annotated[dict[str, str], Field(description="extra tags for the parent MLflow run")] = {},  # noqa: B006
 ) -> SweepResult:
     plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants)
-    slots = sweeps.check_concurrency_limit(plan.concurrency_limit)
+    slots = gpu_lock.check_limit(plan.concurrency_limit)
     dataset, _, _ = pipeline.check_inputs(base)
     for name, reason in plan.skipped.items():
         print(f"skipping variant {name}: {reason}")

@@ -152,7 +152,7 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
 def _sweep_plan(args: argparse.Namespace, names: list[str]):
     """Validate variants, the base run and the concurrency limit before Prefect or MLflow start."""
-    from yolo_mlops import pipeline, sweeps
+    from yolo_mlops import gpu_lock, pipeline, sweeps
 
     defaults = None
     if args.data is None and args.config is None:  # the synthetic dataset: start from the demo's sizes
@@ -160,7 +160,7 @@ def _sweep_plan(args: argparse.Namespace, names: list[str]):
     spec = spec_from_args(args, defaults)
     plan = sweeps.plan_sweep(spec, names, args.repeats, args.order, args.warmup_steps, args.concurrency_limit)
     pipeline.check_inputs(spec)
-    sweeps.check_concurrency_limit(plan.concurrency_limit)
+    gpu_lock.check_limit(plan.concurrency_limit)
     return spec
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from yolo_mlops import stats, tracking, variants
+from yolo_mlops import gpu_lock, stats, tracking, variants
 from yolo_mlops.config import ConfigError, RunSpec, build_run_spec, deep_merge
 from yolo_mlops.environment import resolve_device
 from yolo_mlops.profiling.step_timer import StepTimes
@@ -97,30 +97,11 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
     else:
         pairs = [(n, r) for n in runnable for r in range(1, repeats + 1)]
     children = [Child(i, n, r) for i, (n, r) in enumerate(pairs)]
-    if concurrency_limit is None and device != "cpu":
-        first = device.split(",")[0].replace("cuda:", "").strip()
-        concurrency_limit = f"gpu-{int(first) if first.isdigit() else 0}"
+    if concurrency_limit is None:
+        concurrency_limit = gpu_lock.limit_name(device)
     return SweepPlan(base=base, device=device, variants=names, skipped=skipped, children=children,
                      repeats=repeats, order=order, warmup_steps=warmup_steps,
                      concurrency_limit=concurrency_limit, custom_variants=custom)
-
-
-def check_concurrency_limit(name: str | None) -> int | None:
-    """The limit's slot count; a missing limit is an error (never run unthrottled on a shared GPU)."""
-    if name is None:
-        return None
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            limit = client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            raise ConfigError(f"Prefect concurrency limit {name!r} does not exist; create it once with "
-                              f"`prefect gcl create {name} --limit 1` (sweeps never run unthrottled)") from None
-    if not limit.active:
-        raise ConfigError(f"Prefect concurrency limit {name!r} is inactive: it would not throttle anything")
-    return int(limit.limit)
 
 
 def parent_tags(plan: SweepPlan) -> dict[str, str]:

@@ -1,0 +1,65 @@
+"""One GPU, one profiled run: Prefect global concurrency limits named `gpu-<index>`.
+
+Sweeps, scheduled benchmarks and ad-hoc deployment runs on the same GPU take the same limit, so they never
+share a GPU and spoil each other's timings. Limits are strict: a missing limit is an error, never an
+unthrottled run. `deploy/bootstrap.sh` creates one limit of 1 slot per GPU.
+
+A temporary Prefect server (no PREFECT_API_URL, e.g. `yolo-mlops sweep` on a workstation) lives only as
+long as one command, so a limit on it could not keep another process off the GPU; there the lock is
+skipped and the run says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from yolo_mlops.config import ConfigError
+
+AUTO = "auto"
+
+
+def limit_name(device: str, requested: str | None = AUTO) -> str | None:
+    """The limit a run on `device` holds: `requested` if it is a name, else gpu-<index> on a shared server."""
+    if requested != AUTO:
+        return requested
+    if device == "cpu" or not _shared_server():
+        return None
+    first = device.split(",")[0].replace("cuda:", "").strip()
+    return f"gpu-{int(first) if first.isdigit() else 0}"
+
+
+def _shared_server() -> bool:
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
+
+
+def check_limit(name: str | None) -> int | None:
+    """The limit's slot count; a missing or inactive limit is an error (never run unthrottled on a shared GPU)."""
+    if name is None:
+        return None
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            limit = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            raise ConfigError(f"Prefect concurrency limit {name!r} does not exist; create it once with "
+                              f"`prefect gcl create {name} --limit 1` (GPU runs never go unthrottled)") from None
+    if not limit.active:
+        raise ConfigError(f"Prefect concurrency limit {name!r} is inactive: it would not throttle anything")
+    return int(limit.limit)
+
+
+@contextlib.contextmanager
+def hold(name: str | None) -> Iterator[None]:
+    """Hold one slot of limit `name` (strict: raises if it does not exist); a no-op for None."""
+    if name is None:
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(name, occupy=1, strict=True):
+        yield
