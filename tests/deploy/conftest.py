@@ -1,0 +1,310 @@
+"""Real servers for the deployment tests: PostgreSQL, the MLflow tracking server and the Prefect server.
+
+Each fixture starts the real program the production stack runs (deploy/docker-compose.yml), configured
+by the same files (deploy/postgres/init-databases.sh, deploy/mlflow/start-mlflow.sh), on loopback ports
+in a throwaway directory, and stops it at the end of the session. Nothing here needs Docker.
+
+PostgreSQL comes from Debian's `postgresql` package (.ci/run installs it; see
+deploy/ci-system-packages.txt). Without it the integration tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent  # mlflow, prefect and the linters live next to this python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def poll_until(check, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    """Poll `check()` until it is truthy (True), the timeout passes or `proc` exits (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            if check():
+                return True
+        except Exception:  # the server is not up yet: connection refused, 503 ...
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def fail_with_log(what: str, proc: subprocess.Popen, log: Path) -> None:
+    tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
+    state = f"exited with {proc.returncode}" if proc.poll() is not None else "still not answering"
+    pytest.fail(f"{what} did not come up ({state})\n--- {log} ---\n{tail}")
+
+
+def http_ok(url: str, **kwargs) -> bool:
+    import requests
+
+    return requests.get(url, timeout=5, **kwargs).status_code == 200
+
+
+def base_env() -> dict[str, str]:
+    """Environment for child processes: ours, with the venv's tools first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def start(cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen:
+    """Start a server in its own process group, so teardown stops its children too."""
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, grace: float = 5) -> None:
+    """SIGTERM the process group; SIGKILL what is left after `grace` (throwaway servers, nothing to save)."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(grace)
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+def _pg_bindir() -> Path | None:
+    """Debian keeps initdb/pg_ctl off PATH, in /usr/lib/postgresql/<major>/bin."""
+    found = shutil.which("pg_ctl")
+    if found and shutil.which("initdb"):
+        return Path(found).resolve().parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
+    return Path(candidates[-1]).parent if candidates else None
+
+
+@dataclass
+class Postgres:
+    host: str
+    port: int
+    socket_dir: Path
+    bindir: Path
+    passwords: dict[str, str] = field(default_factory=dict)
+
+    def url(self, role: str, database: str, driver: str = "postgresql") -> str:
+        return f"{driver}://{role}:{self.passwords[role]}@{self.host}:{self.port}/{database}"
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    bindir = _pg_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql "
+                    "(.ci/run installs it, see deploy/ci-system-packages.txt)")
+    # initdb refuses to run as root: as root, run the server as the `postgres` user (or `nobody`).
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        user = "postgres" if _user_exists("postgres") else "nobody"
+        as_user = ["runuser", "-u", user, "--"]
+
+    base = Path(tempfile.mkdtemp(prefix="yolo-mlops-pg-"))
+    base.chmod(0o755)  # the server user must reach its data and socket dirs
+    data, sock = base / "data", base / "sock"
+    for path in (data, sock):
+        path.mkdir()
+        if as_user:
+            shutil.chown(path, user=as_user[2])
+    log = base / "postgres.log"
+    log.touch()
+    log.chmod(0o666)
+    superuser_pw = secrets.token_urlsafe(16)
+    pwfile = base / "pwfile"
+    pwfile.write_text(superuser_pw + "\n")
+    pwfile.chmod(0o644)
+
+    # Password (scram) auth over TCP like the compose stack; trust on the private socket for setup.
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--pwfile", str(pwfile),
+                    "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
+                    "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                   check=True, capture_output=True)
+    pg = Postgres(host="127.0.0.1", port=port, socket_dir=sock, bindir=bindir,
+                  passwords={"mlflow": secrets.token_urlsafe(16), "prefect": secrets.token_urlsafe(16)})
+    try:
+        # The same script the compose stack's postgres container runs on first start.
+        env = base_env() | {"PATH": f"{bindir}{os.pathsep}{base_env()['PATH']}", "PGHOST": str(sock),
+                            "PGPORT": str(port), "POSTGRES_USER": "postgres",
+                            "MLFLOW_DB_PASSWORD": pg.passwords["mlflow"],
+                            "PREFECT_DB_PASSWORD": pg.passwords["prefect"]}
+        subprocess.run(["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True,
+                       capture_output=True)
+        yield pg
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                       capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+# ---------------------------------------------------------------- MLflow
+
+@dataclass
+class MlflowServer:
+    url: str
+    username: str
+    password: str
+    artifacts: Path
+    log: Path
+
+    def client_env(self) -> dict[str, str]:
+        """What a client (CLI, flow run) needs: the documented MLFLOW_* variables."""
+        return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": self.username,
+                "MLFLOW_TRACKING_PASSWORD": self.password}
+
+
+@pytest.fixture(scope="session")
+def work_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="yolo-mlops-deploy-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start_mlflow(postgres: Postgres, work_dir: Path, attempt: int) -> tuple[subprocess.Popen, MlflowServer]:
+    """deploy/mlflow/start-mlflow.sh with PostgreSQL stores, basic auth and a local artifact destination."""
+    port = free_port()
+    artifacts = work_dir / "mlflow-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    log = work_dir / f"mlflow-{attempt}.log"
+    password = secrets.token_urlsafe(16)
+    env = base_env() | {
+        # explicit driver: SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3, the image ships psycopg2
+        "MLFLOW_BACKEND_STORE_URI": postgres.url("mlflow", "mlflow", driver="postgresql+psycopg2"),
+        "MLFLOW_AUTH_DATABASE_URI": postgres.url("mlflow", "mlflow_auth", driver="postgresql+psycopg2"),
+        "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        "MLFLOW_HOST": "127.0.0.1",
+        "MLFLOW_PORT": str(port),
+        "MLFLOW_WORKERS": "1",  # 2 shared cores
+    }
+    # MLFLOW_SERVER_ALLOWED_HOSTS unset: the script's default (the compose stack's) is under test.
+    env.pop("MLFLOW_SERVER_ALLOWED_HOSTS", None)
+    proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], log, env)
+    return proc, MlflowServer(url=f"http://127.0.0.1:{port}", username="admin", password=password,
+                              artifacts=artifacts, log=log)
+
+
+# ---------------------------------------------------------------- Prefect
+
+@dataclass
+class PrefectServer:
+    api_url: str
+    auth_string: str  # "user:password", the server's basic auth as in the compose stack
+    home: Path
+    log: Path
+
+    @property
+    def auth(self) -> tuple[str, str]:
+        user, _, password = self.auth_string.partition(":")
+        return user, password
+
+    def client_env(self) -> dict[str, str]:
+        # PREFECT_HOME isolates profiles/settings from the developer's own.
+        return {"PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.auth_string,
+                "PREFECT_HOME": str(self.home)}
+
+
+def _start_prefect(postgres: Postgres, work_dir: Path, attempt: int) -> tuple[subprocess.Popen, PrefectServer]:
+    """`prefect server start` on PostgreSQL, as in the compose stack (API + services in one process here)."""
+    port = free_port()
+    home = work_dir / "prefect-home"
+    home.mkdir(exist_ok=True)
+    log = work_dir / f"prefect-server-{attempt}.log"
+    auth_string = f"admin:{secrets.token_urlsafe(16)}"
+    env = base_env() | {
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_DATABASE_CONNECTION_URL": postgres.url("prefect", "prefect", driver="postgresql+asyncpg"),
+        "PREFECT_SERVER_API_AUTH_STRING": auth_string,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        # No scheduler: the nightly deployment must not create runs that a --run-once worker could pick up.
+        "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
+    }
+    proc = start([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                 log, env)
+    return proc, PrefectServer(api_url=f"http://127.0.0.1:{port}/api", auth_string=auth_string, home=home, log=log)
+
+
+@dataclass
+class Stack:
+    mlflow: MlflowServer
+    prefect: PrefectServer
+
+
+@pytest.fixture(scope="session")
+def stack(postgres: Postgres, work_dir: Path) -> Iterator[Stack]:
+    """MLflow and Prefect servers on the one PostgreSQL; started together, since both spend their
+    start-up in imports and database migrations."""
+    servers = {
+        "MLflow server": (lambda n: _start_mlflow(postgres, work_dir, n), lambda s: http_ok(f"{s.url}/health")),
+        "Prefect server": (lambda n: _start_prefect(postgres, work_dir, n),
+                           lambda s: http_ok(f"{s.api_url}/health", auth=s.auth)),
+    }
+    started = {name: launch(0) for name, (launch, _) in servers.items()}
+    procs = [proc for proc, _ in started.values()]
+    try:
+        up = {}
+        for name, (launch, healthy) in servers.items():
+            proc, server = started[name]
+            for attempt in range(1, 4):
+                if poll_until(lambda: healthy(server), 180, proc):
+                    break
+                # free_port() only finds a port that was free a moment ago; another process on this
+                # shared machine may have bound it since. Try again on a new one.
+                if attempt < 3 and "already in use" in server.log.read_text(errors="replace"):
+                    proc, server = launch(attempt)
+                    procs.append(proc)
+                    continue
+                fail_with_log(name, proc, server.log)
+            up[name] = server
+        yield Stack(mlflow=up["MLflow server"], prefect=up["Prefect server"])
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(stack: Stack) -> MlflowServer:
+    return stack.mlflow
+
+
+@pytest.fixture(scope="session")
+def prefect_api(stack: Stack) -> PrefectServer:
+    return stack.prefect
