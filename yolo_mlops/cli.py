@@ -18,6 +18,7 @@ _RUN_FLAGS: dict[str, tuple[str, ...]] = {
     "active": ("profiler", "active"), "repeat": ("profiler", "repeat"),
     "with_stack": ("profiler", "with_stack"), "with_modules": ("profiler", "with_modules"),
     "nvml_backend": ("nvml", "backend"), "nvml_interval_ms": ("nvml", "interval_ms"),
+    "nvml_devices": ("nvml", "devices"),
 }
 
 
@@ -44,6 +45,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     nvml = parser.add_argument_group("NVML sampler")
     nvml.add_argument("--nvml-backend", choices=["auto", "real", "fake", "none"])
     nvml.add_argument("--nvml-interval-ms", type=float)
+    nvml.add_argument("--nvml-devices", type=lambda text: [int(d) for d in text.split(",")],
+                      help="CUDA device indices to sample, e.g. 0,1 (default: the training device)")
 
 
 def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None):

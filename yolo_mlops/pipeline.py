@@ -241,7 +241,11 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     run_id = prepared.run_id
     tags = {f"{tracking.TAG_PREFIX}applied.{k}": str(v) for k, v in outcome.applied.items()}
     tags.update(analysis.tags)
-    tracking.log_values(mlflow, run_id, metrics=analysis.metrics, histories=analysis.histories, tags=tags)
+    params = {}
+    if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one
+        params["sampler.effective_interval_ms"] = f"{outcome.nvml.interval_s * 1000:g}"
+    tracking.log_values(mlflow, run_id, metrics=analysis.metrics, histories=analysis.histories, tags=tags,
+                        params=params)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:
         tracking.log_table(mlflow, run_id, table.frame, f"profiler/{table.name}.json")

@@ -41,3 +41,13 @@ def test_missing_and_malformed_config_files(tmp_path: Path):
     bad.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_run_spec(bad)
+
+
+def test_cli_flags_fill_the_same_spec(tmp_path: Path):
+    from yolo_mlops import cli
+
+    args = cli.build_parser().parse_args(["profile", "--imgsz", "320", "--max-steps", "50", "--active", "5",
+                                          "--nvml-backend", "none", "--nvml-devices", "0,1", "--with-stack"])
+    spec = cli.spec_from_args(args)
+    assert (spec.imgsz, spec.max_steps, spec.profiler.active, spec.profiler.with_stack) == (320, 50, 5, True)
+    assert (spec.nvml.backend, spec.nvml.devices) == ("none", [0, 1])

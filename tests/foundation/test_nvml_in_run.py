@@ -22,6 +22,8 @@ def test_fake_nvml_backend_lands_in_mlflow(prefect_server, mlflow_client, tmp_pa
     result = profile_training(spec)
     run = mlflow_client.get_run(result.run_id)
     assert run.data.tags["yolo_mlops.nvml_backend"] == "fake"
+    # the fake stands in for a Hopper GPU (GPM): NVML needs > 100 ms between GPM samples, so 20 ms was raised
+    assert run.data.params["sampler.effective_interval_ms"] == "105"
     metrics = run.data.metrics
     assert 0 <= metrics["gpu/sm_util_pct_mean"] <= 100
     assert metrics["gpu/sm_util_pct_max"] >= metrics["gpu/sm_util_pct_mean"]
