@@ -7,6 +7,7 @@ adds (step timer, profiler.step(), label bookkeeping) is inside the measured int
 arm, steps in the profiler window (and the one after, which pays for trace export) are left out.
 
     .venv/bin/python benchmarks/bench_instrumentation_overhead.py --repeats 5 --steps 40
+    .venv/bin/python benchmarks/bench_instrumentation_overhead.py --device 0 --imgsz 640 --batch 16 --workers 4
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
-def child(mode: str, steps: int, imgsz: int, batch: int, out: Path) -> None:
+def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
     from yolo_mlops.config import data_home, build_run_spec
     from yolo_mlops.datasets import synthetic_dataset
     from yolo_mlops.offline import configure_ultralytics
@@ -32,8 +33,8 @@ def child(mode: str, steps: int, imgsz: int, batch: int, out: Path) -> None:
     home = data_home()
     configure_ultralytics(home)
     dataset = synthetic_dataset(home / "datasets", train_images=steps * batch)
-    spec = build_run_spec({"imgsz": imgsz, "batch": batch, "epochs": 1, "max_steps": steps, "workers": 0,
-                           "device": "cpu", "val": False, "profiler": WINDOW,
+    spec = build_run_spec({"imgsz": imgsz, "batch": batch, "epochs": 1, "max_steps": steps, "workers": workers,
+                           "device": device, "val": False, "profiler": WINDOW,
                            "train_args": {"close_mosaic": 0}})
     ends: list[int] = []
 
@@ -43,7 +44,7 @@ def child(mode: str, steps: int, imgsz: int, batch: int, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         from yolo_mlops import training
 
-        plan = training.TrainingPlan(spec, dataset.yaml_path, "cpu", Path(tmp), steps)
+        plan = training.TrainingPlan(spec, dataset.yaml_path, device, Path(tmp), steps)
         if mode == "instrumented":
             original = training._Instrumentation.on_train_batch_end
 
@@ -78,11 +79,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--imgsz", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="'cpu' or a CUDA index such as 0")
+    parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--child", choices=["instrumented", "plain"])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps, args.imgsz, args.batch, args.out)
+        child(args.child, args.steps, args.imgsz, args.batch, args.device, args.workers, args.out)
         return
     results: dict[str, list[float]] = {"plain": [], "instrumented": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -91,7 +94,8 @@ def main() -> None:
             for mode in ("plain", "instrumented") if repeat % 2 == 0 else ("instrumented", "plain"):
                 out = Path(tmp) / f"{mode}-{repeat}.json"
                 subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out),
-                                "--steps", str(args.steps), "--imgsz", str(args.imgsz), "--batch", str(args.batch)],
+                                "--steps", str(args.steps), "--imgsz", str(args.imgsz), "--batch", str(args.batch),
+                                "--device", args.device, "--workers", str(args.workers)],
                                check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 row = json.loads(out.read_text())
                 results[mode].append(row["median_ms"])

@@ -55,8 +55,12 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name(0)}  torch {torch.__version__}  CUDA {torch.version.cuda}")
     print(f"trace: {outcome.trace_files[0].name}  kernel events: {len(kernels)}")
     print(f"self device time in key_averages: {device_us / 1e3:.1f} ms")
-    for key in ("perf/step_time_ms_p50", "perf/step_time_ms_p90", "perf/images_per_s", "perf/data_wait_pct"):
-        print(f"{key:<28} {result.metrics[key]:10.2f}")
+    print(f"nvml backend: {outcome.nvml.backend}  notes: {'; '.join(outcome.nvml.reasons) or '-'}")
+    shown = ("perf/step_time_ms_p50", "perf/step_time_ms_p90", "perf/images_per_s", "perf/data_wait_pct")
+    for key in [*shown, *sorted(k for k in result.metrics if k.startswith(("gpu/", "trace/gpu")))]:
+        print(f"{key:<40} {result.metrics[key]:10.2f}")
+    for finding in result.findings:
+        print(f"finding [{finding['severity']}] {finding['title']} -> {finding['recommended_variants']}")
     print(device_table.text[:4000])
     ok = len(kernels) > 0 and device_us > 0
     print("gpu_smoke:", "PASSED" if ok else "FAILED")
