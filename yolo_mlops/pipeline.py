@@ -181,17 +181,9 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     histories = {name: list(enumerate(values)) for name, values in (
         ("perf/step_time_ms", outcome.steps.step_ms), ("perf/data_wait_ms", outcome.steps.data_wait_ms),
         *outcome.step_losses.items())}
-    tags = {f"{tracking.TAG_PREFIX}nvml_backend": outcome.nvml.backend}
-    if outcome.nvml.reasons:
-        tags[f"{tracking.TAG_PREFIX}nvml_reason"] = "; ".join(outcome.nvml.reasons)[:5000]
-    if len(outcome.nvml):
-        steps = outcome.steps
-        aligned = align(outcome.nvml, steps.start_ns, steps.end_ns, steps.profiled)
-        metrics.update(summary_metrics(aligned, steps.images))
-        for step, name, value in step_history(aligned):
-            histories.setdefault(name, []).append((step, value))
-        write_timeline(aligned, prepared.plan.output_dir / "nvml")
-    result = RunAnalysis(metrics=metrics, histories=histories, tags=tags)
+    result = RunAnalysis(metrics=metrics, histories=histories)
+    _summarise_nvml(prepared, outcome, result)
+    tags = result.tags
     try:
         _analyse_trace(prepared, outcome, result)
         tags[f"{tracking.TAG_PREFIX}analysis_status"] = "ok"
@@ -200,6 +192,21 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         tags[f"{tracking.TAG_PREFIX}analysis_error"] = f"{type(exc).__name__}: {exc}"[:5000]
     (_analysis_dir(prepared) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
+
+
+def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """gpu/* metrics, per-step GPU history and the nvml/ timeline; only what the sampler really measured."""
+    result.tags[f"{tracking.TAG_PREFIX}nvml_backend"] = outcome.nvml.backend
+    if outcome.nvml.reasons:
+        result.tags[f"{tracking.TAG_PREFIX}nvml_reason"] = "; ".join(outcome.nvml.reasons)[:5000]
+    if not len(outcome.nvml):
+        return
+    steps = outcome.steps
+    aligned = align(outcome.nvml, steps.start_ns, steps.end_ns, steps.profiled)
+    result.metrics.update(summary_metrics(aligned, steps.images))
+    for step, name, value in step_history(aligned):
+        result.histories.setdefault(name, []).append((step, value))
+    write_timeline(aligned, prepared.plan.output_dir / "nvml")
 
 
 def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
