@@ -251,8 +251,9 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     params = {}
     if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one
         params["sampler.effective_interval_ms"] = f"{outcome.nvml.interval_s * 1000:g}"
-    tracking.log_values(mlflow, run_id, metrics=analysis.metrics, histories=analysis.histories, tags=tags,
-                        params=params)
+    # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
+    summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
+    tracking.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:
         tracking.log_table(mlflow, run_id, table.frame, f"profiler/{table.name}.json")

@@ -55,7 +55,7 @@ class _Instrumentation:
         self.profiler = profiler
         self.timer = StepTimer()
         self.max_steps = max_steps
-        self.step_losses: dict[str, list[float]] = {}
+        self.step_losses: dict[str, list[Any]] = {}  # device tensors until training ends (no sync per step)
         self._open: list[Any] = []  # currently open phase labels (innermost last)
         self._labels = False  # labels on for the current step
         self._in_step = False
@@ -138,12 +138,12 @@ def _batch_images(trainer) -> int:
     return int(getattr(trainer, "_last_batch_images", 0) or trainer.batch_size)
 
 
-def _loss_dict(trainer) -> dict[str, float]:
+def _loss_dict(trainer) -> dict[str, Any]:
+    """This step's losses, kept as detached tensors: float() here would add a device sync to every step."""
     items = trainer.loss_items
-    if isinstance(items, dict):
-        return {f"train/{k}": float(v) for k, v in items.items()}
-    names = trainer.loss_names or [f"loss{i}" for i in range(len(items))]
-    return {f"train/{name}": float(v) for name, v in zip(names, items)}
+    pairs = items.items() if isinstance(items, dict) else zip(
+        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items)
+    return {f"train/{name}": v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
 def _make_trainer_class():
@@ -274,10 +274,11 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         profiler.__exit__(None, None, None)  # idempotent: a crash mid-window still flushes what was recorded
         _restore_torch_flags(flags_before)
     steps = inst.timer.result()
-    losses = {name: values[-1] for name, values in inst.step_losses.items()}
+    step_losses = {name: [float(v) for v in values] for name, values in inst.step_losses.items()}
+    losses = {name: values[-1] for name, values in step_losses.items()}
     return TrainingOutcome(
         steps=steps,
-        step_losses=inst.step_losses,
+        step_losses=step_losses,
         final_losses=losses,
         val_metrics=_val_metrics(trainer.metrics or {}),
         trace_files=profiler.trace_files(),

@@ -3,6 +3,7 @@ CPU -> real torch.profiler trace -> one MLflow run in a real SQLite store."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 from pathlib import Path
@@ -61,6 +62,14 @@ def test_metrics_are_present_and_plausible(profiled_run, mlflow_client):
     assert m["trace/step_time_ms_mean"] > 0 and "trace/gpu_idle_pct" not in m  # CPU trace: no GPU numbers
     history = mlflow_client.get_metric_history(profiled_run.info.run_id, "perf/step_time_ms")
     assert sorted(h.step for h in history) == list(range(6))
+    losses = mlflow_client.get_metric_history(profiled_run.info.run_id, "train/box_loss")
+    assert len(losses) == 6 and len({h.value for h in losses}) > 1  # one real value per step
+    # cross-check with ultralytics' own bookkeeping: its epoch-1 train/box_loss is the mean of that epoch's steps
+    results = Path(mlflow.artifacts.download_artifacts(run_id=profiled_run.info.run_id,
+                                                       artifact_path="ultralytics/results.csv"))
+    epoch1 = next(csv.DictReader(results.read_text().splitlines()))
+    per_step = [h.value for h in sorted(losses, key=lambda h: h.step)]
+    assert float(epoch1["train/box_loss"]) == pytest.approx(sum(per_step[:4]) / 4, rel=1e-3, abs=1e-5)
 
 
 def test_trace_holds_profiled_steps_and_phase_labels(profiled_run, tmp_path):
