@@ -59,8 +59,8 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, list[dict]]
         verdicts = judge_run(result.run_id, suite.threshold_pct, suite.window)
         outcome[result.run_id] = [v.as_dict() for v in verdicts]
         for v in verdicts:
-            print(f"{label} {v.metric}: {v.status} (latest {v.latest:.4g}, baseline {v.baseline_median}, "
-                  f"worse by {v.change_pct if v.change_pct is None else round(v.change_pct, 2)}%)")
+            print(f"{label} {v.metric}: {v.status} (latest {_num(v.latest)}, baseline {_num(v.baseline_median)}, "
+                  f"worse by {_num(v.change_pct)}%)")
     create_markdown_artifact(_markdown(outcome, failures), key="benchmark-trends")
     regressions = [run for run, vs in outcome.items() if any(v["status"] == "regression" for v in vs)]
     if failures or (regressions and suite.fail_on_regression):
@@ -73,8 +73,11 @@ def _markdown(outcome: dict[str, list[dict]], failures: list[str]) -> str:
              "|---|---|---|---|---|---|---|"]
     for run_id, verdicts in outcome.items():
         for v in verdicts:
-            fmt = lambda x: "" if x is None else f"{x:.4g}"  # noqa: E731
-            lines.append(f"| `{run_id}` | `{v['metric']}` | **{v['status']}** | {fmt(v['latest'])} | "
-                         f"{fmt(v['baseline_median'])} | {fmt(v['change_pct'])} | {fmt(v['noise_pct'])} |")
+            lines.append(f"| `{run_id}` | `{v['metric']}` | **{v['status']}** | {_num(v['latest'])} | "
+                         f"{_num(v['baseline_median'])} | {_num(v['change_pct'])} | {_num(v['noise_pct'])} |")
     lines += ["", *[f"- FAILED: {f}" for f in failures]]
     return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"

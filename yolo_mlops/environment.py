@@ -47,7 +47,7 @@ def capture_environment(device: str) -> Environment:
     import ultralytics
 
     cuda = device != "cpu" and torch.cuda.is_available()
-    index = _cuda_index(device) if cuda else None
+    index = cuda_indices(device)[0] if cuda else None
     commit, dirty = git_state()
     return Environment(
         python=platform.python_version(),
@@ -77,9 +77,12 @@ def resolve_device(requested: str | None) -> str:
     return "0" if torch.cuda.is_available() else "cpu"
 
 
-def _cuda_index(device: str) -> int:
-    first = device.split(",")[0].replace("cuda:", "").strip()
-    return int(first) if first.isdigit() else 0
+def cuda_indices(device: str) -> list[int]:
+    """CUDA device indices of an ultralytics device string ('0', '0,1', 'cuda:1'); [0] for plain 'cuda'."""
+    if device == "cpu":
+        return []
+    parts = [p.strip().removeprefix("cuda:") for p in device.split(",")]
+    return [int(p) for p in parts if p.isdigit()] or [0]
 
 
 def git_state() -> tuple[str | None, bool | None]:

@@ -15,6 +15,7 @@ import contextlib
 from typing import Iterator
 
 from yolo_mlops.config import ConfigError
+from yolo_mlops.environment import cuda_indices
 
 AUTO = "auto"
 
@@ -25,8 +26,7 @@ def limit_name(device: str, requested: str | None = AUTO) -> str | None:
         return requested
     if device == "cpu" or not _shared_server():
         return None
-    first = device.split(",")[0].replace("cuda:", "").strip()
-    return f"gpu-{int(first) if first.isdigit() else 0}"
+    return f"gpu-{cuda_indices(device)[0]}"
 
 
 def _shared_server() -> bool:

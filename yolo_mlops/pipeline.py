@@ -176,7 +176,7 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     metrics = perf_metrics(outcome.steps, DISCARD_FIRST_STEPS)
     metrics["perf/profiler_export_s"] = outcome.profiler_export_s
-    metrics.update(outcome.final_losses)
+    metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
     metrics.update(outcome.val_metrics)
     histories = {name: list(enumerate(values)) for name, values in (
         ("perf/step_time_ms", outcome.steps.step_ms), ("perf/data_wait_ms", outcome.steps.data_wait_ms),

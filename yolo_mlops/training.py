@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from yolo_mlops.config import RunSpec
+from yolo_mlops.config import RunSpec, TorchSettings
+from yolo_mlops.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
@@ -33,12 +34,10 @@ class TrainingPlan:
 @dataclass
 class TrainingOutcome:
     steps: StepTimes
-    step_losses: dict[str, list[float]]
-    final_losses: dict[str, float]
+    step_losses: dict[str, list[float]]  # metric name -> one value per step
     val_metrics: dict[str, float]
     trace_files: list[Path]
     tables: list[KeyAveragesTable]
-    save_dir: Path
     profiler_export_s: float
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: dict[str, Any] = field(default_factory=dict)  # effective ultralytics/torch settings
@@ -51,21 +50,21 @@ def steps_per_epoch(train_images: int, batch: int) -> int:
 class _Instrumentation:
     """State shared by the callbacks and hooks of one training run."""
 
-    def __init__(self, profiler: TrainingProfiler, max_steps: int | None) -> None:
+    def __init__(self, profiler: TrainingProfiler, max_steps: int | None, pin_memory: bool | None) -> None:
         self.profiler = profiler
         self.timer = StepTimer()
         self.max_steps = max_steps
+        self.pin_memory = pin_memory  # train-loader pin_memory override (None = ultralytics' choice)
         self.step_losses: dict[str, list[Any]] = {}  # device tensors until training ends (no sync per step)
         self._open: list[Any] = []  # currently open phase labels (innermost last)
         self._labels = False  # labels on for the current step
         self._in_step = False
-        self.pin_memory: bool | None = None  # train-loader pin_memory override (None = ultralytics' choice)
         self.effective: dict[str, Any] = {}  # what the trainer really built (compiled? channels_last?)
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
         if self._labels:
-            label = phase(name, True)
+            label = phase(name)
             label.__enter__()
             self._open.append(label)
 
@@ -229,21 +228,13 @@ def _restore_torch_flags(flags: dict[str, bool]) -> None:
     torch.backends.cudnn.allow_tf32 = flags["cudnn_tf32"]
 
 
-def _apply_torch_settings(plan: TrainingPlan) -> dict[str, Any]:
-    settings = plan.spec.torch
-    applied: dict[str, Any] = {}
+def _apply_torch_settings(settings: TorchSettings) -> None:
+    # pin_memory is not a torch switch: the trainer subclass passes it to its train loader (get_dataloader)
     if settings.cudnn_benchmark is not None:
         torch.backends.cudnn.benchmark = settings.cudnn_benchmark
-    applied["cudnn_benchmark"] = torch.backends.cudnn.benchmark
     if settings.tf32 is not None:
         torch.backends.cuda.matmul.allow_tf32 = settings.tf32
         torch.backends.cudnn.allow_tf32 = settings.tf32
-    applied["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
-    if settings.pin_memory is not None:
-        # ultralytics builds loaders with pin_memory=True hard-wired (and pins only for a GPU consumer);
-        # the trainer subclass passes this choice to its train loader (see get_dataloader)
-        applied["pin_memory"] = settings.pin_memory
-    return applied
 
 
 def train(plan: TrainingPlan) -> TrainingOutcome:
@@ -255,13 +246,15 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     engine_trainer.check_amp = lambda model: True
 
     flags_before = _torch_flags()
-    applied = _apply_torch_settings(plan)
+    _apply_torch_settings(plan.spec.torch)
+    applied: dict[str, Any] = _torch_flags()
+    if plan.spec.torch.pin_memory is not None:
+        applied["pin_memory"] = plan.spec.torch.pin_memory
     profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
                                 with_cuda=cuda_profiling_possible(plan.device))
-    inst = _Instrumentation(profiler, plan.spec.max_steps)
+    inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
-    inst.pin_memory = plan.spec.torch.pin_memory
     for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
                   "on_train_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(inst, event))
@@ -274,16 +267,12 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         profiler.__exit__(None, None, None)  # idempotent: a crash mid-window still flushes what was recorded
         _restore_torch_flags(flags_before)
     steps = inst.timer.result()
-    step_losses = {name: [float(v) for v in values] for name, values in inst.step_losses.items()}
-    losses = {name: values[-1] for name, values in step_losses.items()}
     return TrainingOutcome(
         steps=steps,
-        step_losses=step_losses,
-        final_losses=losses,
+        step_losses={name: [float(v) for v in values] for name, values in inst.step_losses.items()},
         val_metrics=_val_metrics(trainer.metrics or {}),
         trace_files=profiler.trace_files(),
         tables=profiler.tables(),
-        save_dir=Path(trainer.save_dir),
         profiler_export_s=profiler.export_s,
         nvml=sampler.timeline(),
         applied={**applied, "amp": str(trainer.args.amp), "channels_last": str(trainer.args.channels_last),
@@ -294,12 +283,9 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
 def _nvml_backend(plan: TrainingPlan):
     """The NVML backend for the GPUs this run trains on (the null backend, with its reason, on CPU)."""
     settings = plan.spec.nvml
-    devices = settings.devices
-    if devices is None and plan.device != "cpu":
-        devices = [int(d.replace("cuda:", "")) for d in plan.device.split(",") if d.replace("cuda:", "").isdigit()]
     if plan.device == "cpu" and settings.backend == "auto":
         return NullNvmlBackend("training on CPU: no GPU to sample")
-    return make_backend(settings.backend, devices or None)[0]
+    return make_backend(settings.backend, settings.devices or cuda_indices(plan.device) or None)[0]
 
 
 def _val_metrics(metrics: dict[str, Any]) -> dict[str, float]:

@@ -19,9 +19,9 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
+from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
 from yolo_mlops.config import ProfilerSettings
 
-PHASE_PREFIX = "yolo_mlops/"
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 
 
@@ -83,19 +83,9 @@ class TrainingProfiler(AbstractContextManager):
         return key_averages_tables(self._prof, self.settings, self.with_cuda)
 
 
-def phase(name: str, enabled: bool) -> AbstractContextManager:
-    """A `record_function` label for one phase of a training step, or a no-op outside the window."""
-    if enabled:
-        return record_function(PHASE_PREFIX + name)
-    return _NULL
-
-
-class _Null(AbstractContextManager):
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-_NULL = _Null()
+def phase(name: str) -> record_function:
+    """A `record_function` label for one phase of a training step (the trainer opens it only in the window)."""
+    return record_function(PHASE_PREFIX + name)
 
 
 @dataclass(frozen=True)
