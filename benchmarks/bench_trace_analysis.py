@@ -19,6 +19,7 @@ import argparse
 import gzip
 import json
 import os
+import platform
 import random
 import statistics
 import subprocess
@@ -210,7 +211,8 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str) -> 
         "`shared/fixtures/gpu_traces/`: load + temporal, kernel-type (with memory kernels) and idle-time breakdowns,",
         f"each tool in a fresh subprocess, interleaved, {repeats} repeats, medians. *Wall* is the whole subprocess",
         "(interpreter start and imports included), *in-process* is load + analyse only, *peak RSS* is the child's",
-        "maximum resident set (wait4). Machine: 2 shared CPU cores (other jobs running), Python 3.11.",
+        f"maximum resident set (wait4). Machine: {len(os.sched_getaffinity(0))} CPU cores available, "
+        f"Python {platform.python_version()}.",
         "",
         "Command (repository root, shared venv; HTA is installed into `.bench-venv-hta` on first run): "
         f"`{command}`",

@@ -93,3 +93,16 @@ def test_report_without_findings_says_so(tmp_path, trace_builder):
     analysis = analyze_traces(b.write(tmp_path / "t.json"))
     write_report(tmp_path / "out", analysis, [], extra=None, nvml_plot=None)
     assert "No rule fired" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_kernel_mix_without_kernel_time_is_not_reported_as_zero(tmp_path, trace_builder):
+    """Sub-microsecond kernels round to zero length: the fp16 share is unknown, not 0%."""
+    b = trace_builder(0)
+    for i in range(3):
+        b.step(i, i * 1000.0, 1000.0)
+        b.kernel("volta_sgemm_128x64_nn", launch=i * 1000.0 + 10, start=i * 1000.0 + 20.2, dur=0.5)
+    analysis = analyze_traces(b.write(tmp_path / "t.json"))
+    assert analysis.ranks[0].gpu is not None and analysis.ranks[0].gpu.reduced_precision_kernel_pct is None
+    assert "trace/gpu_reduced_precision_kernel_pct" not in headline_metrics(analysis)
+    assert "no_reduced_precision" not in {f.rule for f in diagnose(DiagnosisInput(analysis=analysis))}
+    write_report(tmp_path / "out", analysis, [], extra=None, nvml_plot=None)

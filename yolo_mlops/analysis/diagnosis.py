@@ -138,6 +138,14 @@ def data_wait_high(inp: DiagnosisInput) -> Finding | None:
     )
 
 
+def host_wait_share_of_idle(rank: RankAnalysis) -> float | None:
+    """The host_wait part (0..1) of the rank's GPU idle time, summed over streams; None without idle time."""
+    idle = sum(i.idle_time_us for i in rank.idle_breakdown)
+    if idle <= 0:
+        return None
+    return sum(i.idle_time_us for i in rank.idle_breakdown if i.idle_category == "host_wait") / idle
+
+
 def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
     if not _on_gpu(inp):
         return None
@@ -156,10 +164,8 @@ def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
     rank, idle_pct = worst
     if idle_pct < GPU_IDLE_PCT_WARN:
         return None
-    idle_total = sum(i.idle_time_us for i in rank.idle_breakdown)
-    host_wait = sum(i.idle_time_us for i in rank.idle_breakdown if i.idle_category == "host_wait")
-    share = host_wait / idle_total if idle_total > 0 else 0.0
-    if share < HOST_WAIT_SHARE_OF_IDLE_MIN:
+    share = host_wait_share_of_idle(rank)
+    if share is None or share < HOST_WAIT_SHARE_OF_IDLE_MIN:
         return None
     evidence: dict[str, float | str] = {
         "rank": str(rank.rank),
@@ -181,14 +187,14 @@ def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
 def no_reduced_precision(inp: DiagnosisInput) -> Finding | None:
     if not _on_gpu(inp) or inp.amp is True:
         return None
-    ranks = _gpu_ranks(inp)
+    ranks = [r for r in _gpu_ranks(inp) if r.gpu.reduced_precision_kernel_pct is not None]
     if not ranks:
-        if inp.amp is False:  # no trace: the configuration alone says fp32
+        if inp.amp is False:  # no (usable) trace: the configuration alone says fp32
             return Finding("no_reduced_precision", MEDIUM, "Training runs in fp32 (AMP off)",
                            {"amp": "off"}, ["amp_bf16", "amp_fp16"])
         return None
-    rank = min(ranks, key=lambda r: r.gpu.reduced_precision_kernel_pct or 0.0)
-    pct = rank.gpu.reduced_precision_kernel_pct or 0.0
+    rank = min(ranks, key=lambda r: r.gpu.reduced_precision_kernel_pct)
+    pct = rank.gpu.reduced_precision_kernel_pct
     if pct >= REDUCED_PRECISION_PCT_MIN:
         return None
     capability = rank.device_compute_capability
@@ -250,14 +256,22 @@ def sync_in_step(inp: DiagnosisInput) -> Finding | None:
     )
 
 
-def exposed_communication_pct(rank: RankAnalysis) -> float | None:
-    """Communication not overlapped with computation, as % of GPU busy time."""
+def _kernel_type_pct(rank: RankAnalysis, counts) -> float | None:
+    """Share (%) of GPU busy time in the kernel-type rows whose label satisfies counts."""
     busy = sum(k.time_us for k in rank.kernel_types)
     if busy <= 0:
         return None
-    exposed = sum(k.time_us for k in rank.kernel_types if "COMMUNICATION" in k.kernel_type
-                  and "COMPUTATION" not in k.kernel_type)
-    return 100.0 * exposed / busy
+    return 100.0 * sum(k.time_us for k in rank.kernel_types if counts(k.kernel_type)) / busy
+
+
+def communication_pct(rank: RankAnalysis) -> float | None:
+    """Communication, overlapped or not, as % of GPU busy time."""
+    return _kernel_type_pct(rank, lambda label: "COMMUNICATION" in label)
+
+
+def exposed_communication_pct(rank: RankAnalysis) -> float | None:
+    """Communication not overlapped with computation, as % of GPU busy time."""
+    return _kernel_type_pct(rank, lambda label: "COMMUNICATION" in label and "COMPUTATION" not in label)
 
 
 def communication_high(inp: DiagnosisInput) -> Finding | None:

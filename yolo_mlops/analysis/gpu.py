@@ -62,7 +62,7 @@ def kernel_type(name: str) -> str:
 
 @dataclass
 class GpuActivities:
-    """The GPU activities inside the analysis window, as integer-microsecond intervals."""
+    """GPU activities as integer-microsecond intervals (all of a rank's, or a window's subset)."""
 
     start: np.ndarray  # float64, whole microseconds
     end: np.ndarray
@@ -154,17 +154,10 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
     return float((e - s).sum())
 
 
-def profiler_step_names(trace: RankTrace) -> set[int]:
-    return {i for i, n in enumerate(trace.names) if "ProfilerStep" in n}
-
-
-def select_gpu_activities(trace: RankTrace, host_window_end: float | None) -> GpuActivities:
-    """GPU activities launched by host calls that start before host_window_end (None: all)."""
-    gpu = trace.gpu_mask()
-    launch_ts = np.ceil(_launch_ts_by_correlation(trace, gpu))  # whole us, as HTA compares them
-    keep = gpu.copy()
-    if host_window_end is not None:
-        keep &= ~np.isnan(launch_ts) & (launch_ts < host_window_end)
+def select_gpu_activities(trace: RankTrace) -> GpuActivities:
+    """Every GPU activity of the trace, with the start of its launching host call."""
+    keep = trace.gpu_mask()
+    launch_ts = np.ceil(_launch_ts_by_correlation(trace, keep))  # whole us, as HTA compares them
     start, end = hta_rounded_interval(trace.ts[keep], trace.dur[keep])
     type_by_name = np.array([kernel_type(n) for n in trace.names], dtype=object)
     name_id = trace.name_id[keep]
@@ -176,6 +169,11 @@ def select_gpu_activities(trace: RankTrace, host_window_end: float | None) -> Gp
         kernel_type=type_by_name[name_id] if name_id.size else np.zeros(0, dtype=object),
         launch_ts=launch_ts[keep],
     )
+
+
+def launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivities:
+    """The activities whose launching host call starts before host_window_end (unknown launch: dropped)."""
+    return acts.subset(acts.launch_ts < host_window_end)  # NaN compares False
 
 
 def _launch_ts_by_correlation(trace: RankTrace, gpu: np.ndarray) -> np.ndarray:
@@ -281,11 +279,12 @@ def is_layout_conversion_kernel(name: str) -> bool:
     return bool(_LAYOUT_CONVERSION_RE.search(name))
 
 
-def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> float:
-    """Share (%) of summed kernel durations spent in kernels whose name satisfies predicate."""
+def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> float | None:
+    """Share (%) of summed kernel durations spent in kernels whose name satisfies predicate (None: no
+    kernel time to share, e.g. only sub-microsecond activities)."""
     durations = acts.end - acts.start
     total = float(durations.sum())
     if total <= 0:
-        return 0.0
+        return None
     hits = np.fromiter((bool(predicate(n)) for n in names), dtype=bool, count=len(names))
     return 100.0 * float(durations[hits[acts.name_id]].sum()) / total

@@ -15,8 +15,8 @@ import numpy as np
 from yolo_mlops.analysis.gpu import merge_intervals
 from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace
 
-# Must match the prefix of the training code's record_function phase labels
-# (yolo_mlops.profiling.torch_profiler.PHASE_PREFIX); kept here so analysis never imports torch.
+# Prefix of the training code's record_function phase labels. Defined here (torch-free) and imported
+# by yolo_mlops.profiling.torch_profiler as PHASE_PREFIX, so analysis never imports torch.
 PHASE_LABEL_PREFIX = "yolo_mlops/"
 DATA_LOADER_CATEGORY = "data_loader"
 OPTIMIZER_CATEGORY = "optimizer"

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
-from yolo_mlops.analysis.diagnosis import Finding, exposed_communication_pct
+from yolo_mlops.analysis.diagnosis import (
+    Finding,
+    communication_pct,
+    exposed_communication_pct,
+    host_wait_share_of_idle,
+)
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
 from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
 
@@ -60,9 +65,10 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
     put("trace/gpu_compute_pct", [r.gpu.compute_pct for r in gpu_ranks])
     put("trace/gpu_non_compute_pct", [r.gpu.non_compute_pct for r in gpu_ranks])
     put("trace/gpu_kernel_time_ms", [r.gpu.kernel_time_us / 1000 for r in gpu_ranks])
-    put("trace/gpu_communication_pct", [_communication_pct(r) for r in gpu_ranks])
+    put("trace/gpu_communication_pct", [communication_pct(r) for r in gpu_ranks])
     put("trace/gpu_communication_exposed_pct", [exposed_communication_pct(r) for r in gpu_ranks])
-    put("trace/gpu_idle_host_wait_pct", [_host_wait_pct_of_idle(r) for r in gpu_ranks])
+    host_wait_shares = [host_wait_share_of_idle(r) for r in gpu_ranks]
+    put("trace/gpu_idle_host_wait_pct", [None if s is None else 100.0 * s for s in host_wait_shares])
     put("trace/gpu_reduced_precision_kernel_pct", [r.gpu.reduced_precision_kernel_pct for r in gpu_ranks])
 
     for device in ("cuda", "cpu"):
@@ -84,20 +90,6 @@ def _metric_token(category: str) -> str:
     """yolo_mlops/data_wait -> data_wait; data_loader stays."""
     token = category[len(PHASE_LABEL_PREFIX):] if category.startswith(PHASE_LABEL_PREFIX) else category
     return "".join(ch if ch.isalnum() else "_" for ch in token)
-
-
-def _communication_pct(rank: RankAnalysis) -> float | None:
-    busy = sum(k.time_us for k in rank.kernel_types)
-    if busy <= 0:
-        return None
-    return 100.0 * sum(k.time_us for k in rank.kernel_types if "COMMUNICATION" in k.kernel_type) / busy
-
-
-def _host_wait_pct_of_idle(rank: RankAnalysis) -> float | None:
-    idle = sum(i.idle_time_us for i in rank.idle_breakdown)
-    if idle <= 0:
-        return None
-    return 100.0 * sum(i.idle_time_us for i in rank.idle_breakdown if i.idle_category == "host_wait") / idle
 
 
 # ---------------------------------------------------------------------------------------- blocks
@@ -127,6 +119,10 @@ class Image:
 
 
 Block = Heading | Paragraph | Table | Image
+
+
+def _pct_cell(pct: float | None) -> str:
+    return "-" if pct is None else f"{pct:.1f}"
 
 
 def _ms(us: float) -> str:
@@ -212,7 +208,7 @@ def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
                   "with HolisticTraceAnalysis' definitions."),
         Table(["idle %", "compute %", "non-compute %", "reduced-precision kernels %", "layout conversions %"],
               [[f"{g.idle_pct:.2f}", f"{g.compute_pct:.2f}", f"{g.non_compute_pct:.2f}",
-                f"{g.reduced_precision_kernel_pct or 0:.1f}", f"{g.layout_conversion_kernel_pct or 0:.1f}"]]),
+                _pct_cell(g.reduced_precision_kernel_pct), _pct_cell(g.layout_conversion_kernel_pct)]]),
         Heading("Kernel types", 3),
         Table(["kernel type", "ms", "%"], [[k.kernel_type, _ms(k.time_us), f"{k.pct:.1f}"] for k in rank.kernel_types]),
         Heading("Idle time per stream", 3),

@@ -37,7 +37,8 @@ class GpuSummary:
     compute_pct: float
     non_compute_pct: float
     kernel_count: int
-    # Kernel mix over the whole window (None for per-step summaries): share of summed kernel time.
+    # Kernel mix over the whole window: share of summed kernel time (None for per-step summaries, and
+    # when the kernels have no time to share).
     reduced_precision_kernel_pct: float | None = None
     layout_conversion_kernel_pct: float | None = None
 
@@ -138,10 +139,6 @@ class TraceAnalysis:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False, default=_json_default)
 
-    @property
-    def has_gpu(self) -> bool:
-        return any(r.gpu is not None for r in self.ranks)
-
 
 def _json_default(value):
     if isinstance(value, np.bool_):
@@ -164,7 +161,8 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
     ]
 
     window_end = float(np.ceil(steps.start[-1])) if steps.count >= 2 else None
-    window_acts = gpu_mod.select_gpu_activities(trace, window_end)
+    all_acts = gpu_mod.select_gpu_activities(trace)
+    window_acts = all_acts if window_end is None else gpu_mod.launched_before(all_acts, window_end)
     breakdown = gpu_mod.temporal_breakdown(window_acts)
     has_gpu = breakdown is not None
     memory = memory_profile(trace, steps)
@@ -195,15 +193,14 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         top_kernels=gpu_mod.top_kernels(window_acts, trace.names) if has_gpu else [],
         top_host_ops=[HostOp(*op) for op in top_host_ops(trace, host)],
         memory=memory,
-        steps=_step_summaries(trace, steps, category_times, memory),
+        steps=_step_summaries(all_acts, steps, category_times, memory),
     )
 
 
 def _step_summaries(
-    trace: RankTrace, steps: Steps, category_times: dict[str, np.ndarray], memory: MemoryProfile | None
+    all_acts: gpu_mod.GpuActivities, steps: Steps, category_times: dict[str, np.ndarray], memory: MemoryProfile | None
 ) -> list[StepSummary]:
-    all_acts = gpu_mod.select_gpu_activities(trace, None)
-    launch_step = steps.index_of(all_acts.launch_ts) if all_acts.count else np.zeros(0, dtype=np.int64)
+    launch_step = steps.index_of(all_acts.launch_ts)
     # Group activities by step once (sort), instead of one full-length mask per step.
     order = np.argsort(launch_step, kind="stable")
     bounds = np.searchsorted(launch_step[order], np.arange(steps.count + 1))
@@ -244,10 +241,7 @@ def _device_properties(trace: RankTrace) -> tuple[str | None, float | None, floa
     if not trace.device_properties:
         return None, None, None
     gpu = trace.gpu_mask()
-    device_id = None
-    if gpu.any():
-        pids = [trace.threads[t][0] for t in np.unique(trace.thread_id[gpu])]
-        device_id = pids[0] if pids else None
+    device_id = trace.threads[int(trace.thread_id[gpu].min())][0] if gpu.any() else None
     chosen = next((d for d in trace.device_properties if str(d.get("id")) == device_id), trace.device_properties[0])
     memory = chosen.get("totalGlobalMem")
     major, minor = chosen.get("computeMajor"), chosen.get("computeMinor")
@@ -322,8 +316,8 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             f"gpu{f' ({r.device_name})' if r.device_name else ''}, window: {r.gpu_window}",
             f"  kernel time {g.kernel_time_us / 1000:.2f} ms: idle {g.idle_pct:.2f}%, compute {g.compute_pct:.2f}%, "
             f"non-compute {g.non_compute_pct:.2f}%",
-            f"  reduced-precision kernels {g.reduced_precision_kernel_pct:.1f}% of kernel time, "
-            f"layout conversions {g.layout_conversion_kernel_pct:.1f}%",
+            f"  reduced-precision kernels {_pct_text(g.reduced_precision_kernel_pct)} of kernel time, "
+            f"layout conversions {_pct_text(g.layout_conversion_kernel_pct)}",
             "  kernel types:",
             *(f"    {k.kernel_type:<55} {k.time_us / 1000:10.2f} ms {k.pct:6.1f}%" for k in r.kernel_types),
             "  idle time per stream:",
@@ -348,6 +342,10 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             + f"; across steps {slope}, {trend}"
         )
     return lines
+
+
+def _pct_text(pct: float | None) -> str:
+    return "n/a" if pct is None else f"{pct:.1f}%"
 
 
 def _short(name: str, width: int = 100) -> str:

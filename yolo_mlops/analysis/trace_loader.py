@@ -63,7 +63,6 @@ class RankTrace:
     threads: list[tuple[str, str]]
     memory: "MemoryEvents"
     device_properties: list[dict] = field(default_factory=list)
-    distributed_info: dict = field(default_factory=dict)
 
     @property
     def event_count(self) -> int:
@@ -83,7 +82,6 @@ class MemoryEvents:
 
     ts: np.ndarray
     device_type: np.ndarray
-    device_id: np.ndarray
     total_allocated: np.ndarray  # bytes, float64 (some traces lack it: NaN)
     total_reserved: np.ndarray
 
@@ -162,7 +160,6 @@ class _Args(
     msgspec.Struct,
     rename={
         "device_type": "Device Type",
-        "device_id": "Device Id",
         "total_allocated": "Total Allocated",
         "total_reserved": "Total Reserved",
     },
@@ -172,7 +169,6 @@ class _Args(
     stream: Any = -1
     correlation: Any = -1
     device_type: Any = -1
-    device_id: Any = -1
     total_allocated: Any = None
     total_reserved: Any = None
 
@@ -303,7 +299,6 @@ def _event_from_dict(event) -> _TypedEvent:
             stream=args.get("stream", -1),
             correlation=args.get("correlation", -1),
             device_type=args.get("Device Type", -1),
-            device_id=args.get("Device Id", -1),
             total_allocated=args.get("Total Allocated"),
             total_reserved=args.get("Total Reserved"),
         )
@@ -356,7 +351,6 @@ class _ColumnBuilder:
         self.correlation = array("q")
         self.mem_ts = array("d")
         self.mem_device_type = array("i")
-        self.mem_device_id = array("i")
         self.mem_allocated = array("d")
         self.mem_reserved = array("d")
         self.seen_events = 0
@@ -378,7 +372,6 @@ class _ColumnBuilder:
                 a = e.args or no_args
                 self.mem_ts.append(_as_float(e.ts))
                 self.mem_device_type.append(_as_int(a.device_type))
-                self.mem_device_id.append(_as_int(a.device_id))
                 self.mem_allocated.append(_as_float(a.total_allocated))
                 self.mem_reserved.append(_as_float(a.total_reserved))
 
@@ -386,12 +379,10 @@ class _ColumnBuilder:
         memory = MemoryEvents(
             ts=_column(self.mem_ts, np.float64),
             device_type=_column(self.mem_device_type, np.int32),
-            device_id=_column(self.mem_device_id, np.int32),
             total_allocated=_column(self.mem_allocated, np.float64),
             total_reserved=_column(self.mem_reserved, np.float64),
         )
         device_properties = meta.get("deviceProperties")
-        distributed_info = meta.get("distributedInfo")
         return RankTrace(
             path=str(path),
             rank=rank,
@@ -407,7 +398,6 @@ class _ColumnBuilder:
             threads=[(str(pid), str(tid)) for pid, tid in self.threads.values],
             memory=memory,
             device_properties=device_properties if isinstance(device_properties, list) else [],
-            distributed_info=distributed_info if isinstance(distributed_info, dict) else {},
         )
 
 
