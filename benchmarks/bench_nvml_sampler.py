@@ -83,8 +83,8 @@ def _block(step, steps: int) -> tuple[float, float, list[tuple[int, int]]]:
 
 
 def _quartiles(values: list[float]) -> dict[str, float]:
-    q25, q50, q75 = statistics.quantiles(values, n=4)
-    return {"median": statistics.median(values), "q25": q25, "q75": q75}
+    q25, q50, q75 = statistics.quantiles(values, n=4)  # q50 is the median
+    return {"median": q50, "q25": q25, "q75": q75}
 
 
 def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object]:

@@ -8,6 +8,7 @@ same under the sampler.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -63,7 +64,6 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(spec.name for spec in METRIC_SPECS)
-METRIC_KIND: dict[str, str] = {spec.name: spec.kind for spec in METRIC_SPECS}
 
 # Clock-event reason bits (same values as pynvml.nvmlClocksEventReason*), repeated here so
 # the summaries work without pynvml installed.
@@ -75,7 +75,6 @@ CLOCKS_EVENT_HW_POWER_BRAKE = 0x80
 CLOCKS_EVENT_POWER_BITS = CLOCKS_EVENT_SW_POWER_CAP | CLOCKS_EVENT_HW_POWER_BRAKE
 CLOCKS_EVENT_THERMAL_BITS = CLOCKS_EVENT_SW_THERMAL | CLOCKS_EVENT_HW_THERMAL
 
-BackendName = Literal["gpm", "samples", "utilization", "fake", "none"]
 BackendKind = Literal["auto", "real", "fake", "none"]
 
 GPM_MIN_SAMPLE_GAP_S = 0.1  # NVML: two GPM samples must be more than 100 ms apart.
@@ -138,8 +137,6 @@ class NullNvmlBackend:
         self.reason = reason
 
     def start(self) -> int:
-        import time
-
         return time.perf_counter_ns()
 
     def read(self) -> list[DeviceReading]:

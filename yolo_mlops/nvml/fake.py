@@ -16,6 +16,8 @@ a chosen poll on, and GPU lost at a chosen poll.
 
 from __future__ import annotations
 
+from collections import deque
+
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from yolo_mlops.nvml.backend import (
     GPM_MIN_SAMPLE_GAP_S,
     GpuLostError,
 )
-from yolo_mlops.nvml.real import COMMON_METRICS, GPM_METRIC_IDS, mean_of_new_samples
+from yolo_mlops.nvml.real import GPM_METRIC_IDS, mean_of_new_samples, metrics_for_mode, min_interval_for_mode
 
 ValueScript = float | Callable[[float], float]  # constant, or f(seconds since start())
 
@@ -88,18 +90,16 @@ class FakeNvmlBackend:
         self.script = script or FakeScript()
         self.devices = list(devices) if devices else [0]
         self.mode = self.script.mode
-        self.min_interval_s = GPM_MIN_SAMPLE_GAP_S + 0.005 if self.mode == "gpm" else 0.0
+        self.min_interval_s = min_interval_for_mode(self.mode)
         self._clock = clock
         self._disabled: set[str] = set()
         self._start_ns: int | None = None
         self._prev_ns: int | None = None
         self._poll = 0
         self._last_seen_us: dict[tuple[int, str], int] = {}
-        self.queried: list[tuple[int, tuple[str, ...]]] = []  # (poll, metrics asked) for tests
-        if self.mode == "gpm":
-            self.metrics: tuple[str, ...] = tuple(GPM_METRIC_IDS) + COMMON_METRICS
-        else:
-            self.metrics = ("gpu_util_pct", "mem_util_pct") + COMMON_METRICS
+        # (poll, metrics asked) for tests; bounded like the sampler, since `--nvml-backend fake` may run for hours
+        self.queried: deque[tuple[int, tuple[str, ...]]] = deque(maxlen=4096)
+        self.metrics = metrics_for_mode(self.mode)
 
     def start(self) -> int:
         if self.script.fail_init:

@@ -64,6 +64,18 @@ COMMON_METRICS = (
     "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
 )
 
+
+def metrics_for_mode(mode: str) -> tuple[str, ...]:
+    """The columns a backend in `mode` (gpm | samples | utilization) reads."""
+    if mode == "gpm":
+        return tuple(GPM_METRIC_IDS) + COMMON_METRICS
+    return tuple(SAMPLE_TYPES) + COMMON_METRICS
+
+
+def min_interval_for_mode(mode: str) -> float:
+    """GPM needs > 100 ms between samples; a small margin keeps timer jitter out."""
+    return GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
+
 _ERR_NOT_SUPPORTED = 3
 _ERR_NOT_FOUND = 6
 _ERR_FUNCTION_NOT_FOUND = 13
@@ -257,16 +269,8 @@ class PynvmlBackend:
         self.devices = [d.cuda_index for d in devices]
         self.name = mode  # gpm | samples | utilization
         self.notes = notes
-        # GPM needs > 100 ms between samples; a small margin keeps timer jitter out.
-        self.min_interval_s = GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
+        self.min_interval_s = min_interval_for_mode(mode)
         self._disabled: set[str] = set()
-        self.metrics: tuple[str, ...] = self._metrics_for_mode(mode)
-
-    @staticmethod
-    def _metrics_for_mode(mode: str) -> tuple[str, ...]:
-        if mode == "gpm":
-            return tuple(GPM_METRIC_IDS) + COMMON_METRICS
-        return ("gpu_util_pct", "mem_util_pct") + COMMON_METRICS
 
     @classmethod
     def open(

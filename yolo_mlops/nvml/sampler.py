@@ -99,7 +99,6 @@ class NvmlSampler:
         if not interval_s > 0:
             raise ValueError("interval_s must be > 0")
         self.backend = backend
-        self.requested_interval_s = interval_s
         # GPM needs > 100 ms between samples: never poll faster than the backend allows.
         self.interval_s = max(interval_s, getattr(backend, "min_interval_s", 0.0))
         self.reasons: list[str] = []
@@ -272,14 +271,15 @@ class NvmlSampler:
         """A chronological copy of the samples so far (safe while running)."""
         with self._lock:
             order, dropped = self._ring.chronological()
-            columns = {m: c[order].copy() for m, c in self._ring.columns.items()
-                       if order.size and not np.all(np.isnan(c[order]))}
+            # Indexing with an index array already copies; keep only columns measured at least once.
+            columns = {m: values for m, values in ((m, c[order]) for m, c in self._ring.columns.items())
+                       if not np.all(np.isnan(values))}
             timeline = Timeline(
                 backend=self.backend.name,
                 start_ns=self._start_ns,
-                t_ns=self._ring.t_ns[order].copy(),
-                gpu=self._ring.gpu[order].copy(),
-                interval_ns=self._ring.interval_ns[order].copy(),
+                t_ns=self._ring.t_ns[order],
+                gpu=self._ring.gpu[order],
+                interval_ns=self._ring.interval_ns[order],
                 columns=columns,
                 reasons=list(self.reasons),
                 dropped_rows=dropped,

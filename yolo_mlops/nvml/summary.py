@@ -163,9 +163,9 @@ def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray)
     tl = aligned.timeline
     duration_s = _training_duration_s(aligned)
     total, have = 0.0, False
+    counter, power = tl.columns.get("energy_j"), tl.columns.get("power_w")
     for device in np.unique(tl.gpu[rows]):
         dev_rows = rows & (tl.gpu == device)
-        counter = tl.columns.get("energy_j")
         if counter is not None:
             ok = dev_rows & np.isfinite(counter)
             idx = np.flatnonzero(ok)
@@ -174,7 +174,6 @@ def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray)
                 total += (counter[idx[-1]] - counter[idx[0]]) / dt_s * duration_s
                 have = True
                 continue
-        power = tl.columns.get("power_w")
         if power is not None:
             ok = dev_rows & np.isfinite(power)
             if ok.any():
@@ -197,40 +196,38 @@ def summary_metrics(aligned: AlignedTimeline,
     out: dict[str, float] = {}
     weights_s = tl.interval_ns.astype(np.float64) / 1e9
     rows = aligned.in_training
-    profiled = rows & aligned.profiler_active
-    unprofiled = rows & ~aligned.profiler_active
-
-    def w(mask: np.ndarray) -> np.ndarray:
-        return np.where(mask, weights_s, 0.0)
+    w_rows = np.where(rows, weights_s, 0.0)
+    w_profiled = np.where(rows & aligned.profiler_active, weights_s, 0.0)
+    w_unprofiled = np.where(rows & ~aligned.profiler_active, weights_s, 0.0)
 
     for metric, column in tl.columns.items():
         if metric in _UTIL_METRICS:
-            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w(rows)))
-            _put(out, f"gpu/{metric}_p95", weighted_quantile(column, w(rows), 0.95))
+            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w_rows))
+            _put(out, f"gpu/{metric}_p95", weighted_quantile(column, w_rows, 0.95))
             _put(out, f"gpu/{metric}_max", _finite_max(column[rows]))
             if aligned.step_start_ns.size:
-                _put(out, f"gpu/{metric}_mean_profiled", weighted_mean(column, w(profiled)))
-                _put(out, f"gpu/{metric}_mean_unprofiled", weighted_mean(column, w(unprofiled)))
+                _put(out, f"gpu/{metric}_mean_profiled", weighted_mean(column, w_profiled))
+                _put(out, f"gpu/{metric}_mean_unprofiled", weighted_mean(column, w_unprofiled))
         elif metric == "mem_used_gib":
-            _put(out, "gpu/mem_used_gib_mean", weighted_mean(column, w(rows)))
+            _put(out, "gpu/mem_used_gib_mean", weighted_mean(column, w_rows))
             _put(out, "gpu/mem_used_gib_max", _finite_max(column[rows]))
         elif metric == "mem_total_gib":
             _put(out, "gpu/mem_total_gib", _finite_max(column[rows]))
         elif metric == "power_w":
-            _put(out, "gpu/power_w_mean", weighted_mean(column, w(rows)))
-            _put(out, "gpu/power_w_p95", weighted_quantile(column, w(rows), 0.95))
+            _put(out, "gpu/power_w_mean", weighted_mean(column, w_rows))
+            _put(out, "gpu/power_w_p95", weighted_quantile(column, w_rows, 0.95))
             _put(out, "gpu/power_w_max", _finite_max(column[rows]))
         elif metric in ("sm_clock_mhz", "mem_clock_mhz"):
-            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w(rows)))
+            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w_rows))
             _put(out, f"gpu/{metric}_min", _finite_min(column[rows]))
         elif metric == "temp_c":
-            _put(out, "gpu/temp_c_mean", weighted_mean(column, w(rows)))
+            _put(out, "gpu/temp_c_mean", weighted_mean(column, w_rows))
             _put(out, "gpu/temp_c_max", _finite_max(column[rows]))
         elif metric == "clocks_event_mask":
-            masks = np.where(np.isfinite(column), column, 0).astype(np.int64)
             measured = np.isfinite(column)
+            masks = np.where(measured, column, 0).astype(np.int64)
             for name, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
-                share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w(rows))
+                share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w_rows)
                 _put(out, f"gpu/clocks_event_{name}_pct", share)
 
     energy = _energy_j(aligned, rows, weights_s)
@@ -263,13 +260,23 @@ def step_history(aligned: AlignedTimeline) -> list[tuple[int, str, float]]:
     if len(tl) == 0:
         return out
     weights_s = tl.interval_ns.astype(np.float64) / 1e9
-    present = [m for m in STEP_HISTORY_METRICS if m in tl.columns]
-    for step in np.unique(aligned.step[aligned.step >= 0]):
-        mask = aligned.step == step
-        for metric in present:
-            value = weighted_mean(tl.columns[metric], np.where(mask, weights_s, 0.0))
-            if value is not None:
-                out.append((int(step), f"gpu/{metric}", value))
+    in_step = (aligned.step >= 0) & (weights_s > 0)
+    n_steps = int(aligned.step.max()) + 1 if in_step.any() else 0
+    # One pass per metric (bincount by step), not one pass over all rows per step.
+    means: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for metric in STEP_HISTORY_METRICS:
+        column = tl.columns.get(metric)
+        if column is None:
+            continue
+        ok = in_step & np.isfinite(column)
+        steps = aligned.step[ok]
+        weight = np.bincount(steps, weights=weights_s[ok], minlength=n_steps)
+        weighted = np.bincount(steps, weights=column[ok] * weights_s[ok], minlength=n_steps)
+        means[metric] = (weighted, weight)
+    for step in np.unique(aligned.step[in_step]):
+        for metric, (weighted, weight) in means.items():
+            if weight[step] > 0:
+                out.append((int(step), f"gpu/{metric}", float(weighted[step] / weight[step])))
     return out
 
 
@@ -338,16 +345,17 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
     starts_s = (aligned.step_start_ns - tl.start_ns) / 1e9
     stride = max(1, math.ceil(starts_s.size / _MAX_STEP_LINES))
     windows = profiler_windows_ns(aligned.step_start_ns, aligned.step_end_ns, aligned.step_profiler_active)
+    devices = np.unique(tl.gpu)
     for ax, (label, metrics) in zip(axes, panels):
         drawn = False
         for metric in metrics:
             column = tl.columns.get(metric)
             if column is None:
                 continue
-            for device in np.unique(tl.gpu):
+            for device in devices:
                 mask = (tl.gpu == device) & np.isfinite(column)
                 if mask.any():
-                    suffix = f" gpu{device}" if np.unique(tl.gpu).size > 1 else ""
+                    suffix = f" gpu{device}" if devices.size > 1 else ""
                     # steps-pre: a value covers the interval that ends at its timestamp
                     ax.plot(t_s[mask], column[mask], lw=1.0, drawstyle="steps-pre", label=f"{metric}{suffix}")
                     drawn = True
