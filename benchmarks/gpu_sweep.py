@@ -50,6 +50,7 @@ def main() -> int:
         return 0
 
     from yolo_mlops.config import RunSpec
+    from yolo_mlops.environment import cuda_indices
 
     base = RunSpec(model="yolo11n.yaml", imgsz=args.imgsz, batch=args.batch, workers=args.workers,
                    synthetic_images=args.images, max_steps=args.max_steps, epochs=1, val=False,
@@ -57,9 +58,9 @@ def main() -> int:
                    # profiler window after the discarded warm-up: its steps are excluded from timing anyway
                    profiler={"skip_first": args.warmup_steps, "wait": 1, "warmup": 1, "active": 3})
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    index = args.device.split(",")[0].replace("cuda:", "")
+    index = cuda_indices(args.device)[0]
     limit = f"gpu-{index}"
-    print(f"GPU {torch.cuda.get_device_name(int(index))}, torch {torch.__version__}; variants: baseline, "
+    print(f"GPU {torch.cuda.get_device_name(index)}, torch {torch.__version__}; variants: baseline, "
           + ", ".join(names) + f"; {args.repeats} repeats, interleaved; limit {limit}")
 
     harness = contextlib.nullcontext()

@@ -103,7 +103,8 @@ def sweep(
         report = sweeps.compare(plan, records)
         sweeps.log_report(mlflow, parent_id, plan, report)
     url = tracking.run_url(parent_id, experiment_id)
-    create_table_artifact(sweeps.prefect_table(report), key="sweep-comparison",
+    table = sweeps.prefect_table(report)
+    create_table_artifact(table, key="sweep-comparison",
                           description=f"Sweep {parent_id}: speed-up vs baseline with bootstrap 95% CI")
     create_markdown_artifact(report.markdown + f"\n\nMLflow parent run: [{url}]({url})", key="sweep-report",
                              description=f"MLflow parent run {parent_id}")
@@ -112,7 +113,7 @@ def sweep(
     return SweepResult(
         parent_run_id=parent_id, run_url=url, best_variant=report.best, best_evidence=report.best_evidence,
         failed_children=report.failed_children, total_children=report.total_children, skipped=dict(plan.skipped),
-        table=sweeps.prefect_table(report), markdown=report.markdown,
+        table=table, markdown=report.markdown,
         children=[{"variant": o.child.variant, "repeat": o.child.repeat, "position": o.child.position,
                    "status": o.status, "run_id": o.run_id, "flow_run_id": o.flow_run_id, "error": o.error,
                    "wall_s": o.wall_s, "acquire_s": o.acquire_s, "started": o.started, "ended": o.ended} for o in outcomes],

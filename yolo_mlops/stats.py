@@ -61,11 +61,8 @@ class Repeat:
 
 @dataclass(frozen=True)
 class GroupSummary:
-    repeats: int
-    steps: int
     median_step_ms: float
     images_per_s: float
-    images_per_s_per_repeat: list[float]
 
 
 @dataclass(frozen=True)
@@ -79,10 +76,8 @@ class Comparison:
 
 
 def summarise(repeats: list[Repeat]) -> GroupSummary:
-    ips = [r.images_per_s for r in repeats]
-    return GroupSummary(repeats=len(repeats), steps=int(sum(len(r.step_ms) for r in repeats)),
-                        median_step_ms=float(np.median([r.median_step_ms for r in repeats])),
-                        images_per_s=float(np.median(ips)), images_per_s_per_repeat=ips)
+    return GroupSummary(median_step_ms=float(np.median([r.median_step_ms for r in repeats])),
+                        images_per_s=float(np.median([r.images_per_s for r in repeats])))
 
 
 def bootstrap_throughput(repeats: list[Repeat], resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -156,8 +151,7 @@ def accuracy_check(metric: str, baseline_values: list[float], variant_values: li
     Both runs train on the same fixed schedule (same seed, data, steps), so a variant outside the band
     changed what was learned, not only how fast.
     """
-    base = [v for v in baseline_values if v is not None and math.isfinite(v)]
-    var = [v for v in variant_values if v is not None and math.isfinite(v)]
+    base, var = _finite(baseline_values), _finite(variant_values)
     if not base or not var:
         return None
     b_med, v_med = float(np.median(base)), float(np.median(var))
@@ -167,9 +161,12 @@ def accuracy_check(metric: str, baseline_values: list[float], variant_values: li
                          band_low=low, band_high=high, flagged=not (low <= v_med <= high))
 
 
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
 def median_delta(baseline_values: list[float], variant_values: list[float]) -> float | None:
-    base = [v for v in baseline_values if v is not None and math.isfinite(v)]
-    var = [v for v in variant_values if v is not None and math.isfinite(v)]
+    base, var = _finite(baseline_values), _finite(variant_values)
     if not base or not var:
         return None
     return float(np.median(var) - np.median(base))

@@ -30,8 +30,6 @@ from yolo_mlops.profiling.step_timer import StepTimes
 Order = Literal["interleaved", "blocked"]
 T = tracking.TAG_PREFIX
 
-# accuracy metrics compared against the baseline's spread (first one present per family is used)
-ACCURACY_METRICS = ("train/loss_total", "val/mAP50-95")
 LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
 
 
@@ -363,19 +361,25 @@ def sweep_metrics(table: pd.DataFrame, failed: int, total: int) -> dict[str, flo
         suffix = variants.metric_suffix(row["variant"])
         for col, name in (("speedup", "speedup"), ("ci_low", "speedup_ci_low"), ("ci_high", "speedup_ci_high"),
                           ("images_per_s", "images_per_s"), ("median_step_ms", "step_time_ms_p50")):
-            value = row[col]
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                metrics[f"sweep/{name}_{suffix}"] = float(value)
+            if not _missing(row[col]):
+                metrics[f"sweep/{name}_{suffix}"] = float(row[col])
     return metrics
 
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _fmt(value: Any, spec: str = ".3f") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "-"
     return format(value, spec)
 
 
 def markdown(plan: SweepPlan, report: SweepReport) -> str:
+    records = report.table.to_dict("records")
+    base_ok = next((r["repeats_ok"] for r in records if r["variant"] == variants.BASELINE), 0)
+    methods = sorted({stats.method_label(base_ok, r["repeats_ok"]) for r in records if not _missing(r["ci_low"])})
     lines = [f"# Sweep: {len(plan.variants)} variants x {plan.repeats} repeats ({plan.order})", "",
              f"Model `{plan.base.model}`, imgsz {plan.base.imgsz}, batch {plan.base.batch}, "
              f"device `{plan.device}`, first {plan.warmup_steps} step(s) and the profiler window discarded.", "",
@@ -383,8 +387,8 @@ def markdown(plan: SweepPlan, report: SweepReport) -> str:
              "| variant | status | repeats | images/s | median step ms | speed-up | 95% CI | verdict "
              "| loss delta | mAP delta | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in report.table.to_dict("records"):
-        ci = f"{_fmt(row['ci_low'])}-{_fmt(row['ci_high'])}" if not math.isnan(row["ci_low"]) else "-"
+    for row in records:
+        ci = f"{_fmt(row['ci_low'])}-{_fmt(row['ci_high'])}" if not _missing(row["ci_low"]) else "-"
         loss = _fmt(row["loss_delta"], "+.4f") + (" (outside baseline spread)" if row["loss_flag"] else "")
         mp = _fmt(row["map_delta"], "+.4f") + (" (outside baseline spread)" if row["map_flag"] else "")
         note = "; ".join(x for x in (row["reason"], row["note"]) if x)
@@ -393,7 +397,7 @@ def markdown(plan: SweepPlan, report: SweepReport) -> str:
                      f"{_fmt(row['speedup'])} | {ci} | {row['verdict']} | {loss} | {mp} | {note} |")
     lines += ["", f"Children: {report.total_children}, failed: {report.failed_children}. "
               "Speed-up = median images/s of the variant's repeats / baseline's; CI: "
-              f"{stats.method_label(plan.repeats, plan.repeats)}, {stats.DEFAULT_RESAMPLES} resamples, seeded. "
+              f"{'; '.join(methods) or 'none computed'}, {stats.DEFAULT_RESAMPLES} resamples, seeded. "
               "Verdict 'faster'/'slower' only when the CI excludes 1.0."]
     return "\n".join(lines)
 
@@ -442,8 +446,8 @@ def prefect_table(report: SweepReport) -> list[dict[str, Any]]:
     """Rows for a Prefect table artifact (JSON-safe: NaN -> None)."""
     out = []
     for row in report.table.to_dict("records"):
-        out.append({k: (None if isinstance(v, float) and math.isnan(v) else
-                        round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+        out.append({k: (None if _missing(v) else round(v, 4) if isinstance(v, float) else v)
+                    for k, v in row.items()})
     return out
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from yolo_mlops.config import ConfigError, RunSpec, build_run_spec, deep_merge
+from yolo_mlops.environment import cuda_indices
 
 BASELINE = "baseline"
 
@@ -228,7 +229,7 @@ def changes(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> dict[
 
 def apply_variant(spec: RunSpec, expr: str, custom: dict[str, dict[str, Any]] | None = None) -> RunSpec:
     """`spec` with the expression's changes applied and `variant` set to the canonical expression."""
-    fields = deep_merge(spec.model_dump(mode="json", exclude_unset=False),
+    fields = deep_merge(spec.model_dump(mode="json"),
                         {**changes(expr, custom), "variant": canonical(expr, custom)})
     return build_run_spec(fields)
 
@@ -246,7 +247,7 @@ def skip_reason(expr: str, device: str, custom: dict[str, dict[str, Any]] | None
     if any(p.name == "amp_bf16" for p in parts):
         import torch
 
-        index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
+        index = cuda_indices(device)[0]
         if torch.cuda.is_available() and torch.cuda.get_device_capability(index) < (8, 0):
             return (f"amp_bf16: bfloat16 needs compute capability >= 8.0, "
                     f"{torch.cuda.get_device_name(index)} has {torch.cuda.get_device_capability(index)}")

@@ -183,7 +183,8 @@ def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, m
     assert mlflow_client.get_experiment_by_name("sweep-nolimit") is None  # failed before any run existed
 
 
-def test_gpu_sweeps_default_to_the_gpu_limit():
+def test_gpu_sweeps_default_to_the_gpu_limit(prefect_server):
+    # gpu-<index> is the default only against a Prefect server (PREFECT_API_URL, set by the fixture)
     from yolo_mlops import sweeps
 
     plan = sweeps.plan_sweep(RunSpec(device="1"), ["amp_bf16", "batch_8"], repeats=2, order="blocked")

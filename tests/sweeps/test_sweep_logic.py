@@ -100,3 +100,5 @@ def test_compare_builds_rows_for_ok_partial_failed_and_skipped_variants(tmp_path
     png = sweeps.chart(report, tmp_path / "s.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "| `amp_bf16` | skipped |" in report.markdown
+    # workers_1 was compared on one repeat: the footer names both CI methods that were actually used
+    assert "step-level bootstrap (one repeat" in report.markdown and "two-level bootstrap" in report.markdown
