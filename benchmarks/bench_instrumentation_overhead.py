@@ -26,9 +26,9 @@ WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
 def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
-    from yolo_mlops.config import data_home, build_run_spec
-    from yolo_mlops.datasets import synthetic_dataset
-    from yolo_mlops.offline import configure_ultralytics
+    from yolo_mlops.run.config import data_home, build_run_spec
+    from yolo_mlops.run.datasets import synthetic_dataset
+    from yolo_mlops.run.offline import configure_ultralytics
 
     home = data_home()
     configure_ultralytics(home)
@@ -42,7 +42,7 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
         ends.append(time.perf_counter_ns())
 
     with tempfile.TemporaryDirectory() as tmp:
-        from yolo_mlops import training
+        from yolo_mlops.run import training
 
         plan = training.TrainingPlan(spec, dataset.yaml_path, device, Path(tmp), steps)
         if mode == "instrumented":

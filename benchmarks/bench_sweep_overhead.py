@@ -67,10 +67,11 @@ def main() -> int:
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.sweep import sweep
-    from yolo_mlops.config import RunSpec
+    from yolo_mlops.flows.sweep import sweep
+    from yolo_mlops.run.config import RunSpec
 
-    from yolo_mlops import gpu_lock, pipeline, sweeps
+    from yolo_mlops import sweeps
+    from yolo_mlops.run import gpu_lock, preflight
 
     spent: dict[str, float] = {}
 
@@ -85,19 +86,19 @@ def main() -> int:
                 spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
         setattr(module, name, wrapper)
 
-    import flows.sweep as sweep_module
+    import yolo_mlops.flows.sweep as sweep_module
 
     for label, name in (("collect", "collect"), ("compare", "compare"), ("log_report", "log_report"),
                         ("plan", "plan_sweep")):
         timed(sweeps, name, label)
     timed(gpu_lock, "check_limit", "check_limit")
 
-    class _SweepPipeline:  # flows.sweep's view of `pipeline`: time its own check_inputs call only; patching
-        def __getattr__(self, name):  # pipeline.check_inputs would also time every child's prepare task
-            return getattr(pipeline, name)
+    class _SweepPreflight:  # the sweep flow's view of `preflight`: time its own check only; patching
+        def __getattr__(self, name):  # preflight.check would also time every child's prepare task
+            return getattr(preflight, name)
 
-    sweep_module.pipeline = _SweepPipeline()
-    timed(sweep_module.pipeline, "check_inputs", "check_inputs")
+    sweep_module.preflight = _SweepPreflight()
+    timed(sweep_module.preflight, "check", "check_inputs")
     timed(sweep_module, "create_table_artifact", "prefect_artifacts")
     timed(sweep_module, "create_markdown_artifact", "prefect_artifacts")
 

@@ -32,8 +32,8 @@ def main() -> int:
 
     os.environ.setdefault("YOLO_MLOPS_HOME", tempfile.mkdtemp(prefix="yolo-mlops-gpu-smoke-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{os.environ['YOLO_MLOPS_HOME']}/mlflow.db")
-    from yolo_mlops import pipeline
-    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.run import pipeline
+    from yolo_mlops.run.config import build_run_spec
 
     spec = build_run_spec({
         "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": "0",

@@ -49,8 +49,8 @@ def main() -> int:
               f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); run it on a GPU machine.")
         return 0
 
-    from yolo_mlops.config import RunSpec
-    from yolo_mlops.environment import cuda_indices
+    from yolo_mlops.run.config import RunSpec
+    from yolo_mlops.run.environment import cuda_indices
 
     base = RunSpec(model="yolo11n.yaml", imgsz=args.imgsz, batch=args.batch, workers=args.workers,
                    synthetic_images=args.images, max_steps=args.max_steps, epochs=1, val=False,
@@ -71,7 +71,7 @@ def main() -> int:
     with harness:
         if not os.environ.get("PREFECT_API_URL"):
             _create_limit(limit)  # throwaway server; on a real server the limit must already exist (strict)
-        from flows.sweep import sweep
+        from yolo_mlops.flows.sweep import sweep
 
         result = sweep(base=base, variants=names, repeats=args.repeats, order="interleaved",
                        warmup_steps=args.warmup_steps, concurrency_limit=limit)

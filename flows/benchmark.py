@@ -13,9 +13,9 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from flows.profile_training import profile_training
+from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops import tracking, trends
-from yolo_mlops.config import ProfilerSettings, RunSpec
+from yolo_mlops.run.config import ProfilerSettings, RunSpec
 
 
 def default_suite() -> list[RunSpec]:

@@ -13,10 +13,12 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from flows.profile_training import profile_training
-from flows.sweep import sweep
-from yolo_mlops import gpu_lock, sweeps, tracking
-from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.flows.profile_training import profile_training
+from yolo_mlops.flows.sweep import sweep
+from yolo_mlops import sweeps, tracking
+from yolo_mlops.tracking import names
+from yolo_mlops.run import gpu_lock
+from yolo_mlops.run.config import RunSpec, build_run_spec, deep_merge
 
 
 @dataclass
@@ -43,7 +45,7 @@ def optimize(
     gpu_lock.check_limit(plan.concurrency_limit)
     profile_spec = build_run_spec(deep_merge(base.model_dump(mode="json"), {
         "run_kind": "profile", "variant": "baseline", "run_name": base.run_name or "optimize-baseline",
-        "tags": {f"{tracking.TAG_PREFIX}optimize": "baseline-profile"}}))
+        "tags": {names.OPTIMIZE: "baseline-profile"}}))
     with gpu_lock.hold(plan.concurrency_limit):
         profiled = profile_training(profile_spec, gpu_limit=None)  # the lock is held here
     recs = sweeps.recommendations(list(profiled.findings))
@@ -53,12 +55,12 @@ def optimize(
     if recs.variants:
         result = sweep(base=base, variants=recs.variants, repeats=repeats, order=order, warmup_steps=warmup_steps,
                        concurrency_limit=plan.concurrency_limit,
-                       extra_tags={f"{tracking.TAG_PREFIX}optimize.profile_run_id": profiled.run_id,
-                                   f"{tracking.TAG_PREFIX}optimize.recommended": ",".join(recs.variants)})
+                       extra_tags={names.OPTIMIZE_PROFILE_RUN_ID: profiled.run_id,
+                                   names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
     rows, markdown = sweeps.recommendation_report(recs, result.table if result else None, profiled.run_id)
     if result is not None:
         mlflow = tracking.client()
-        mlflow.log_text(result.parent_run_id, markdown, "sweep/recommendations.md")
+        mlflow.log_text(result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
     create_table_artifact(rows or [{"variant": "-", "outcome": "no recommendations"}], key="optimize-recommendations",
                           description=f"recommendations of profile run {profiled.run_id}")
     create_markdown_artifact(markdown, key="optimize-report", description=f"profile run {profiled.run_id}")

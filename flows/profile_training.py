@@ -10,10 +10,11 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from yolo_mlops import gpu_lock, pipeline, tracking
-from yolo_mlops.config import RunSpec
-from yolo_mlops.pipeline import PreparedRun, RunAnalysis, RunResult
-from yolo_mlops.training import TrainingOutcome
+from yolo_mlops import tracking
+from yolo_mlops.run import gpu_lock, pipeline
+from yolo_mlops.run.config import RunSpec
+from yolo_mlops.run.pipeline import PreparedRun, RunAnalysis, RunResult
+from yolo_mlops.run.training import TrainingOutcome
 
 # Inputs are live objects (profiler tables, data frames): hashing them for Prefect's cache would be waste.
 _task = task(cache_policy=NO_CACHE, persist_result=False)

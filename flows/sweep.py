@@ -20,9 +20,11 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from flows.profile_training import profile_training
-from yolo_mlops import gpu_lock, pipeline, sweeps, tracking
-from yolo_mlops.config import RunSpec
+from yolo_mlops.flows.profile_training import profile_training
+from yolo_mlops import sweeps, tracking
+from yolo_mlops.tracking import names
+from yolo_mlops.run import gpu_lock, pipeline, preflight
+from yolo_mlops.run.config import RunSpec
 from yolo_mlops.sweeps import ChildOutcome, SweepPlan
 
 
@@ -85,14 +87,14 @@ def sweep(
 ) -> SweepResult:
     plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants)
     slots = gpu_lock.check_limit(plan.concurrency_limit)
-    dataset, _, _ = pipeline.check_inputs(base)
+    dataset = pipeline.resolve_dataset(base, preflight.check(base))
     for name, reason in plan.skipped.items():
         print(f"skipping variant {name}: {reason}")
 
     mlflow = tracking.client()
     tags = {**sweeps.parent_tags(plan), **extra_tags}
     if slots is not None:
-        tags[f"{tracking.TAG_PREFIX}sweep.concurrency_slots"] = str(slots)
+        tags[names.SWEEP_CONCURRENCY_SLOTS] = str(slots)
     parent_id = tracking.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
                                     sweeps.parent_params(plan))
     experiment_id = mlflow.get_run(parent_id).info.experiment_id

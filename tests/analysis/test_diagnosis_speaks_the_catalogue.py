@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from yolo_mlops import variants
+from yolo_mlops.sweeps import variants
 from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose
 
 

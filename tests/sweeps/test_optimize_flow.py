@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from yolo_mlops.config import RunSpec
+from yolo_mlops.run.config import RunSpec
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +14,7 @@ TINY = dict(imgsz=64, batch=4, max_steps=3, workers=0, device="cpu", synthetic_i
 
 
 def test_optimize_profiles_the_baseline_and_sweeps_only_recommendations(prefect_server, mlflow_client):
-    from flows.optimize import optimize
+    from yolo_mlops.flows.optimize import optimize
     from yolo_mlops import sweeps
 
     result = optimize(base=RunSpec(**TINY, experiment="optimize"), repeats=1)

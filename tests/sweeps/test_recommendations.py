@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from yolo_mlops import stats, sweeps
-from yolo_mlops.pipeline import RunResult
+from yolo_mlops import sweeps
+from yolo_mlops.sweeps import stats
+from yolo_mlops.run.pipeline import RunResult
 
 
 def _result(findings):

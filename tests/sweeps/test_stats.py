@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from yolo_mlops import stats
-from yolo_mlops.stats import Repeat
+from yolo_mlops.sweeps import stats
+from yolo_mlops.sweeps.stats import Repeat
 
 
 def _group(rng, mean_ms, repeats=3, steps=40, sd=4.0, images=8):

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from yolo_mlops import pipeline, stats
-from yolo_mlops.config import ConfigError, RunSpec
+from yolo_mlops.run import pipeline, preflight
+from yolo_mlops.sweeps import stats
+from yolo_mlops.run.config import ConfigError, RunSpec
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +37,12 @@ def _create_limit(name: str, limit: int) -> None:
 
 @pytest.fixture(scope="module")
 def sweeps_done(prefect_server, mlflow_client):
-    from flows.sweep import sweep
+    from yolo_mlops.flows.sweep import sweep
 
     _create_limit(LIMIT, 1)
     base_a = RunSpec(**TINY, experiment="sweep-a")
     base_b = RunSpec(**TINY, experiment="sweep-b")
-    pipeline.check_inputs(base_a)  # build the shared synthetic dataset once, before two threads want it
+    pipeline.resolve_dataset(base_a, preflight.check(base_a))  # build the shared synthetic dataset once, before two threads want it
     results, errors = {}, {}
 
     def run(key, **kwargs):
@@ -175,7 +176,7 @@ def test_concurrency_limit_serialises_children_of_two_sweeps(sweeps_done, mlflow
 
 
 def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, mlflow_client):
-    from flows.sweep import sweep
+    from yolo_mlops.flows.sweep import sweep
 
     with pytest.raises(ConfigError, match="concurrency limit 'no-such-limit' does not exist"):
         sweep(base=RunSpec(**TINY, experiment="sweep-nolimit"), variants=["batch_2"], repeats=1,

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from yolo_mlops import stats, sweeps, variants
-from yolo_mlops.config import ConfigError, RunSpec
+from yolo_mlops import sweeps
+from yolo_mlops.sweeps import stats, variants
+from yolo_mlops.run.config import ConfigError, RunSpec
 from yolo_mlops.sweeps import Child, ChildOutcome, ChildRecord
 
 CPU = RunSpec(device="cpu", imgsz=64, batch=4)

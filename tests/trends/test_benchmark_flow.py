@@ -4,8 +4,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_benchmark_flow_tracks_and_judges_each_run(prefect_server, mlflow_client):
-    from flows.benchmark import BenchmarkSuite, benchmark
-    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.flows.benchmark import BenchmarkSuite, benchmark
+    from yolo_mlops.run.config import build_run_spec
 
     tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 4, "workers": 0, "device": "cpu",
                            "synthetic_images": 8, "experiment": "bench-flow",

@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
 
 from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
-from yolo_mlops.config import ProfilerSettings
+from yolo_mlops.run.config import ProfilerSettings
 
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from yolo_mlops.config import ConfigError
+from yolo_mlops.run.config import ConfigError
 
 SHAPES = ("circle", "rectangle", "triangle")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}

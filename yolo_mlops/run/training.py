@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from yolo_mlops.config import RunSpec, TorchSettings
-from yolo_mlops.environment import cuda_indices
+from yolo_mlops.run.config import RunSpec, TorchSettings
+from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase

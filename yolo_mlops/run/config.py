@@ -1,7 +1,7 @@
 """The one validated configuration behind `yolo-mlops profile`, `--config run.yaml` and the Prefect flows.
 
 Structure and value ranges are checked here (pydantic); checks that touch the file system or the network
-(does the dataset exist, is the tracking server reachable) live in `preflight.py`, because a RunSpec may be
+(does the dataset exist, is the tracking server reachable) live in `run/preflight.py`, because a RunSpec may be
 built on one machine (the Prefect UI) and run on another (a GPU worker).
 """
 
@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from yolo_mlops.errors import ConfigError
 
 DEFAULT_EXPERIMENT = "yolo-mlops"
 
@@ -141,10 +143,6 @@ def one_line_validation_error(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"])
         parts.append(f"{where}: {message}" if where else message)
     return "invalid run config: " + "; ".join(parts)
-
-
-class ConfigError(ValueError):
-    """Bad input the user can fix; the CLI prints it as one line."""
 
 
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from mlflow.tracking import MlflowClient
 
-from yolo_mlops.tracking import TAG_PREFIX
+from yolo_mlops.tracking.names import TAG_PREFIX
 
 # metric -> True when higher is better
 WATCHED_METRICS = {"perf/step_time_ms_p50": False, "perf/images_per_s": True}

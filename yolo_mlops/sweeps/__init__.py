@@ -22,13 +22,16 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from yolo_mlops import gpu_lock, stats, tracking, variants
-from yolo_mlops.config import ConfigError, RunSpec, build_run_spec, deep_merge
-from yolo_mlops.environment import resolve_device
+from yolo_mlops import tracking
+from yolo_mlops.tracking import names
+from yolo_mlops.run import gpu_lock
+from yolo_mlops.sweeps import stats, variants
+from yolo_mlops.run.config import ConfigError, RunSpec, build_run_spec, deep_merge
+from yolo_mlops.run.environment import resolve_device
 from yolo_mlops.profiling.step_timer import StepTimes
 
 Order = Literal["interleaved", "blocked"]
-T = tracking.TAG_PREFIX
+T = names.TAG_PREFIX
 
 LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
 
@@ -187,7 +190,7 @@ class ChildRecord:
 def child_runs(mlflow, parent_run_id: str) -> list:
     """All child runs of a sweep, by the parent tag (works for any store, any process)."""
     experiment = mlflow.get_run(parent_run_id).info.experiment_id
-    return mlflow.search_runs([experiment], filter_string=f"tags.`{tracking.PARENT_RUN_TAG}` = '{parent_run_id}'",
+    return mlflow.search_runs([experiment], filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
                               max_results=5000)
 
 

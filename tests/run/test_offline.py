@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.config import data_home
-from yolo_mlops.offline import configure_ultralytics
+from yolo_mlops.run.config import data_home
+from yolo_mlops.run.offline import configure_ultralytics
 
 
 def test_ultralytics_is_configured_offline():

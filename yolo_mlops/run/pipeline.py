@@ -1,6 +1,6 @@
 """The steps of one profiled run as plain functions over plain data; `flows/` wraps each in a Prefect task.
 
-    prepare(spec)  -> PreparedRun   checks input, builds data, fingerprints env, creates the MLflow run
+    prepare(spec)  -> PreparedRun   preflight checks, dataset, env fingerprint, creates the MLflow run
     train(prep)    -> TrainingOutcome
     analyse(prep, outcome) -> RunAnalysis
     track(prep, outcome, analysis) -> RunResult
@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,14 +17,16 @@ from pathlib import Path
 import yaml
 
 from yolo_mlops import tracking
+from yolo_mlops.tracking import names
 from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose, headline_metrics, write_report
-from yolo_mlops.config import ConfigError, RunSpec, data_home
-from yolo_mlops.datasets import DatasetInfo, inspect_dataset, synthetic_dataset
-from yolo_mlops.environment import Environment, capture_environment, resolve_device, series_key
+from yolo_mlops.run import preflight
+from yolo_mlops.run.config import RunSpec, data_home
+from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
+from yolo_mlops.run.environment import Environment, capture_environment, series_key
+from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.nvml import align, step_history, summary_metrics, write_timeline
-from yolo_mlops.offline import configure_ultralytics
 from yolo_mlops.profiling.step_timer import perf_metrics
-from yolo_mlops.training import TrainingOutcome, TrainingPlan, steps_per_epoch, ultralytics_args
+from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
@@ -63,56 +64,16 @@ class RunResult:
 
 # prepare ------------------------------------------------------------------------------------------------------
 
-def check_inputs(spec: RunSpec) -> tuple[DatasetInfo, str, int]:
-    """Everything that can be checked before training; raises ConfigError with one line."""
-    home = data_home()
-    configure_ultralytics(home)
-    _check_model(spec.model)
-    device = resolve_device(spec.device)
-    _check_device(device)
-    if spec.data is None:
-        dataset = synthetic_dataset(home / "datasets", train_images=spec.synthetic_images, seed=spec.seed)
-    else:
-        dataset = inspect_dataset(spec.data)
-    steps = steps_per_epoch(dataset.train_images, spec.batch) * spec.epochs
-    if spec.max_steps is not None:
-        steps = min(steps, spec.max_steps)
-    if spec.profiler.window_end_step > steps:
-        raise ConfigError(
-            f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
-            f"({dataset.train_images} images / batch {spec.batch} x {spec.epochs} epochs"
-            + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
-    if spec.nvml.backend == "real" and device == "cpu":
-        raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
-    tracking.check_reachable()
-    return dataset, device, steps
-
-
-def _check_model(model: str) -> None:
-    path = Path(model)
-    if path.exists():
-        return
-    if path.suffix == ".pt":
-        raise ConfigError(f"model checkpoint not found: {model} (weights are never downloaded; give a local .pt)")
-    from ultralytics.utils.checks import check_yaml
-
-    unified = re.sub(r"(\d+)([nslmx])(.+)?$", r"\1\3", path.name)  # how ultralytics maps yolo11n -> yolo11
-    try:
-        check_yaml(unified, hard=True)
-    except FileNotFoundError:
-        raise ConfigError(f"model config not found: {model} (not a file, and not a config bundled with "
-                          "ultralytics such as yolo11n.yaml)") from None
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    if device != "cpu" and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available here (use --device cpu)")
+def resolve_dataset(spec: RunSpec, checked: Preflight) -> DatasetInfo:
+    """The user's inspected dataset, or the synthetic one (built once, then reused from the cache)."""
+    if checked.dataset is not None:
+        return checked.dataset
+    return synthetic_dataset(data_home() / "datasets", train_images=spec.synthetic_images, seed=spec.seed)
 
 
 def prepare(spec: RunSpec) -> PreparedRun:
-    dataset, device, steps = check_inputs(spec)
+    checked = preflight.check(spec)
+    dataset, device, steps = resolve_dataset(spec, checked), checked.device, checked.steps
     env = capture_environment(device)
     data_identity = f"synthetic:{dataset.yaml_path.parent.name}" if dataset.synthetic else str(dataset.yaml_path)
     key = series_key(spec, env, data_identity)
@@ -122,22 +83,22 @@ def prepare(spec: RunSpec) -> PreparedRun:
                         steps_expected=steps)
     mlflow = tracking.client()
     tags = {
-        f"{tracking.TAG_PREFIX}run_kind": spec.run_kind,
-        f"{tracking.TAG_PREFIX}variant": spec.variant,
-        f"{tracking.TAG_PREFIX}series_key": key,
-        f"{tracking.TAG_PREFIX}device_type": env.device_type,
-        f"{tracking.TAG_PREFIX}profiler_activities": "cpu,cuda" if plan.device != "cpu" else "cpu",
-        f"{tracking.TAG_PREFIX}dataset": "synthetic" if dataset.synthetic else "user",
+        names.RUN_KIND: spec.run_kind,
+        names.VARIANT: spec.variant,
+        names.SERIES_KEY: key,
+        names.DEVICE_TYPE: env.device_type,
+        names.PROFILER_ACTIVITIES: "cpu,cuda" if plan.device != "cpu" else "cpu",
+        names.DATASET: "synthetic" if dataset.synthetic else "user",
         **spec.tags,
     }
     if env.git_commit:
-        tags[tracking.GIT_COMMIT_TAG] = env.git_commit
+        tags[names.GIT_COMMIT_TAG] = env.git_commit
     if spec.parent_run_id:
-        tags[tracking.PARENT_RUN_TAG] = spec.parent_run_id
+        tags[names.PARENT_RUN_TAG] = spec.parent_run_id
     run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
     experiment_id = mlflow.get_run(run_id).info.experiment_id
-    (output_dir / "env.json").write_text(env.to_json())
-    (output_dir / "run_spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    (output_dir / names.ENV_JSON).write_text(env.to_json())
+    (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return PreparedRun(spec, plan, dataset, env, key, run_id, experiment_id)
 
 
@@ -155,7 +116,7 @@ def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str,
 # train ------------------------------------------------------------------------------------------------------
 
 def train(prepared: PreparedRun) -> TrainingOutcome:
-    from yolo_mlops import training
+    from yolo_mlops.run import training
 
     outcome = training.train(prepared.plan)
     outcome.steps.save_csv(_analysis_dir(prepared) / "step_times.csv")
@@ -175,30 +136,30 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 
 def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     metrics = perf_metrics(outcome.steps, DISCARD_FIRST_STEPS)
-    metrics["perf/profiler_export_s"] = outcome.profiler_export_s
+    metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s
     metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
     metrics.update(outcome.val_metrics)
     histories = {name: list(enumerate(values)) for name, values in (
-        ("perf/step_time_ms", outcome.steps.step_ms), ("perf/data_wait_ms", outcome.steps.data_wait_ms),
+        (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
         *outcome.step_losses.items())}
     result = RunAnalysis(metrics=metrics, histories=histories)
     _summarise_nvml(prepared, outcome, result)
     tags = result.tags
     try:
         _analyse_trace(prepared, outcome, result)
-        tags[f"{tracking.TAG_PREFIX}analysis_status"] = "ok"
+        tags[names.ANALYSIS_STATUS] = names.ANALYSIS_OK
     except Exception as exc:  # a broken trace must not lose the run: record why and keep the measurements
-        tags[f"{tracking.TAG_PREFIX}analysis_status"] = "failed"
-        tags[f"{tracking.TAG_PREFIX}analysis_error"] = f"{type(exc).__name__}: {exc}"[:5000]
-    (_analysis_dir(prepared) / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+        tags[names.ANALYSIS_STATUS] = names.ANALYSIS_FAILED
+        tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]
+    (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
 
 
 def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """gpu/* metrics, per-step GPU history and the nvml/ timeline; only what the sampler really measured."""
-    result.tags[f"{tracking.TAG_PREFIX}nvml_backend"] = outcome.nvml.backend
+    result.tags[names.NVML_BACKEND] = outcome.nvml.backend
     if outcome.nvml.reasons:
-        result.tags[f"{tracking.TAG_PREFIX}nvml_reason"] = "; ".join(outcome.nvml.reasons)[:5000]
+        result.tags[names.NVML_REASON] = "; ".join(outcome.nvml.reasons)[:names.TAG_MAX_CHARS]
     if not len(outcome.nvml):
         return
     steps = outcome.steps
@@ -215,13 +176,13 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         raise FileNotFoundError("the profiler wrote no trace (training ended before the window closed?)")
     folder = _analysis_dir(prepared)
     trace = analyze_traces(outcome.trace_files[-1])
-    (folder / "trace_analysis.json").write_text(trace.to_json())
+    (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     m = result.metrics
     result.metrics.update(headline_metrics(trace))
     amp = outcome.applied.get("amp")
     findings = diagnose(DiagnosisInput(
         analysis=trace,
-        data_wait_pct=m.get("perf/data_wait_pct"),
+        data_wait_pct=m.get(names.DATA_WAIT_PCT),
         device_type=prepared.env.device_type,
         amp=None if amp is None else amp not in ("False", "fp32"),
         cudnn_benchmark=outcome.applied.get("cudnn_benchmark"),
@@ -233,10 +194,10 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         workers=prepared.spec.workers,
     ))
     result.findings = [f.to_dict() for f in findings]
-    result.metrics["analysis/findings"] = float(len(findings))
-    (folder / "findings.json").write_text(json.dumps(result.findings, indent=2))
+    result.metrics[names.FINDINGS_COUNT] = float(len(findings))
+    (folder / names.FINDINGS_JSON).write_text(json.dumps(result.findings, indent=2))
     nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
-    headline = {k: v for k, v in m.items() if k.startswith("perf/")}
+    headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}
     write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None)
     result.report_markdown = (folder / "report.md").read_text()
 
@@ -246,24 +207,24 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
 def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
     mlflow = tracking.client()
     run_id = prepared.run_id
-    tags = {f"{tracking.TAG_PREFIX}applied.{k}": str(v) for k, v in outcome.applied.items()}
+    tags = {f"{names.APPLIED_PREFIX}{k}": str(v) for k, v in outcome.applied.items()}
     tags.update(analysis.tags)
     params = {}
     if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one
-        params["sampler.effective_interval_ms"] = f"{outcome.nvml.interval_s * 1000:g}"
+        params[names.SAMPLER_EFFECTIVE_INTERVAL] = f"{outcome.nvml.interval_s * 1000:g}"
     # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
     summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
     tracking.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:
-        tracking.log_table(mlflow, run_id, table.frame, f"profiler/{table.name}.json")
+        tracking.log_table(mlflow, run_id, table.frame, names.profiler_table(table.name))
     return RunResult(
         run_id=run_id,
         experiment_id=prepared.experiment_id,
         run_url=tracking.run_url(run_id, prepared.experiment_id),
         metrics=analysis.metrics,
         findings=analysis.findings,
-        trace_files=[f"profiler/{p.name}" for p in outcome.trace_files],
+        trace_files=[names.profiler_file(p.name) for p in outcome.trace_files],
         report_markdown=analysis.report_markdown,
     )
 
@@ -271,20 +232,20 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
 def upload_run_folder(mlflow, prepared: PreparedRun) -> None:
     """Everything the run wrote, in the contract's layout; also used to salvage a failed run."""
     out = prepared.plan.output_dir
-    for name in ("profiler", "nvml", "analysis"):
+    for name in names.RUN_FOLDERS:
         tracking.log_folder(mlflow, prepared.run_id, out / name, name)
-    for name in ("env.json", "run_spec.yaml"):
+    for name in (names.ENV_JSON, names.RUN_SPEC_YAML):
         if (out / name).exists():
             mlflow.log_artifact(prepared.run_id, str(out / name))
-    ultra = out / "ultralytics"
-    for name in ("results.csv", "args.yaml"):
+    ultra = out / names.ULTRALYTICS_DIR
+    for name in names.ULTRALYTICS_FILES:
         if (ultra / name).exists():
-            mlflow.log_artifact(prepared.run_id, str(ultra / name), "ultralytics")
+            mlflow.log_artifact(prepared.run_id, str(ultra / name), names.ULTRALYTICS_DIR)
 
 
 def summary_markdown(result: RunResult, spec: RunSpec) -> str:
     m = result.metrics
-    rows = [(k, m[k]) for k in sorted(m) if k.startswith(("perf/", "trace/", "gpu/", "val/", "train/"))]
+    rows = [(k, m[k]) for k in sorted(m) if k.startswith(names.HEADLINE_PREFIXES)]
     lines = [f"# Profiled run `{result.run_id}`", "",
              f"Model `{spec.model}`, imgsz {spec.imgsz}, batch {spec.batch}, variant `{spec.variant}`.", "",
              f"MLflow run: [{result.run_url}]({result.run_url})", "",

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from yolo_mlops.config import RunSpec
+from yolo_mlops.run.config import RunSpec
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 import pytest
 
-from yolo_mlops import gpu_lock
-from yolo_mlops.config import ConfigError
+from yolo_mlops.run import gpu_lock
+from yolo_mlops.run.config import ConfigError
 
 
 def test_limit_names(monkeypatch):

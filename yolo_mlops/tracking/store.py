@@ -1,4 +1,4 @@
-"""MLflow: the one place that talks to the tracking server. Names follow docs/mlflow.md (the naming contract).
+"""The MLflow client calls of the project: runs, children, queries, uploads. Names come from `names`.
 
 Runs are created and ended explicitly by id (MlflowClient), never through `mlflow.start_run()`'s
 thread-local active-run stack: Prefect runs tasks in worker threads, where that stack is empty.
@@ -18,11 +18,8 @@ import pandas as pd
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from yolo_mlops.config import ConfigError, data_home
-
-TAG_PREFIX = "yolo_mlops."
-GIT_COMMIT_TAG = "mlflow.source.git.commit"
-PARENT_RUN_TAG = "mlflow.parentRunId"
+from yolo_mlops.run.config import ConfigError, data_home
+from yolo_mlops.tracking import names
 
 
 def tracking_uri() -> str:
@@ -127,7 +124,7 @@ def run_guard(mlflow: MlflowClient, run_id: str, salvage: Callable[[], None] | N
     except BaseException as exc:
         status = RunStatus.to_string(RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED)
         try:
-            log_values(mlflow, run_id, tags={f"{TAG_PREFIX}error": f"{type(exc).__name__}: {exc}"[:5000]})
+            log_values(mlflow, run_id, tags={names.ERROR: f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]})
             if salvage is not None:
                 salvage()  # upload whatever the run captured before it failed
         finally:

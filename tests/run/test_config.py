@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.config import ConfigError, ProfilerSettings, build_run_spec, load_run_spec
+from yolo_mlops.run.config import ConfigError, ProfilerSettings, build_run_spec, load_run_spec
 
 
 def test_defaults_validate_and_window_arithmetic():

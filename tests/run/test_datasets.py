@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yolo_mlops.config import ConfigError
-from yolo_mlops.datasets import inspect_dataset, synthetic_dataset
+from yolo_mlops.run.config import ConfigError
+from yolo_mlops.run.datasets import inspect_dataset, synthetic_dataset
 
 
 def _digest(folder: Path) -> str:

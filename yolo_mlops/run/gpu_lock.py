@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from yolo_mlops.config import ConfigError
-from yolo_mlops.environment import cuda_indices
+from yolo_mlops.run.config import ConfigError
+from yolo_mlops.run.environment import cuda_indices
 
 AUTO = "auto"
 

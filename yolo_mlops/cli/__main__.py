@@ -1,0 +1,5 @@
+import sys
+
+from yolo_mlops.cli import main
+
+sys.exit(main())

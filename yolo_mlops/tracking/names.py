@@ -1,0 +1,92 @@
+"""Every MLflow name the project writes: tags, param prefixes, metric names and prefixes, artifact paths.
+
+UI comparisons, sweeps and trend queries depend on these names, so they live in one place and
+`docs/mlflow.md` (the naming contract) is checked against this module by a test. A name that must change
+needs a migration or a reader of both names.
+"""
+
+from __future__ import annotations
+
+# tags ---------------------------------------------------------------------------------------------------------
+TAG_PREFIX = "yolo_mlops."
+GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]
+PARENT_RUN_TAG = "mlflow.parentRunId"
+
+RUN_KIND = TAG_PREFIX + "run_kind"
+VARIANT = TAG_PREFIX + "variant"
+SERIES_KEY = TAG_PREFIX + "series_key"
+DEVICE_TYPE = TAG_PREFIX + "device_type"
+PROFILER_ACTIVITIES = TAG_PREFIX + "profiler_activities"
+DATASET = TAG_PREFIX + "dataset"
+APPLIED_PREFIX = TAG_PREFIX + "applied."  # + setting name: effective settings after ultralytics resolved them
+ERROR = TAG_PREFIX + "error"
+NVML_BACKEND = TAG_PREFIX + "nvml_backend"
+NVML_REASON = TAG_PREFIX + "nvml_reason"
+ANALYSIS_STATUS = TAG_PREFIX + "analysis_status"
+ANALYSIS_ERROR = TAG_PREFIX + "analysis_error"
+TREND = TAG_PREFIX + "trend"
+TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
+OPTIMIZE = TAG_PREFIX + "optimize"
+OPTIMIZE_PROFILE_RUN_ID = TAG_PREFIX + "optimize.profile_run_id"
+OPTIMIZE_RECOMMENDED = TAG_PREFIX + "optimize.recommended"
+SWEEP_PREFIX = TAG_PREFIX + "sweep."  # + plan field (variants, order, repeats, device, ...)
+SWEEP_REPEAT = SWEEP_PREFIX + "repeat"
+SWEEP_POSITION = SWEEP_PREFIX + "position"
+SWEEP_CONCURRENCY_SLOTS = SWEEP_PREFIX + "concurrency_slots"
+
+TAG_MAX_CHARS = 5000  # MLflow's tag value limit is 8000; error texts are cut well below it
+
+# tag values
+RUN_KINDS = ("profile", "sweep", "variant", "benchmark", "smoke")
+ANALYSIS_OK, ANALYSIS_FAILED = "ok", "failed"
+
+# params (prefixes) ------------------------------------------------------------------------------------------
+TRAIN_PARAM = "train."
+TORCH_PARAM = "train.torch."
+PROFILER_PARAM = "profiler."
+SAMPLER_PARAM = "sampler."
+ENV_PARAM = "env."
+SAMPLER_EFFECTIVE_INTERVAL = "sampler.effective_interval_ms"
+
+# metrics ----------------------------------------------------------------------------------------------------
+PERF = "perf/"
+GPU = "gpu/"
+TRACE = "trace/"
+TRAIN = "train/"
+VAL = "val/"
+SWEEP = "sweep/"
+TREND_METRIC = "trend/"
+STEP_TIME_MS = "perf/step_time_ms"  # per-step history
+DATA_WAIT_MS = "perf/data_wait_ms"  # per-step history
+STEP_TIME_P50 = "perf/step_time_ms_p50"
+IMAGES_PER_S = "perf/images_per_s"
+DATA_WAIT_PCT = "perf/data_wait_pct"
+PROFILER_EXPORT_S = "perf/profiler_export_s"
+FINDINGS_COUNT = "analysis/findings"
+HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
+
+# artifacts --------------------------------------------------------------------------------------------------
+PROFILER_DIR = "profiler"  # Chrome traces (tensorboard_trace_handler names) and key_averages tables
+NVML_DIR = "nvml"
+ANALYSIS_DIR = "analysis"
+ULTRALYTICS_DIR = "ultralytics"
+RUN_FOLDERS = (PROFILER_DIR, NVML_DIR, ANALYSIS_DIR)  # uploaded as folders, in this layout
+ENV_JSON = "env.json"
+RUN_SPEC_YAML = "run_spec.yaml"
+ULTRALYTICS_FILES = ("results.csv", "args.yaml")
+STEP_TIMES_CSV = "analysis/step_times.csv"
+METRICS_JSON = "metrics.json"
+TRACE_ANALYSIS_JSON = "trace_analysis.json"
+FINDINGS_JSON = "findings.json"
+REPORT_MD = "report.md"
+SWEEP_COMPARISON_TABLE = "sweep/comparison.json"
+SWEEP_RECOMMENDATIONS_MD = "sweep/recommendations.md"
+
+
+def profiler_table(name: str) -> str:
+    """Artifact path of a key_averages table logged as an MLflow table."""
+    return f"{PROFILER_DIR}/{name}.json"
+
+
+def profiler_file(name: str) -> str:
+    return f"{PROFILER_DIR}/{name}"
