@@ -1,7 +1,7 @@
 """torch.profiler over a window of training steps, driven by one `ProfilerSettings` object.
 
 Like torchtitan's `maybe_enable_profiling`: the trainer only calls `step()` once per training step and
-asks `labels_on` whether to emit phase labels; nothing else knows the profiler exists.
+reads `recording` to decide whether to emit phase labels; nothing else knows the profiler exists.
 Traces are written by torch's own `tensorboard_trace_handler` (gzipped, `<worker>.<ns>.pt.trace.json.gz`),
 so TensorBoard, HTA and Perfetto open them. key_averages tables are built after training.
 """
