@@ -11,14 +11,16 @@ import pynvml
 import pytest
 
 from yolo_mlops.nvml import BackendUnavailableError, GpuLostError, NvmlSampler, make_backend
-from yolo_mlops.nvml import real
+from yolo_mlops.nvml import devices, real
+from yolo_mlops.nvml.backend import DRIVER_UTIL_METRICS, GPM_METRICS
+from yolo_mlops.nvml.devices import parse_cuda_visible_devices
 from yolo_mlops.nvml.real import (
     FIELD_POWER_INSTANT,
     FIELD_TOTAL_ENERGY,
     GPM_METRIC_IDS,
+    SAMPLE_TYPES,
     PynvmlBackend,
     gpm_sample_address,
-    parse_cuda_visible_devices,
 )
 
 PATCHED = [
@@ -297,6 +299,12 @@ def test_torch_pci_bus_ids_format_matches_nvml_bus_id_strings():
     props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x65, pci_device_id=0)
     with patch("torch.cuda.is_available", return_value=True), \
             patch("torch.cuda.get_device_properties", return_value=props):
-        assert real.torch_pci_bus_ids([0]) == {0: "00000000:65:00.0"}
+        assert devices.torch_pci_bus_ids([0]) == {0: "00000000:65:00.0"}
     with patch("torch.cuda.is_available", return_value=False):
-        assert real.torch_pci_bus_ids([0]) is None
+        assert devices.torch_pci_bus_ids([0]) is None
+
+
+def test_pynvml_ids_cover_exactly_the_mode_rules_metrics():
+    # the fake imitates the real backend through backend.py's mode rules; the ids must name the same columns
+    assert tuple(GPM_METRIC_IDS) == GPM_METRICS
+    assert tuple(SAMPLE_TYPES) == DRIVER_UTIL_METRICS

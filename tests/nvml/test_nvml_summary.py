@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from yolo_mlops.nvml import Timeline, align, step_history, summary_metrics, write_timeline
+from yolo_mlops.nvml import NvmlSummary, Timeline, align, step_history, summarise, summary_metrics, write_timeline
 from yolo_mlops.nvml.summary import weighted_mean, weighted_quantile
 
 S = 1_000_000_000  # ns per second
@@ -170,3 +170,25 @@ def test_end_to_end_with_a_real_thread_and_perf_counter_steps(tmp_path):
     assert metrics["gpu/energy_j"] > 0 and metrics["gpu/energy_per_image_j"] > 0
     assert {p.name for p in write_timeline(aligned, tmp_path)} == {
         "nvml_timeline.csv", "nvml_timeline.png", "nvml_meta.json"}
+
+
+def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
+    columns = {**COLUMNS, "dram_bw_util_pct": [50, 50, 25, 0, 100], "mem_total_gib": [16] * 5}
+    aligned = align(_timeline(columns), STEP_START, STEP_END, PROFILED)
+    summary = summarise(aligned, images_per_step=4)
+    # rows 0-3 lie in the training span [0.5 s, 5.5 s], weighted by their intervals 1, 1, 2, 1 s
+    assert summary.backend == "fake" and summary.samples == 5
+    assert summary.sm_util_pct_mean == pytest.approx((10 + 20 + 2 * 40 + 80) / 5)
+    assert summary.dram_bw_util_pct_mean == pytest.approx((50 + 50 + 2 * 25 + 0) / 5)
+    assert summary.tensor_util_pct_mean == pytest.approx((5 + 2 * 15 + 25) / 4)  # the NaN row is not measured
+    assert summary.mem_used_gib_max == 3.0 and summary.mem_total_gib == 16.0
+    assert summary.gpu_util_pct_mean is None  # never sampled: unknown, not zero
+    assert summary.metrics == summary_metrics(aligned, images_per_step=4)
+    assert summary.energy_j == summary.metrics["gpu/energy_j"]
+    assert summary.energy_per_image_j == pytest.approx(summary.energy_j / 8)
+
+
+def test_summarise_of_a_run_without_samples_knows_nothing():
+    summary = summarise(align(Timeline.empty("none"), [], [], []), images_per_step=4)
+    assert summary == NvmlSummary(backend="none")
+    assert summary.sm_util_pct_mean is None and summary.metrics == {}

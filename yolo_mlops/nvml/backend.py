@@ -1,14 +1,14 @@
-"""The backend interface the sampler polls, the metric catalogue, and the null backend.
+"""What every NVML backend shares: the protocol the sampler polls, readings, errors, the metric
+catalogue and the mode rules (which metrics each utilisation path reads, how often it may poll).
 
 A backend answers one question per poll: "what did each watched GPU do since the last
 poll?". Backends never sleep and never decide about dropping metrics; the sampler does
 the scheduling and the bookkeeping, so every backend (real, fake, null) behaves the
-same under the sampler.
+same under the sampler. This module imports no backend; the backends import it.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -126,63 +126,46 @@ class NvmlBackend(Protocol):
         """Release per-run resources (GPM sample buffers). Never shuts NVML down."""
 
 
-class NullNvmlBackend:
-    """No GPU or no NVML: reports `none` and produces no samples at all (never zeros)."""
+# ---------------------------------------------------------------------------
+# Mode rules, shared by the pynvml backend and the fake that imitates it.
+#
+# gpm:         GPU Performance Monitoring (Hopper and newer), interval averages;
+# samples:     the driver's ring of utilisation samples (nvmlDeviceGetSamples);
+# utilization: nvmlDeviceGetUtilizationRates, the driver's last sample period only.
+# ---------------------------------------------------------------------------
 
-    name = "none"
-    min_interval_s = 0.0
+Mode = Literal["gpm", "samples", "utilization"]
 
-    def __init__(self, reason: str | None = None) -> None:
-        self.devices: list[int] = []
-        self.reason = reason
-
-    def start(self) -> int:
-        return time.perf_counter_ns()
-
-    def read(self) -> list[DeviceReading]:
-        return []
-
-    def disable(self, metric: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+GPM_METRICS: tuple[str, ...] = (
+    "gpu_util_pct", "sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct",
+    "pcie_tx_mib_s", "pcie_rx_mib_s", "nvlink_rx_mib_s", "nvlink_tx_mib_s",
+)
+DRIVER_UTIL_METRICS: tuple[str, ...] = ("gpu_util_pct", "mem_util_pct")  # samples and utilization paths
+COMMON_METRICS: tuple[str, ...] = (
+    "mem_used_gib", "mem_total_gib", "power_w", "energy_j",
+    "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
+)
 
 
-def make_backend(
-    kind: BackendKind,
-    devices: list[int] | None,
-    *,
-    fake_script: object | None = None,
-    pci_bus_ids: dict[int, str] | None = None,
-) -> tuple[NvmlBackend, str | None]:
-    """Build the backend for `kind`; return it and, when it is not what was wished, why.
+def metrics_for_mode(mode: str) -> tuple[str, ...]:
+    """The columns a backend in `mode` (gpm | samples | utilization) reads."""
+    if mode == "gpm":
+        return GPM_METRICS + COMMON_METRICS
+    return DRIVER_UTIL_METRICS + COMMON_METRICS
 
-    auto: the real pynvml backend when the library loads and a GPU is there, else the null
-    backend plus the reason. real: the real backend or BackendUnavailableError (the user
-    asked for it explicitly, so silence would be wrong). fake: FakeNvmlBackend with
-    `fake_script` (a FakeScript) or a default script. none: the null backend.
-    `devices` are CUDA indices as the training process sees them (None: device 0).
-    `pci_bus_ids` optionally maps CUDA index -> PCI bus id (e.g. from torch) for an exact
-    mapping that does not depend on CUDA_DEVICE_ORDER.
+
+def min_interval_for_mode(mode: str) -> float:
+    """GPM needs > 100 ms between samples; a small margin keeps timer jitter out."""
+    return GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
+
+
+def mean_of_new_samples(samples: list[tuple[int, float]], last_seen_us: int) -> tuple[float | None, int]:
+    """Mean of the driver samples newer than `last_seen_us` and the new last-seen timestamp.
+
+    Driver samples come at a fixed rate, so their plain mean is the time-weighted mean of
+    the interval they cover. None when there is nothing new (never a made-up zero).
     """
-    cuda_devices = list(devices) if devices else [0]
-    if kind == "none":
-        return NullNvmlBackend("nvml backend 'none' requested"), "nvml backend 'none' requested"
-    if kind == "fake":
-        from yolo_mlops.nvml.fake import FakeNvmlBackend, FakeScript
-
-        script = fake_script if fake_script is not None else FakeScript()
-        return FakeNvmlBackend(script, devices=cuda_devices), None
-    if kind not in ("auto", "real"):
-        raise ValueError(f"unknown nvml backend kind {kind!r}; use auto, real, fake or none")
-
-    from yolo_mlops.nvml.real import PynvmlBackend
-
-    try:
-        return PynvmlBackend.open(cuda_devices, pci_bus_ids=pci_bus_ids), None
-    except BackendUnavailableError as exc:
-        if kind == "real":
-            raise
-        reason = f"no NVML sampling: {exc}"
-        return NullNvmlBackend(reason), reason
+    fresh = [(ts, v) for ts, v in samples if ts > last_seen_us]
+    if not fresh:
+        return None, last_seen_us
+    return sum(v for _, v in fresh) / len(fresh), max(ts for ts, _ in fresh)

@@ -7,7 +7,8 @@ measured one. It imitates the three real paths at the level the sampler sees the
   100 ms after the previous poll, as NVML does;
 - mode "samples": a fake driver produces utilisation samples every
   `driver_sample_period_s`; each poll averages the ones newer than the last-seen
-  timestamp with the same helper the real backend uses (so nothing is lost or doubled);
+  timestamp with the rule the real backend uses (backend.mean_of_new_samples), so
+  nothing is lost or doubled;
 - mode "utilization": gpu/mem utilisation read at the poll time.
 
 Failures can be injected: init failure at start(), NOT_SUPPORTED for chosen metrics from
@@ -16,20 +17,24 @@ a chosen poll on, and GPU lost at a chosen poll.
 
 from __future__ import annotations
 
-from collections import deque
-
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable
 
 from yolo_mlops.nvml.backend import (
+    DRIVER_UTIL_METRICS,
+    GPM_METRICS,
+    GPM_MIN_SAMPLE_GAP_S,
     BackendUnavailableError,
     DeviceReading,
-    GPM_MIN_SAMPLE_GAP_S,
     GpuLostError,
+    Mode,
+    mean_of_new_samples,
+    metrics_for_mode,
+    min_interval_for_mode,
 )
-from yolo_mlops.nvml.real import GPM_METRIC_IDS, mean_of_new_samples, metrics_for_mode, min_interval_for_mode
 
 ValueScript = float | Callable[[float], float]  # constant, or f(seconds since start())
 
@@ -63,7 +68,7 @@ def _default_values() -> dict[str, ValueScript]:
 
 @dataclass
 class FakeScript:
-    mode: Literal["gpm", "samples", "utilization"] = "gpm"
+    mode: Mode = "gpm"
     values: dict[str, ValueScript] = field(default_factory=_default_values)
     fail_init: bool = False
     not_supported_from_poll: dict[str, int] = field(default_factory=dict)  # metric -> first poll (0-based)
@@ -105,7 +110,7 @@ class FakeNvmlBackend:
         if self.script.fail_init:
             raise BackendUnavailableError("fake NVML: injected init failure")
         self._start_ns = self._prev_ns = self._clock()
-        self._last_seen_us = {(d, m): 0 for d in self.devices for m in ("gpu_util_pct", "mem_util_pct")}
+        self._last_seen_us = {(d, m): 0 for d in self.devices for m in DRIVER_UTIL_METRICS}
         return self._start_ns
 
     def disable(self, metric: str) -> None:
@@ -147,7 +152,7 @@ class FakeNvmlBackend:
                 first_unsupported = self.script.not_supported_from_poll.get(metric)
                 if first_unsupported is not None and poll >= first_unsupported:
                     reading.unsupported += (metric,)
-                elif self.mode == "gpm" and metric in GPM_METRIC_IDS:
+                elif self.mode == "gpm" and metric in GPM_METRICS:
                     if (now_ns - prev_ns) / 1e9 <= GPM_MIN_SAMPLE_GAP_S:
                         reading.failed[metric] = "GPM samples less than 100 ms apart"
                     else:  # average over the interval, taken at its midpoint

@@ -1,4 +1,4 @@
-"""The real NVML backend on nvidia-ml-py (`import pynvml`).
+"""The real NVML backend on nvidia-ml-py (`import pynvml`); devices.py maps CUDA indices to handles.
 
 Three utilisation paths, best first, chosen once at open():
 
@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from yolo_mlops.nvml.backend import (
+    DRIVER_UTIL_METRICS,
+    GPM_METRICS,
     BackendUnavailableError,
     DeviceReading,
-    GPM_MIN_SAMPLE_GAP_S,
     GpuLostError,
+    mean_of_new_samples,
+    min_interval_for_mode,
 )
+from yolo_mlops.nvml.devices import ERR_NOT_FOUND as _ERR_NOT_FOUND
+from yolo_mlops.nvml.devices import map_cuda_devices
 
 try:  # nvidia-ml-py is optional at import time: without it, auto falls back to `none`.
     import pynvml
@@ -40,7 +45,7 @@ except ImportError:  # pragma: no cover - exercised only where nvidia-ml-py is a
 
 _GIB = float(1 << 30)
 
-# GPM metric ids -> our column names (ids from pynvml's NVML_GPM_METRIC_* constants).
+# GPM metric ids of the GPM_METRICS columns (ids from pynvml's NVML_GPM_METRIC_* constants).
 GPM_METRIC_IDS: dict[str, int] = {
     "gpu_util_pct": 1,  # NVML_GPM_METRIC_GRAPHICS_UTIL
     "sm_util_pct": 2,  # NVML_GPM_METRIC_SM_UTIL
@@ -53,31 +58,14 @@ GPM_METRIC_IDS: dict[str, int] = {
     "nvlink_tx_mib_s": 61,  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
 }
 
-# Driver sample types (NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES).
+# Driver sample types of the DRIVER_UTIL_METRICS columns
+# (NVML_GPU_UTILIZATION_SAMPLES, NVML_MEMORY_UTILIZATION_SAMPLES).
 SAMPLE_TYPES: dict[str, int] = {"gpu_util_pct": 1, "mem_util_pct": 2}
 
 FIELD_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, milliwatts
 FIELD_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, millijoules
 
-COMMON_METRICS = (
-    "mem_used_gib", "mem_total_gib", "power_w", "energy_j",
-    "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
-)
-
-
-def metrics_for_mode(mode: str) -> tuple[str, ...]:
-    """The columns a backend in `mode` (gpm | samples | utilization) reads."""
-    if mode == "gpm":
-        return tuple(GPM_METRIC_IDS) + COMMON_METRICS
-    return tuple(SAMPLE_TYPES) + COMMON_METRICS
-
-
-def min_interval_for_mode(mode: str) -> float:
-    """GPM needs > 100 ms between samples; a small margin keeps timer jitter out."""
-    return GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
-
 _ERR_NOT_SUPPORTED = 3
-_ERR_NOT_FOUND = 6
 _ERR_FUNCTION_NOT_FOUND = 13
 _GPU_LOST_CODES = frozenset({15, 16, 28})  # GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND
 
@@ -118,96 +106,6 @@ def _forget_nvml_init_for_tests() -> None:
 
 
 # ---------------------------------------------------------------------------
-# CUDA index -> NVML handle
-# ---------------------------------------------------------------------------
-
-
-def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
-    """Entries of CUDA_VISIBLE_DEVICES in CUDA order; None when unset (all devices visible).
-
-    Like the CUDA runtime, stops at the first entry that is neither an index nor a
-    GPU-/MIG- UUID, so "0,2,-1,1" exposes devices 0 and 2.
-    """
-    if value is None:
-        return None
-    entries: list[str] = []
-    for raw in value.split(","):
-        entry = raw.strip()
-        if entry.isdigit() or entry.startswith(("GPU-", "MIG-")):
-            entries.append(entry)
-        else:
-            break
-    return entries
-
-
-def _decode(text: str | bytes) -> str:
-    return text.decode() if isinstance(text, bytes) else text
-
-
-def _handle_by_uuid_prefix(prefix: str):
-    """CUDA accepts unambiguous UUID prefixes; NVML wants the full UUID."""
-    matches = []
-    for nvml_index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index)
-        if _decode(pynvml.nvmlDeviceGetUUID(handle)).startswith(prefix):
-            matches.append(handle)
-    if len(matches) != 1:
-        raise BackendUnavailableError(
-            f"CUDA_VISIBLE_DEVICES entry {prefix!r} matches {len(matches)} NVML devices"
-        )
-    return matches[0]
-
-
-def resolve_nvml_handle(cuda_index: int, visible: list[str] | None, pci_bus_id: str | None = None):
-    """The NVML handle of CUDA device `cuda_index` of this process.
-
-    Preference: an explicit PCI bus id (exact whatever CUDA_DEVICE_ORDER says); a UUID
-    from CUDA_VISIBLE_DEVICES; an index from CUDA_VISIBLE_DEVICES; the index itself.
-    Integer entries assume CUDA enumerates in PCI bus order like NVML does
-    (CUDA_DEVICE_ORDER=PCI_BUS_ID, or identical GPUs); pass pci_bus_ids otherwise.
-    """
-    if pci_bus_id:
-        return pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
-    if visible is None:
-        return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
-    if cuda_index >= len(visible):
-        raise BackendUnavailableError(
-            f"CUDA device {cuda_index} is not visible (CUDA_VISIBLE_DEVICES has {len(visible)} usable entries)"
-        )
-    entry = visible[cuda_index]
-    if entry.startswith("MIG-"):
-        raise BackendUnavailableError(f"MIG device {entry} cannot be sampled per device")
-    if entry.isdigit():
-        return pynvml.nvmlDeviceGetHandleByIndex(int(entry))
-    try:
-        return pynvml.nvmlDeviceGetHandleByUUID(entry)
-    except pynvml.NVMLError as exc:
-        if exc.value != _ERR_NOT_FOUND:
-            raise
-        return _handle_by_uuid_prefix(entry)
-
-
-def torch_pci_bus_ids(cuda_devices: list[int]) -> dict[int, str] | None:
-    """PCI bus ids of CUDA devices as torch sees them, for make_backend(pci_bus_ids=...).
-
-    The exact mapping, whatever CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES say. Needs
-    CUDA (it initialises it); None when torch or CUDA is not there.
-    """
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        ids = {}
-        for index in cuda_devices:
-            props = torch.cuda.get_device_properties(index)
-            ids[index] = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        return ids
-    except Exception:  # no torch, no driver, odd device: fall back to the environment mapping
-        return None
-
-
-# ---------------------------------------------------------------------------
 # Pure helpers
 # ---------------------------------------------------------------------------
 
@@ -215,18 +113,6 @@ def torch_pci_bus_ids(cuda_devices: list[int]) -> dict[int, str] | None:
 def sample_value(value_type: int, value) -> float:
     """A c_nvmlValue_t union (sample or field value) as float, read by its value type."""
     return float(getattr(value, _VALUE_FIELD_BY_TYPE.get(value_type, "uiVal")))
-
-
-def mean_of_new_samples(samples: list[tuple[int, float]], last_seen_us: int) -> tuple[float | None, int]:
-    """Mean of the driver samples newer than `last_seen_us` and the new last-seen timestamp.
-
-    Driver samples come at a fixed rate, so their plain mean is the time-weighted mean of
-    the interval they cover. None when there is nothing new (never a made-up zero).
-    """
-    fresh = [(ts, v) for ts, v in samples if ts > last_seen_us]
-    if not fresh:
-        return None, last_seen_us
-    return sum(v for _, v in fresh) / len(fresh), max(ts for ts, _ in fresh)
 
 
 # ---------------------------------------------------------------------------
@@ -284,26 +170,17 @@ class PynvmlBackend:
         ensure_nvml_initialised()
         env = os.environ if environ is None else environ
         try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                raise BackendUnavailableError("NVML sees no GPU")
-            visible = parse_cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES"))
-            devices = [
-                _Device(i, resolve_nvml_handle(i, visible, (pci_bus_ids or {}).get(i)))
-                for i in cuda_devices
-            ]
-            notes: list[str] = []
+            mapping = map_cuda_devices(cuda_devices, env, pci_bus_ids)
+            devices = [_Device(i, handle) for i, handle in mapping.handles.items()]
             if all(_gpm_supported(d.handle) for d in devices):
                 mode = "gpm"
             elif all(_samples_supported(d.handle) for d in devices):
                 mode = "samples"
             else:
                 mode = "utilization"
-            if visible and visible[0].isdigit() and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" \
-                    and not pci_bus_ids and pynvml.nvmlDeviceGetCount() > 1:
-                notes.append("CUDA_VISIBLE_DEVICES holds indices and CUDA_DEVICE_ORDER is not "
-                             "PCI_BUS_ID: the NVML mapping assumes PCI bus order")
         except pynvml.NVMLError as exc:
             raise BackendUnavailableError(f"NVML device lookup failed: {exc}") from exc
+        notes = list(mapping.notes)
         return cls(devices, mode, notes)
 
     # -- lifecycle -----------------------------------------------------------
@@ -351,13 +228,13 @@ class PynvmlBackend:
         for dev in self._devices:
             reading = DeviceReading(dev.cuda_index, time.perf_counter_ns())
             if self.name == "gpm":
-                self._guard(reading, tuple(GPM_METRIC_IDS), lambda r, d=dev: self._read_gpm(d, r))
+                self._guard(reading, GPM_METRICS, lambda r, d=dev: self._read_gpm(d, r))
             elif self.name == "samples":
                 for metric, sample_type in SAMPLE_TYPES.items():
                     self._guard(reading, (metric,),
                                 lambda r, d=dev, m=metric, st=sample_type: self._read_samples(d, m, st, r))
             else:
-                self._guard(reading, ("gpu_util_pct", "mem_util_pct"), lambda r, d=dev: self._read_utilization(d, r))
+                self._guard(reading, DRIVER_UTIL_METRICS, lambda r, d=dev: self._read_utilization(d, r))
             self._guard(reading, ("power_w", "energy_j"), lambda r, d=dev: self._read_fields(d, r))
             self._guard(reading, ("mem_used_gib", "mem_total_gib"), lambda r, d=dev: self._read_memory(d, r))
             self._guard(reading, ("sm_clock_mhz",),
@@ -394,7 +271,7 @@ class PynvmlBackend:
                 reading.failed.update({m: f"{exc} (NVML error {exc.value})" for m in wanted})
 
     def _read_gpm(self, dev: _Device, reading: DeviceReading) -> None:
-        wanted = self._wanted(tuple(GPM_METRIC_IDS))
+        wanted = self._wanted(GPM_METRICS)
         if dev.gpm_request is None or dev.gpm_request_metrics != wanted:
             request = pynvml.c_nvmlGpmMetricsGet_t()
             request.version = pynvml.NVML_GPM_METRICS_GET_VERSION

@@ -1,7 +1,9 @@
-"""Alignment of NVML samples to training steps, summaries as plain data, timeline files.
+"""Alignment of NVML samples to training steps, summaries, timeline files.
 
-Everything here is a pure function over plain data (numpy arrays, dicts) except
-write_timeline, which writes files. The lead's tracking code does the MLflow calls.
+Everything here is a pure function over plain data (numpy arrays, dataclasses) except
+write_timeline, which writes files. `summarise` gives an NvmlSummary: typed headline
+fields for code that reasons about the run (the diagnosis) and the `gpu/*` metric dict
+for MLflow. The MLflow calls themselves live in yolo_mlops.tracking.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +23,8 @@ from yolo_mlops.nvml.backend import (
     METRIC_NAMES,
 )
 from yolo_mlops.nvml.sampler import Timeline
+from yolo_mlops.render import new_figure, save_figure
+from yolo_mlops.tracking.names import GPU
 
 TIMELINE_CSV = "nvml_timeline.csv"
 TIMELINE_PNG = "nvml_timeline.png"
@@ -182,6 +186,52 @@ def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray)
     return total if have else None
 
 
+@dataclass(frozen=True)
+class NvmlSummary:
+    """What the NVML sampler measured over the training span, typed.
+
+    Means are time-weighted over the sample intervals inside the training span. None means
+    "not measured" (no sampler, unsupported metric), never zero. `metrics` holds the same
+    numbers and the rest of the `gpu/*` family under their MLflow names.
+    """
+
+    backend: str
+    samples: int = 0
+    sm_util_pct_mean: float | None = None
+    dram_bw_util_pct_mean: float | None = None
+    gpu_util_pct_mean: float | None = None
+    tensor_util_pct_mean: float | None = None
+    mem_used_gib_max: float | None = None
+    mem_total_gib: float | None = None
+    power_w_mean: float | None = None
+    energy_j: float | None = None
+    energy_per_image_j: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_metrics(cls, backend: str, samples: int, metrics: dict[str, float]) -> NvmlSummary:
+        return cls(
+            backend=backend, samples=samples,
+            sm_util_pct_mean=metrics.get(f"{GPU}sm_util_pct_mean"),
+            dram_bw_util_pct_mean=metrics.get(f"{GPU}dram_bw_util_pct_mean"),
+            gpu_util_pct_mean=metrics.get(f"{GPU}gpu_util_pct_mean"),
+            tensor_util_pct_mean=metrics.get(f"{GPU}tensor_util_pct_mean"),
+            mem_used_gib_max=metrics.get(f"{GPU}mem_used_gib_max"),
+            mem_total_gib=metrics.get(f"{GPU}mem_total_gib"),
+            power_w_mean=metrics.get(f"{GPU}power_w_mean"),
+            energy_j=metrics.get(f"{GPU}energy_j"),
+            energy_per_image_j=metrics.get(f"{GPU}energy_per_image_j"),
+            metrics=dict(metrics),
+        )
+
+
+def summarise(aligned: AlignedTimeline,
+              images_per_step: float | Sequence[float] | np.ndarray | None) -> NvmlSummary:
+    """The run's NVML summary: typed headline fields plus the `gpu/*` metrics (see summary_metrics)."""
+    tl = aligned.timeline
+    return NvmlSummary.from_metrics(tl.backend, len(tl), summary_metrics(aligned, images_per_step))
+
+
 def summary_metrics(aligned: AlignedTimeline,
                     images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
     """`gpu/*` headline metrics over the training span, time-weighted by sample interval.
@@ -202,39 +252,39 @@ def summary_metrics(aligned: AlignedTimeline,
 
     for metric, column in tl.columns.items():
         if metric in _UTIL_METRICS:
-            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w_rows))
-            _put(out, f"gpu/{metric}_p95", weighted_quantile(column, w_rows, 0.95))
-            _put(out, f"gpu/{metric}_max", _finite_max(column[rows]))
+            _put(out, f"{GPU}{metric}_mean", weighted_mean(column, w_rows))
+            _put(out, f"{GPU}{metric}_p95", weighted_quantile(column, w_rows, 0.95))
+            _put(out, f"{GPU}{metric}_max", _finite_max(column[rows]))
             if aligned.step_start_ns.size:
-                _put(out, f"gpu/{metric}_mean_profiled", weighted_mean(column, w_profiled))
-                _put(out, f"gpu/{metric}_mean_unprofiled", weighted_mean(column, w_unprofiled))
+                _put(out, f"{GPU}{metric}_mean_profiled", weighted_mean(column, w_profiled))
+                _put(out, f"{GPU}{metric}_mean_unprofiled", weighted_mean(column, w_unprofiled))
         elif metric == "mem_used_gib":
-            _put(out, "gpu/mem_used_gib_mean", weighted_mean(column, w_rows))
-            _put(out, "gpu/mem_used_gib_max", _finite_max(column[rows]))
+            _put(out, f"{GPU}mem_used_gib_mean", weighted_mean(column, w_rows))
+            _put(out, f"{GPU}mem_used_gib_max", _finite_max(column[rows]))
         elif metric == "mem_total_gib":
-            _put(out, "gpu/mem_total_gib", _finite_max(column[rows]))
+            _put(out, f"{GPU}mem_total_gib", _finite_max(column[rows]))
         elif metric == "power_w":
-            _put(out, "gpu/power_w_mean", weighted_mean(column, w_rows))
-            _put(out, "gpu/power_w_p95", weighted_quantile(column, w_rows, 0.95))
-            _put(out, "gpu/power_w_max", _finite_max(column[rows]))
+            _put(out, f"{GPU}power_w_mean", weighted_mean(column, w_rows))
+            _put(out, f"{GPU}power_w_p95", weighted_quantile(column, w_rows, 0.95))
+            _put(out, f"{GPU}power_w_max", _finite_max(column[rows]))
         elif metric in ("sm_clock_mhz", "mem_clock_mhz"):
-            _put(out, f"gpu/{metric}_mean", weighted_mean(column, w_rows))
-            _put(out, f"gpu/{metric}_min", _finite_min(column[rows]))
+            _put(out, f"{GPU}{metric}_mean", weighted_mean(column, w_rows))
+            _put(out, f"{GPU}{metric}_min", _finite_min(column[rows]))
         elif metric == "temp_c":
-            _put(out, "gpu/temp_c_mean", weighted_mean(column, w_rows))
-            _put(out, "gpu/temp_c_max", _finite_max(column[rows]))
+            _put(out, f"{GPU}temp_c_mean", weighted_mean(column, w_rows))
+            _put(out, f"{GPU}temp_c_max", _finite_max(column[rows]))
         elif metric == "clocks_event_mask":
             measured = np.isfinite(column)
             masks = np.where(measured, column, 0).astype(np.int64)
             for name, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
                 share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w_rows)
-                _put(out, f"gpu/clocks_event_{name}_pct", share)
+                _put(out, f"{GPU}clocks_event_{name}_pct", share)
 
     energy = _energy_j(aligned, rows, weights_s)
-    _put(out, "gpu/energy_j", energy)
+    _put(out, f"{GPU}energy_j", energy)
     images = _total_images(images_per_step, int(aligned.step_start_ns.size))
     if energy is not None and images:
-        _put(out, "gpu/energy_per_image_j", energy / images)
+        _put(out, f"{GPU}energy_per_image_j", energy / images)
     return out
 
 
@@ -276,7 +326,7 @@ def step_history(aligned: AlignedTimeline) -> list[tuple[int, str, float]]:
     for step in np.unique(aligned.step[in_step]):
         for metric, (weighted, weight) in means.items():
             if weight[step] > 0:
-                out.append((int(step), f"gpu/{metric}", float(weighted[step] / weight[step])))
+                out.append((int(step), f"{GPU}{metric}", float(weighted[step] / weight[step])))
     return out
 
 
@@ -326,11 +376,6 @@ _MAX_STEP_LINES = 400  # beyond this, mark every k-th step boundary so the plot 
 def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
     """SM util, DRAM bandwidth util, memory and power over time; profiler window shaded,
     step boundaries as thin vertical lines."""
-    # The object API with the Agg canvas: no pyplot global state, no GUI backend, safe to
-    # call from any thread of a process that uses matplotlib for something else.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     tl = aligned.timeline
     t_s = (tl.t_ns - tl.start_ns) / 1e9
     panels = [
@@ -339,8 +384,7 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
         ("memory used (GiB)", ["mem_used_gib"]),
         ("power (W)", ["power_w"]),
     ]
-    fig = Figure(figsize=(11, 9))
-    FigureCanvasAgg(fig)
+    fig = new_figure(11, 9)
     axes = fig.subplots(len(panels), 1, sharex=True)
     starts_s = (aligned.step_start_ns - tl.start_ns) / 1e9
     stride = max(1, math.ceil(starts_s.size / _MAX_STEP_LINES))
@@ -374,5 +418,4 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
     step_note = f"every {stride}th step boundary" if stride > 1 else "step boundaries"
     fig.suptitle(f"NVML timeline (backend {tl.backend}); shaded: profiler active; grey lines: {step_note}",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    save_figure(fig, png_path)
