@@ -24,11 +24,11 @@ from yolo_mlops.nvml.backend import (
 )
 from yolo_mlops.nvml.sampler import Timeline
 from yolo_mlops.render import new_figure, save_figure
-from yolo_mlops.tracking.names import GPU
+from yolo_mlops.tracking.names import GPU, NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
 
-TIMELINE_CSV = "nvml_timeline.csv"
-TIMELINE_PNG = "nvml_timeline.png"
-TIMELINE_META = "nvml_meta.json"
+TIMELINE_CSV = NVML_TIMELINE_CSV
+TIMELINE_PNG = NVML_TIMELINE_PNG
+TIMELINE_META = NVML_META_JSON
 
 # Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
 _UTIL_METRICS = (

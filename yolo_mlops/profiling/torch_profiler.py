@@ -21,6 +21,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_fun
 
 from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
 from yolo_mlops.run.config import ProfilerSettings
+from yolo_mlops.tracking import names
 
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 
@@ -98,14 +99,14 @@ class KeyAveragesTable:
 
 def key_averages_tables(prof: profile, settings: ProfilerSettings, with_cuda: bool) -> list[KeyAveragesTable]:
     averages = prof.key_averages()
-    wanted = [("key_averages_self_cpu", "self_cpu_time_total", averages)]
+    wanted = [(names.KEY_AVERAGES_SELF_CPU, "self_cpu_time_total", averages)]
     if with_cuda:
-        wanted.insert(0, ("key_averages_self_device", "self_device_time_total", averages))
+        wanted.insert(0, (names.KEY_AVERAGES_SELF_DEVICE, "self_device_time_total", averages))
     if settings.profile_memory:
         memory_key = "self_device_memory_usage" if with_cuda else "self_cpu_memory_usage"
-        wanted.append(("key_averages_memory", memory_key, averages))
+        wanted.append((names.KEY_AVERAGES_MEMORY, memory_key, averages))
     if settings.record_shapes:
-        wanted.append(("key_averages_by_shape", "self_device_time_total" if with_cuda else "self_cpu_time_total",
+        wanted.append((names.KEY_AVERAGES_BY_SHAPE, "self_device_time_total" if with_cuda else "self_cpu_time_total",
                        prof.key_averages(group_by_input_shape=True)))
     tables = []
     for name, sort_by, events in wanted:

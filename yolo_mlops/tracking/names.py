@@ -79,7 +79,20 @@ METRICS_JSON = "metrics.json"
 TRACE_ANALYSIS_JSON = "trace_analysis.json"
 FINDINGS_JSON = "findings.json"
 REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+NVML_TIMELINE_CSV = "nvml_timeline.csv"  # files of NVML_DIR
+NVML_TIMELINE_PNG = "nvml_timeline.png"
+NVML_META_JSON = "nvml_meta.json"
+# key_averages tables of PROFILER_DIR, each as <name>.txt (torch's text table) and <name>.json (MLflow table)
+KEY_AVERAGES_SELF_DEVICE = "key_averages_self_device"
+KEY_AVERAGES_SELF_CPU = "key_averages_self_cpu"
+KEY_AVERAGES_MEMORY = "key_averages_memory"
+KEY_AVERAGES_BY_SHAPE = "key_averages_by_shape"
+KEY_AVERAGES_TABLES = (KEY_AVERAGES_SELF_DEVICE, KEY_AVERAGES_SELF_CPU, KEY_AVERAGES_MEMORY, KEY_AVERAGES_BY_SHAPE)
+SWEEP_DIR = "sweep"
 SWEEP_COMPARISON_TABLE = "sweep/comparison.json"
+SWEEP_COMPARISON_MD = "sweep/comparison.md"
+SWEEP_SPEEDUP_PNG = "sweep/speedup.png"
 SWEEP_RECOMMENDATIONS_MD = "sweep/recommendations.md"
 
 
