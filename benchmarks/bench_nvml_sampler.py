@@ -123,7 +123,7 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
             cpu[condition].append(c)
 
     def ratios(times: dict[str, list[float]], condition: str) -> dict[str, float]:
-        return _quartiles([a / b for a, b in zip(times[condition], times["without"])])
+        return _quartiles([a / b for a, b in zip(times[condition], times["without"], strict=True)])
 
     return {
         "rate_hz": rate_hz, "repeats": repeats, "steps_per_block": steps,

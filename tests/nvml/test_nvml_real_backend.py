@@ -10,8 +10,7 @@ from unittest.mock import patch
 import pynvml
 import pytest
 
-from yolo_mlops.nvml import BackendUnavailableError, GpuLostError, NvmlSampler, make_backend
-from yolo_mlops.nvml import devices, real
+from yolo_mlops.nvml import BackendUnavailableError, GpuLostError, NvmlSampler, devices, make_backend, real
 from yolo_mlops.nvml.backend import DRIVER_UTIL_METRICS, GPM_METRICS
 from yolo_mlops.nvml.devices import parse_cuda_visible_devices
 from yolo_mlops.nvml.real import (
@@ -95,7 +94,8 @@ def nvml():
         memory = pynvml.c_nvmlMemory_t()
         memory.total, memory.used, memory.free = 80 * GIB, 10 * GIB, 70 * GIB
         mocks.nvmlDeviceGetMemoryInfo.return_value = memory
-        mocks.nvmlDeviceGetClockInfo.side_effect = lambda h, t: {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 2619}[t]
+        clocks = {pynvml.NVML_CLOCK_SM: 1980, pynvml.NVML_CLOCK_MEM: 2619}
+        mocks.nvmlDeviceGetClockInfo.side_effect = lambda h, t: clocks[t]
         mocks.nvmlDeviceGetTemperature.return_value = 55
         mocks.nvmlDeviceGetCurrentClocksEventReasons.return_value = 0x04
         yield mocks

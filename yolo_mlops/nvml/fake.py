@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from yolo_mlops.nvml.backend import (
     DRIVER_UTIL_METRICS,
@@ -156,7 +156,8 @@ class FakeNvmlBackend:
                     if (now_ns - prev_ns) / 1e9 <= GPM_MIN_SAMPLE_GAP_S:
                         reading.failed[metric] = "GPM samples less than 100 ms apart"
                     else:  # average over the interval, taken at its midpoint
-                        reading.values[metric] = _value_at(self.script.values[metric], self._seconds((prev_ns + now_ns) // 2))
+                        midpoint_s = self._seconds((prev_ns + now_ns) // 2)
+                        reading.values[metric] = _value_at(self.script.values[metric], midpoint_s)
                 elif self.mode == "samples" and (device, metric) in self._last_seen_us:
                     last_seen = self._last_seen_us[(device, metric)]
                     mean, self._last_seen_us[(device, metric)] = mean_of_new_samples(

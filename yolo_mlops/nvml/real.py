@@ -23,8 +23,8 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from yolo_mlops.nvml.backend import (
     DRIVER_UTIL_METRICS,
@@ -165,7 +165,7 @@ class PynvmlBackend:
         *,
         pci_bus_ids: dict[int, str] | None = None,
         environ: dict[str, str] | None = None,
-    ) -> "PynvmlBackend":
+    ) -> PynvmlBackend:
         """Init NVML, map CUDA devices to handles, pick the best utilisation path."""
         ensure_nvml_initialised()
         env = os.environ if environ is None else environ
@@ -237,14 +237,13 @@ class PynvmlBackend:
                 self._guard(reading, DRIVER_UTIL_METRICS, lambda r, d=dev: self._read_utilization(d, r))
             self._guard(reading, ("power_w", "energy_j"), lambda r, d=dev: self._read_fields(d, r))
             self._guard(reading, ("mem_used_gib", "mem_total_gib"), lambda r, d=dev: self._read_memory(d, r))
-            self._guard(reading, ("sm_clock_mhz",),
-                        lambda r, d=dev: self._put(r, "sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo(d.handle, pynvml.NVML_CLOCK_SM)))
-            self._guard(reading, ("mem_clock_mhz",),
-                        lambda r, d=dev: self._put(r, "mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo(d.handle, pynvml.NVML_CLOCK_MEM)))
-            self._guard(reading, ("temp_c",),
-                        lambda r, d=dev: self._put(r, "temp_c", pynvml.nvmlDeviceGetTemperature(d.handle, pynvml.NVML_TEMPERATURE_GPU)))
-            self._guard(reading, ("clocks_event_mask",),
-                        lambda r, d=dev: self._put(r, "clocks_event_mask", pynvml.nvmlDeviceGetCurrentClocksEventReasons(d.handle)))
+            for metric, query in (
+                ("sm_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                ("mem_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+                ("temp_c", lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                ("clocks_event_mask", lambda h: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)),
+            ):
+                self._guard(reading, (metric,), lambda r, d=dev, m=metric, q=query: self._put(r, m, q(d.handle)))
             readings.append(reading)
         return readings
 
@@ -255,7 +254,8 @@ class PynvmlBackend:
         if metric not in self._disabled:
             reading.values[metric] = float(value)
 
-    def _guard(self, reading: DeviceReading, metrics: tuple[str, ...], read_fn: Callable[[DeviceReading], None]) -> None:
+    def _guard(self, reading: DeviceReading, metrics: tuple[str, ...],
+               read_fn: Callable[[DeviceReading], None]) -> None:
         """Run one NVML query group; turn its NVML errors into reading bookkeeping."""
         wanted = self._wanted(metrics)
         if not wanted:
@@ -323,7 +323,7 @@ class PynvmlBackend:
             fields.append(("energy_j", FIELD_TOTAL_ENERGY))
         if fields:
             values = pynvml.nvmlDeviceGetFieldValues(dev.handle, [field_id for _, field_id in fields])
-            for (metric, _), fv in zip(fields, values):
+            for (metric, _), fv in zip(fields, values, strict=True):
                 if fv.nvmlReturn == 0:
                     # both fields are in milli-units (mW, mJ)
                     reading.values[metric] = sample_value(fv.valueType, fv.value) / 1000.0

@@ -48,7 +48,7 @@ class Timeline:
         return int(self.t_ns.shape[0])
 
     @classmethod
-    def empty(cls, backend: str, start_ns: int = 0, reasons: list[str] | None = None) -> "Timeline":
+    def empty(cls, backend: str, start_ns: int = 0, reasons: list[str] | None = None) -> Timeline:
         return cls(backend, start_ns, np.zeros(0, np.int64), np.zeros(0, np.int16),
                    np.zeros(0, np.int64), {}, list(reasons or []))
 
@@ -144,7 +144,7 @@ class NvmlSampler:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def start(self, background: bool = True) -> "NvmlSampler":
+    def start(self, background: bool = True) -> NvmlSampler:
         """Start the backend and the sampling thread. Never raises; failures go to reasons.
 
         background=False starts only the backend: the caller then drives poll_once()
@@ -189,7 +189,7 @@ class NvmlSampler:
                 _process_sampler_running[0] = False
             self._owns_process_slot = False
 
-    def __enter__(self) -> "NvmlSampler":
+    def __enter__(self) -> NvmlSampler:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

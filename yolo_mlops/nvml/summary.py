@@ -11,9 +11,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -390,7 +390,7 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
     stride = max(1, math.ceil(starts_s.size / _MAX_STEP_LINES))
     windows = profiler_windows_ns(aligned.step_start_ns, aligned.step_end_ns, aligned.step_profiler_active)
     devices = np.unique(tl.gpu)
-    for ax, (label, metrics) in zip(axes, panels):
+    for ax, (label, metrics) in zip(axes, panels, strict=True):
         drawn = False
         for metric in metrics:
             column = tl.columns.get(metric)

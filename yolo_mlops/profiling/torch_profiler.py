@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from torch.profiler import ProfilerAction, ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
+from torch.profiler import (
+    ProfilerAction,
+    ProfilerActivity,
+    profile,
+    record_function,
+    schedule,
+    tensorboard_trace_handler,
+)
 
 from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
 from yolo_mlops.run.config import ProfilerSettings

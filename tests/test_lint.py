@@ -1,0 +1,29 @@
+"""ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade; config in pyproject.toml) run as a test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "pyproject.toml"
+
+
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+                           "--config", str(CONFIG), *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_repository_is_ruff_clean():
+    proc = ruff(str(REPO))
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_ruff_fails_a_bad_file(tmp_path: Path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nimport os\n\n\ndef f(items=[]):\n    return os.sep\n")
+    proc = ruff(str(bad))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for rule in ("F401", "I001", "B006"):  # unused import, unsorted imports, mutable default
+        assert rule in proc.stdout, proc.stdout
