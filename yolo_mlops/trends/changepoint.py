@@ -241,7 +241,9 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
                 if not small:
                     break
         del cps[drop], stats[drop]
-        for k in (drop - 1, drop):
+        # the neighbours of the dropped point now face a longer segment; Otava 0.8.0 re-tests the one after
+        # it and the one after that, leaving the one before with its old figures
+        for k in (drop, drop + 1) if rules.otava else (drop - 1, drop):
             if 0 <= k < len(cps):
                 stats[k] = test(k)
     return list(zip(cps, stats))
