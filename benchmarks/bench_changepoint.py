@@ -7,6 +7,7 @@
    the default settings report any change point.
 3. Accuracy: a single planted shift (several magnitudes, noise levels, early/middle/late), two shifts, a
    lone outlier and slow drifts: how often exactly the planted change is found (index within +-1).
+4. Delay: how many runs after a shift the detector needs before it reports it (the nightly case).
 
 Series are generated with numpy's default_rng from fixed seeds, so every figure is reproducible.
 
@@ -72,7 +73,8 @@ def history(kind: str, n: int = 1000, metrics: int = 8, seed: int = 0) -> list[n
             p = Planted(n, noise_pct=1.0 + k % 3)
         elif kind == "realistic":
             at = sorted(rng.choice(np.arange(60, n - 60), size=3, replace=False))
-            p = Planted(n, noise_pct=1.0 + k % 3, shifts=tuple((int(i), float(rng.choice([-8, -4, 5, 12]))) for i in at))
+            shifts = tuple((int(i), float(rng.choice([-8, -4, 5, 12]))) for i in at)
+            p = Planted(n, noise_pct=1.0 + k % 3, shifts=shifts)
         else:  # busy: a shift every 50 runs
             p = Planted(n, noise_pct=1.0, shifts=tuple((i, 6.0 * (-1) ** (i // 50)) for i in range(50, n, 50)))
         out.append(p.values(seed * 100 + k))
@@ -151,7 +153,8 @@ def bench_other_shapes(seeds: int) -> str:
         ("two shifts: +5% at 100, +5% at 110, noise 1%", Planted(n, 1.0, shifts=((100, 5.0), (110, 5.0)))),
         ("lone outlier +30% at 100, noise 1%", Planted(n, 1.0, spike=(100, 30.0))),
         ("lone outlier +300% at 100, noise 1%", Planted(n, 1.0, spike=(100, 300.0))),
-        ("+10% shift at 100 and outlier +30% at 50, noise 1%", Planted(n, 1.0, shifts=((100, 10.0),), spike=(50, 30.0))),
+        ("+10% shift at 100 and outlier +30% at 50, noise 1%",
+         Planted(n, 1.0, shifts=((100, 10.0),), spike=(50, 30.0))),
     ]
     rows = []
     for name, p in cases:
@@ -165,9 +168,25 @@ def bench_other_shapes(seeds: int) -> str:
             counts.append(len(cps))
             monotone += all(cp.mean_after > cp.mean_before for cp in cps)
         rows.append([f"linear drift +{drift:g}% over 200 runs, noise 1% ({drift:g} sd)",
-                     f"{100 * sum(c > 0 for c in counts) / seeds:.0f} (any; all upward in {100 * monotone / seeds:.0f})",
+                     f"{100 * sum(c > 0 for c in counts) / seeds:.0f} (any; all upward in "
+                     f"{100 * monotone / seeds:.0f})",
                      fmt(statistics.mean(counts), ".2f")])
     return markdown_table(["series (200 runs)", "% exactly right (+-1)", "mean change points"], rows)
+
+
+def bench_delay(seeds: int) -> str:
+    """Runs after a shift until it is reported: 100 runs of history, then k runs at the new level."""
+    rows = []
+    for sd in (3.0, 5.0, 10.0, 30.0):
+        rates = {}
+        for k in range(1, 21):
+            p = Planted(100 + k, 1.0, shifts=((100, sd),))
+            rates[k] = sum(any(abs(c.index - 100) <= 1 for c in detect(p.values(s))) for s in range(seeds)) / seeds
+        first = [next((k for k in rates if rates[k] >= q), None) for q in (0.5, 0.95)]
+        rows.append([f"+{sd:g}% (noise 1%: {sd:g} sd)", *(f"{k}" if k else "> 20" for k in first),
+                     fmt(100 * rates[2], ".0f"), fmt(100 * rates[5], ".0f")])
+    return markdown_table(["shift", "runs after it until found in 50% of seeds", "... in 95%",
+                           "% found after 2 runs", "% found after 5 runs"], rows)
 
 
 def main() -> int:
@@ -179,13 +198,15 @@ def main() -> int:
     print(f"# machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}",
           file=sys.stderr)
     print("### Speed\n")
-    print(bench_speed(args.repeats), "\n", flush=True)
+    print(bench_speed(args.repeats) + "\n", flush=True)
     print("### False alarms (stationary series, default settings)\n")
-    print(bench_false_alarms(args.fa_seeds), "\n", flush=True)
+    print(bench_false_alarms(args.fa_seeds) + "\n", flush=True)
     print(f"### Detection accuracy: % of {args.seeds} seeds with exactly the planted change point (+-1)\n")
-    print(bench_accuracy(args.seeds), "\n", flush=True)
+    print(bench_accuracy(args.seeds) + "\n", flush=True)
     print("### Other shapes\n")
-    print(bench_other_shapes(args.seeds), flush=True)
+    print(bench_other_shapes(args.seeds) + "\n", flush=True)
+    print("### Runs after a shift until it is reported (100 runs before it)\n")
+    print(bench_delay(args.seeds), flush=True)
     return 0
 
 

@@ -134,7 +134,7 @@ def main() -> int:
     print(markdown_table(
         ["series (200 runs each)", "series", "otava_compatible vs Otava: identical / +-1 (%)",
          "default vs Otava: identical / +-1 (%)", "change points: Otava / compatible / default",
-         "exactly the planted points +-1 (%): Otava / default"], rows), "\n")
+         "exactly the planted points +-1 (%): Otava / default"], rows) + "\n")
 
     timing_sets = {
         "8 metrics x 1,000 runs (realistic)": history("realistic"),
