@@ -62,7 +62,7 @@ class Planted:
 
 def exact_within(found: list[int], truth: list[int], tol: int = 1) -> bool:
     """Exactly the planted change points, each within +-tol (same count, matched in order)."""
-    return len(found) == len(truth) and all(abs(f - t) <= tol for f, t in zip(found, truth))
+    return len(found) == len(truth) and all(abs(f - t) <= tol for f, t in zip(found, truth, strict=True))
 
 
 def history(kind: str, n: int = 1000, metrics: int = 8, seed: int = 0) -> list[np.ndarray]:

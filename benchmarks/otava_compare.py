@@ -100,8 +100,8 @@ def groups(seeds: int) -> list[tuple[str, list[Planted], list[int]]]:
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
-    same = sum(x == y for x, y in zip(a, b)) / len(a)
-    near = sum(exact_within(x, y) for x, y in zip(a, b)) / len(a)
+    same = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+    near = sum(exact_within(x, y) for x, y in zip(a, b, strict=True)) / len(a)
     return 100 * same, 100 * near
 
 
@@ -126,7 +126,7 @@ def main() -> int:
             "/".join(fmt(x, ".1f") for x in agreement(f_compat, f_otava)),
             "/".join(fmt(x, ".1f") for x in agreement(f_ours, f_otava)),
             " / ".join(str(sum(map(len, f))) for f in (f_otava, f_compat, f_ours)),
-            " / ".join(fmt(100 * sum(exact_within(f, t) for f, t in zip(found, truth)) / len(series), ".1f")
+            " / ".join(fmt(100 * sum(map(exact_within, found, truth)) / len(series), ".1f")
                        for found in (f_otava, f_ours)),
         ])
         print(f"  {name}: done", file=sys.stderr, flush=True)

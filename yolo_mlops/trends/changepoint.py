@@ -42,6 +42,7 @@ pairwise distances: O(window^2) numpy work per candidate, milliseconds per 1,000
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 from scipy.special import stdtr
@@ -68,7 +69,9 @@ class ChangePoint:
     @property
     def change_pct(self) -> float:
         """Relative change of the segment mean, in percent of the mean before (+ = value went up)."""
-        return 100.0 * (self.mean_after - self.mean_before) / abs(self.mean_before) if self.mean_before else float("nan")
+        if not self.mean_before:
+            return float("nan")
+        return 100.0 * (self.mean_after - self.mean_before) / abs(self.mean_before)
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class _Window:
         while True:
             bounds = [0, *cps, n]
             best: tuple[int, float, int, int] | None = None
-            for a, b in zip(bounds[:-1], bounds[1:]):
+            for a, b in pairwise(bounds):
                 if b - a < 2:
                     continue
                 if (a, b) not in cache:
@@ -246,7 +249,7 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
         for k in (drop, drop + 1) if rules.otava else (drop - 1, drop):
             if 0 <= k < len(cps):
                 stats[k] = test(k)
-    return list(zip(cps, stats))
+    return list(zip(cps, stats, strict=True))
 
 
 def _as_series(values) -> np.ndarray:
@@ -303,11 +306,11 @@ def segments(values: np.ndarray, change_points: list[ChangePoint]) -> list[Segme
             raise ValueError("change points given for an empty series")
         return []
     bounds = [0, *(cp.index for cp in change_points), len(z)]
-    if any(hi <= lo for lo, hi in zip(bounds[:-1], bounds[1:])):
+    if any(hi <= lo for lo, hi in pairwise(bounds)):
         raise ValueError(f"change point indices must be increasing and inside (0, {len(z)}): "
                          f"{[cp.index for cp in change_points]}")
     out = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in pairwise(bounds):
         part = z[lo:hi]
         out.append(Segment(start=lo, end=hi, mean=float(part.mean()),
                            std=float(part.std(ddof=1)) if len(part) > 1 else 0.0, median=float(np.median(part))))
