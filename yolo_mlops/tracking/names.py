@@ -33,6 +33,15 @@ SWEEP_PREFIX = TAG_PREFIX + "sweep."  # + plan field (variants, order, repeats, 
 SWEEP_REPEAT = SWEEP_PREFIX + "repeat"
 SWEEP_POSITION = SWEEP_PREFIX + "position"
 SWEEP_CONCURRENCY_SLOTS = SWEEP_PREFIX + "concurrency_slots"
+SWEEP_VARIANTS = SWEEP_PREFIX + "variants"  # parent: the plan's variants, baseline first, comma-separated
+SWEEP_ORDER = SWEEP_PREFIX + "order"
+SWEEP_REPEATS = SWEEP_PREFIX + "repeats"
+SWEEP_DEVICE = SWEEP_PREFIX + "device"
+SWEEP_CONCURRENCY_LIMIT = SWEEP_PREFIX + "concurrency_limit"
+SWEEP_SKIPPED = SWEEP_PREFIX + "skipped"  # only when a variant was skipped (reasons in the comparison table)
+SWEEP_BEST_VARIANT = SWEEP_PREFIX + "best_variant"
+SWEEP_BEST_EVIDENCE = SWEEP_PREFIX + "best_evidence"
+SWEEP_FAILED_CHILDREN = SWEEP_PREFIX + "failed_children"
 
 TAG_MAX_CHARS = 5000  # MLflow's tag value limit is 8000; error texts are cut well below it
 
@@ -47,6 +56,8 @@ PROFILER_PARAM = "profiler."
 SAMPLER_PARAM = "sampler."
 ENV_PARAM = "env."
 SAMPLER_EFFECTIVE_INTERVAL = "sampler.effective_interval_ms"
+SWEEP_PARAM = "sweep."  # sweep parent: variants, repeats, order, warmup_steps, children, concurrency_limit, ...
+BASE_PARAM = "base."  # sweep parent: the base RunSpec's fields
 
 # metrics ----------------------------------------------------------------------------------------------------
 PERF = "perf/"
@@ -63,6 +74,13 @@ IMAGES_PER_S = "perf/images_per_s"
 DATA_WAIT_PCT = "perf/data_wait_pct"
 PROFILER_EXPORT_S = "perf/profiler_export_s"
 FINDINGS_COUNT = "analysis/findings"
+GPU_SM_UTIL_MEAN = "gpu/sm_util_pct_mean"  # GPM (Hopper+)
+GPU_UTIL_MEAN = "gpu/gpu_util_pct_mean"  # older GPUs: NVML's coarse utilisation
+GPU_MEM_USED_MAX = "gpu/mem_used_gib_max"
+LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralytics' detection losses
+VAL_MAP50_95 = "val/mAP50-95"
+SWEEP_CHILDREN_FAILED = "sweep/children_failed"
+SWEEP_CHILDREN_TOTAL = "sweep/children_total"
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------
@@ -92,6 +110,7 @@ KEY_AVERAGES_TABLES = (KEY_AVERAGES_SELF_DEVICE, KEY_AVERAGES_SELF_CPU, KEY_AVER
 SWEEP_DIR = "sweep"
 SWEEP_COMPARISON_TABLE = "sweep/comparison.json"
 SWEEP_COMPARISON_MD = "sweep/comparison.md"
+SWEEP_COMPARISON_CSV = "sweep/comparison.csv"
 SWEEP_SPEEDUP_PNG = "sweep/speedup.png"
 SWEEP_RECOMMENDATIONS_MD = "sweep/recommendations.md"
 
@@ -103,3 +122,14 @@ def profiler_table(name: str) -> str:
 
 def profiler_file(name: str) -> str:
     return f"{PROFILER_DIR}/{name}"
+
+
+def sweep_variant_metrics(variant_suffix: str) -> dict[str, str]:
+    """Per-variant metrics of a sweep parent, keyed by the comparison column they hold: `sweep/speedup_<v>`,
+    `sweep/speedup_ci_low_<v>`, `sweep/speedup_ci_high_<v>`, `sweep/images_per_s_<v>`,
+    `sweep/step_time_ms_p50_<v>` (`<v>`: the variant's metric suffix, `+` written `__`)."""
+    return {"speedup": f"{SWEEP}speedup_{variant_suffix}",
+            "ci_low": f"{SWEEP}speedup_ci_low_{variant_suffix}",
+            "ci_high": f"{SWEEP}speedup_ci_high_{variant_suffix}",
+            "images_per_s": f"{SWEEP}images_per_s_{variant_suffix}",
+            "median_step_ms": f"{SWEEP}step_time_ms_p50_{variant_suffix}"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
@@ -132,6 +133,38 @@ def run_guard(mlflow: MlflowClient, run_id: str, salvage: Callable[[], None] | N
         raise
     else:
         end_run(mlflow, run_id, "FINISHED")
+
+
+def log_text(mlflow: MlflowClient, run_id: str, text: str, artifact_file: str) -> None:
+    mlflow.log_text(run_id, text, artifact_file)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """What the project reads back of a run: id, status (`FINISHED`, `FAILED`, ...), tags, last metric values."""
+
+    run_id: str
+    status: str
+    tags: dict[str, str]
+    metrics: dict[str, float]
+
+
+def experiment_of(mlflow: MlflowClient, run_id: str) -> str:
+    return mlflow.get_run(run_id).info.experiment_id
+
+
+def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list[StoredRun]:
+    """All child runs of a parent (a sweep), found by the parent tag: works for any store, from any process."""
+    found = mlflow.search_runs([experiment_of(mlflow, parent_run_id)],
+                               filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
+                               max_results=5000)
+    return [StoredRun(r.info.run_id, r.info.status, dict(r.data.tags), dict(r.data.metrics)) for r in found]
+
+
+def download_artifact(mlflow: MlflowClient, run_id: str, path: str, dest: Path) -> Path:
+    """One artifact file of a run into `dest` (a folder); returns the local file."""
+    dest.mkdir(parents=True, exist_ok=True)
+    return Path(mlflow.download_artifacts(run_id, path, str(dest)))
 
 
 def run_url(run_id: str, experiment_id_: str) -> str:
