@@ -179,13 +179,12 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     m = result.metrics
     result.metrics.update(headline_metrics(trace))
-    amp = outcome.applied.get("amp")
     findings = diagnose(DiagnosisInput(
         analysis=trace,
         data_wait_pct=m.get(names.DATA_WAIT_PCT),
         device_type=prepared.env.device_type,
-        amp=None if amp is None else amp not in ("False", "fp32"),
-        cudnn_benchmark=outcome.applied.get("cudnn_benchmark"),
+        amp=outcome.applied.mixed_precision,
+        cudnn_benchmark=outcome.applied.cudnn_benchmark,
         gpu_memory_total_gib=m.get("gpu/mem_total_gib"),
         peak_memory_gib=m.get("gpu/mem_used_gib_max"),
         sm_util_pct=m.get("gpu/sm_util_pct_mean"),
@@ -207,7 +206,7 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
 def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
     mlflow = tracking.client()
     run_id = prepared.run_id
-    tags = {f"{names.APPLIED_PREFIX}{k}": str(v) for k, v in outcome.applied.items()}
+    tags = outcome.applied.tags()
     tags.update(analysis.tags)
     params = {}
     if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
+from yolo_mlops.tracking import names
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,58 @@ class TrainingPlan:
     steps_expected: int
 
 
+@dataclass(frozen=True)
+class AppliedSettings:
+    """The settings a run really trained with, after ultralytics resolved its arguments.
+
+    Recorded as tags `yolo_mlops.applied.<field>` = `str(value)` (`pin_memory` only when the run set it);
+    `from_tags` is the one parser of those tags.
+    """
+
+    cudnn_benchmark: bool
+    matmul_tf32: bool
+    cudnn_tf32: bool
+    amp: bool | str  # ultralytics' amp argument: True/False, or a precision such as "bf16"
+    channels_last: bool | None  # ultralytics' channels_last argument (None: its choice, on for CUDA)
+    compile: bool | str  # ultralytics' compile argument: False, True or a torch.compile mode
+    compiled: bool  # the model really is compiled (ultralytics falls back to eager silently)
+    channels_last_effective: bool  # the model's weights really are in channels_last memory format
+    pin_memory: bool | None = None  # train-loader override; None: ultralytics' choice
+
+    @property
+    def mixed_precision(self) -> bool:
+        return self.amp not in (False, "False", "fp32")
+
+    def tags(self) -> dict[str, str]:
+        return {names.APPLIED_PREFIX + f.name: str(getattr(self, f.name)) for f in fields(self)
+                if not (f.name == "pin_memory" and self.pin_memory is None)}
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> AppliedSettings | None:
+        """The settings a run's tags record; None when it has none (it ended before they were logged)."""
+        prefix = names.APPLIED_PREFIX
+        values = {k.removeprefix(prefix): v for k, v in tags.items() if k.startswith(prefix)}
+        required = [f.name for f in fields(cls) if f.name != "pin_memory"]
+        if not all(name in values for name in required):
+            return None
+        return cls(cudnn_benchmark=_flag(values["cudnn_benchmark"]), matmul_tf32=_flag(values["matmul_tf32"]),
+                   cudnn_tf32=_flag(values["cudnn_tf32"]), amp=_flag_or_text(values["amp"]),
+                   channels_last=None if values["channels_last"] == "None" else _flag(values["channels_last"]),
+                   compile=_flag_or_text(values["compile"]), compiled=_flag(values["compiled"]),
+                   channels_last_effective=_flag(values["channels_last_effective"]),
+                   pin_memory=_flag(values["pin_memory"]) if "pin_memory" in values else None)
+
+
+def _flag(text: str) -> bool:
+    if text not in ("True", "False"):
+        raise ValueError(f"expected 'True' or 'False' in an applied-settings tag, got {text!r}")
+    return text == "True"
+
+
+def _flag_or_text(text: str) -> bool | str:
+    return _flag(text) if text in ("True", "False") else text
+
+
 @dataclass
 class TrainingOutcome:
     steps: StepTimes
@@ -40,7 +94,7 @@ class TrainingOutcome:
     tables: list[KeyAveragesTable]
     profiler_export_s: float
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
-    applied: dict[str, Any] = field(default_factory=dict)  # effective ultralytics/torch settings
+    applied: AppliedSettings
 
 
 def steps_per_epoch(train_images: int, batch: int) -> int:
@@ -59,7 +113,7 @@ class _Instrumentation:
         self._open: list[Any] = []  # currently open phase labels (innermost last)
         self._labels = False  # labels on for the current step
         self._in_step = False
-        self.effective: dict[str, Any] = {}  # what the trainer really built (compiled? channels_last?)
+        self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -124,7 +178,7 @@ class _Instrumentation:
             self.open("backward")
 
 
-def _effective_model_settings(model) -> dict[str, Any]:
+def _effective_model_settings(model) -> dict[str, bool]:
     """What the trainer really built: ultralytics falls back to eager silently when torch.compile fails,
     and applies channels_last only on CUDA, so the requested args alone do not say what ran."""
     first = next((p for p in model.parameters() if p.dim() == 4), None)
@@ -247,9 +301,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
 
     flags_before = _torch_flags()
     _apply_torch_settings(plan.spec.torch)
-    applied: dict[str, Any] = _torch_flags()
-    if plan.spec.torch.pin_memory is not None:
-        applied["pin_memory"] = plan.spec.torch.pin_memory
+    applied_flags = _torch_flags()
     profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
                                 with_cuda=cuda_profiling_possible(plan.device))
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
@@ -275,8 +327,10 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         tables=profiler.tables(),
         profiler_export_s=profiler.export_s,
         nvml=sampler.timeline(),
-        applied={**applied, "amp": str(trainer.args.amp), "channels_last": str(trainer.args.channels_last),
-                 "compile": str(trainer.args.compile), **inst.effective},
+        applied=AppliedSettings(**applied_flags, amp=trainer.args.amp, channels_last=trainer.args.channels_last,
+                                compile=trainer.args.compile, compiled=inst.effective.get("compiled", False),
+                                channels_last_effective=inst.effective.get("channels_last_effective", False),
+                                pin_memory=plan.spec.torch.pin_memory),
     )
 
 
