@@ -60,18 +60,18 @@ def _task_durations(flow_run_id: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--children", type=int, default=6)
-    parser.add_argument("--write-docs", action="store_true", help="replace '## Sweep orchestration' in docs/benchmarks.md")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="replace '## Sweep orchestration' in docs/benchmarks.md")
     args = parser.parse_args()
     _isolate()
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.testing.utilities import prefect_test_harness
 
-    from yolo_mlops.flows.sweep import sweep
-    from yolo_mlops.run.config import RunSpec
-
     from yolo_mlops import sweeps
+    from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
+    from yolo_mlops.run.config import RunSpec
 
     spent: dict[str, float] = {}
 
@@ -88,8 +88,8 @@ def main() -> int:
 
     import yolo_mlops.flows.sweep as sweep_module
 
-    for label, name in (("collect", "collect"), ("compare", "compare"), ("log_report", "log_report"),
-                        ("plan", "plan_sweep")):
+    for label, name in (("collect", "collect"), ("compare", "compare"), ("markdown", "markdown"),
+                        ("log_report", "log_report"), ("plan", "plan_sweep")):
         timed(sweeps, name, label)
     timed(gpu_lock, "check_limit", "check_limit")
 

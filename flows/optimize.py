@@ -6,31 +6,41 @@ Deployment entrypoint: `flows/optimize.py:optimize`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Literal
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
+from yolo_mlops import sweeps, tracking
+from yolo_mlops.analysis import Finding
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.flows.sweep import sweep
-from yolo_mlops import sweeps, tracking
-from yolo_mlops.tracking import names
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.run.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.sweeps import RecommendationRow
+from yolo_mlops.tracking import names
 
 
 @dataclass
 class OptimizeResult:
     profile_run_id: str
     recommended: list[str]
-    rows: list[dict[str, Any]]
+    rows: list[RecommendationRow]
     markdown: str
-    findings: list[Any] = field(default_factory=list)  # the baseline diagnosis, as RunResult.findings holds it
+    findings: list[Finding] = field(default_factory=list)  # the baseline's diagnosis
     sweep_parent_run_id: str | None = None
     best_variant: str | None = None
     rejected: dict[str, str] = field(default_factory=dict)
+
+
+def as_findings(items: list[Any]) -> list[Finding]:
+    """The baseline run's findings as Finding objects; `RunResult.findings` may hold them as their dicts
+    (`Finding.to_dict()`, the JSON edge)."""
+    known = [f.name for f in fields(Finding)]
+    return [item if isinstance(item, Finding) else Finding(**{k: item[k] for k in known if k in item})
+            for item in items]
 
 
 @flow(name="optimize", log_prints=True)
@@ -48,7 +58,8 @@ def optimize(
         "tags": {names.OPTIMIZE: "baseline-profile"}}))
     with gpu_lock.hold(plan.concurrency_limit):
         profiled = profile_training(profile_spec, gpu_limit=None)  # the lock is held here
-    recs = sweeps.recommendations(list(profiled.findings))
+    findings = as_findings(list(profiled.findings))
+    recs = sweeps.recommendations(findings)
     print(f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
           + (f"; not swept: {recs.rejected}" if recs.rejected else ""))
     result = None
@@ -57,15 +68,15 @@ def optimize(
                        concurrency_limit=plan.concurrency_limit,
                        extra_tags={names.OPTIMIZE_PROFILE_RUN_ID: profiled.run_id,
                                    names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
-    rows, markdown = sweeps.recommendation_report(recs, result.table if result else None, profiled.run_id)
+    rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
-        mlflow = tracking.client()
-        mlflow.log_text(result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
-    create_table_artifact(rows or [{"variant": "-", "outcome": "no recommendations"}], key="optimize-recommendations",
+        tracking.log_text(tracking.client(), result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
+    table = sweeps.json_rows(rows) or [{"variant": "-", "outcome": "no recommendations"}]
+    create_table_artifact(table, key="optimize-recommendations",
                           description=f"recommendations of profile run {profiled.run_id}")
     create_markdown_artifact(markdown, key="optimize-report", description=f"profile run {profiled.run_id}")
     print(markdown)
     return OptimizeResult(profile_run_id=profiled.run_id, recommended=recs.variants, rows=rows, markdown=markdown,
-                          findings=list(profiled.findings),
+                          findings=findings,
                           sweep_parent_run_id=result.parent_run_id if result else None,
                           best_variant=result.best_variant if result else None, rejected=recs.rejected)

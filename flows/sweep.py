@@ -20,12 +20,12 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops import sweeps, tracking
-from yolo_mlops.tracking import names
+from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.run import gpu_lock, pipeline, preflight
 from yolo_mlops.run.config import RunSpec
-from yolo_mlops.sweeps import ChildOutcome, SweepPlan
+from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow
+from yolo_mlops.tracking import names
 
 
 @dataclass
@@ -37,7 +37,8 @@ class SweepResult:
     failed_children: int
     total_children: int
     skipped: dict[str, str]
-    table: list[dict[str, Any]]
+    rows: list[VariantRow]  # the comparison, full precision
+    table: list[dict[str, Any]]  # the same rows as the Prefect table artifact shows them (rounded, NaN -> None)
     markdown: str
     children: list[dict[str, Any]] = field(default_factory=list)
 
@@ -97,26 +98,28 @@ def sweep(
         tags[names.SWEEP_CONCURRENCY_SLOTS] = str(slots)
     parent_id = tracking.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
                                     sweeps.parent_params(plan))
-    experiment_id = mlflow.get_run(parent_id).info.experiment_id
+    experiment_id = tracking.experiment_of(mlflow, parent_id)
     with tracking.run_guard(mlflow, parent_id):
         outcomes = [run_child(plan, ChildOutcome(child, "pending"), parent_id, dataset.yaml_path)
                     for child in plan.children]
         records = sweeps.collect(mlflow, plan, parent_id, outcomes)
         report = sweeps.compare(plan, records)
-        sweeps.log_report(mlflow, parent_id, plan, report)
+        markdown = sweeps.markdown(plan, report)
+        sweeps.log_report(mlflow, parent_id, report, markdown)
     url = tracking.run_url(parent_id, experiment_id)
     table = sweeps.prefect_table(report)
     create_table_artifact(table, key="sweep-comparison",
                           description=f"Sweep {parent_id}: speed-up vs baseline with bootstrap 95% CI")
-    create_markdown_artifact(report.markdown + f"\n\nMLflow parent run: [{url}]({url})", key="sweep-report",
+    create_markdown_artifact(markdown + f"\n\nMLflow parent run: [{url}]({url})", key="sweep-report",
                              description=f"MLflow parent run {parent_id}")
     print(f"sweep {parent_id}: best {report.best} - {report.best_evidence}; "
           f"{report.failed_children}/{report.total_children} children failed")
     return SweepResult(
         parent_run_id=parent_id, run_url=url, best_variant=report.best, best_evidence=report.best_evidence,
         failed_children=report.failed_children, total_children=report.total_children, skipped=dict(plan.skipped),
-        table=table, markdown=report.markdown,
+        rows=report.rows, table=table, markdown=markdown,
         children=[{"variant": o.child.variant, "repeat": o.child.repeat, "position": o.child.position,
                    "status": o.status, "run_id": o.run_id, "flow_run_id": o.flow_run_id, "error": o.error,
-                   "wall_s": o.wall_s, "acquire_s": o.acquire_s, "started": o.started, "ended": o.ended} for o in outcomes],
+                   "wall_s": o.wall_s, "acquire_s": o.acquire_s, "started": o.started, "ended": o.ended}
+                  for o in outcomes],
     )

@@ -73,9 +73,9 @@ def test_seeded_bootstrap_is_reproducible_and_one_repeat_is_labelled():
 
 
 def test_repeat_rejects_empty_or_nonpositive_steps():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one steady step"):
         Repeat(np.array([]), 4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be positive"):
         Repeat(np.array([10.0, 0.0]), 4)
 
 

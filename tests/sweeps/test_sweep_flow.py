@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from yolo_mlops.run import pipeline, preflight
-from yolo_mlops.sweeps import stats
 from yolo_mlops.run.config import ConfigError, RunSpec
+from yolo_mlops.sweeps import stats
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,8 @@ def sweeps_done(prefect_server, mlflow_client):
     _create_limit(LIMIT, 1)
     base_a = RunSpec(**TINY, experiment="sweep-a")
     base_b = RunSpec(**TINY, experiment="sweep-b")
-    pipeline.resolve_dataset(base_a, preflight.check(base_a))  # build the shared synthetic dataset once, before two threads want it
+    # build the shared synthetic dataset once, before two threads want it
+    pipeline.resolve_dataset(base_a, preflight.check(base_a))
     results, errors = {}, {}
 
     def run(key, **kwargs):
@@ -91,6 +92,19 @@ def test_parent_and_children_structure(sweeps_done, mlflow_client):
     assert by[("baseline", "1")].data.params["train.batch"] == "4"
 
 
+def test_children_record_the_applied_settings_the_sweep_reads_back(sweeps_done, mlflow_client):
+    from yolo_mlops.run.training import AppliedSettings
+
+    for child in _children(mlflow_client, sweeps_done["a"].parent_run_id):
+        if child.info.status != "FINISHED":
+            continue
+        applied_tags = {k: v for k, v in child.data.tags.items() if k.startswith("yolo_mlops.applied.")}
+        applied = AppliedSettings.from_tags(child.data.tags)
+        assert applied is not None and applied.tags() == applied_tags  # one parser, lossless
+        assert applied_tags["yolo_mlops.applied.amp"] == "False"  # CPU: AMP off, said so
+        assert (applied.compiled, applied.channels_last_effective, applied.mixed_precision) == (False, False, False)
+
+
 def test_interleaved_order(sweeps_done, mlflow_client):
     children = _children(mlflow_client, sweeps_done["a"].parent_run_id)
     ordered = sorted(children, key=lambda c: c.info.start_time)
@@ -106,8 +120,8 @@ def test_failing_variant_is_isolated_and_reported(sweeps_done, mlflow_client):
         assert child.info.status == ("FAILED" if bad else "FINISHED")
         if bad:
             assert "NoSuchOptimizer" in child.data.tags["yolo_mlops.error"]
-    row = {r["variant"]: r for r in res.table}["bad_optimizer"]
-    assert row["status"] == "failed" and row["repeats_failed"] == 2 and "NoSuchOptimizer" in row["reason"]
+    row = {r.variant: r for r in res.rows}["bad_optimizer"]
+    assert row.status == "failed" and row.repeats_failed == 2 and "NoSuchOptimizer" in row.reason
     assert res.failed_children == 2 and res.total_children == 6
 
 
@@ -169,7 +183,7 @@ def test_concurrency_limit_serialises_children_of_two_sweeps(sweeps_done, mlflow
     children = [c for p in parents for c in _children(mlflow_client, p.info.run_id)]
     assert len(children) == 7
     spans = sorted((c.info.start_time, c.info.end_time) for c in children)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert end <= start, spans
     b = sweeps_done["b"]
     assert b.failed_children == 0 and [r["variant"] for r in b.table] == ["baseline"]

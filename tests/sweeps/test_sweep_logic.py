@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import yaml
 
 from yolo_mlops import sweeps
-from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.run.config import ConfigError, RunSpec
-from yolo_mlops.sweeps import Child, ChildOutcome, ChildRecord
+from yolo_mlops.run.training import AppliedSettings
+from yolo_mlops.sweeps import Child, ChildOutcome, ChildRecord, VariantRow, stats, variants
 
 CPU = RunSpec(device="cpu", imgsz=64, batch=4)
 
@@ -58,12 +56,38 @@ def test_disk_cache_guard_removes_only_the_npy_files_the_child_created(tmp_path)
     assert (images / "kept.npy").exists()
 
 
+CPU_APPLIED = AppliedSettings(cudnn_benchmark=False, matmul_tf32=False, cudnn_tf32=True, amp=False,
+                              channels_last=None, compile=False, compiled=False, channels_last_effective=False)
+
+
+def test_applied_settings_tags_are_the_recorded_strings_and_parse_back():
+    tags = CPU_APPLIED.tags()
+    assert tags == {
+        "yolo_mlops.applied.cudnn_benchmark": "False", "yolo_mlops.applied.matmul_tf32": "False",
+        "yolo_mlops.applied.cudnn_tf32": "True", "yolo_mlops.applied.amp": "False",
+        "yolo_mlops.applied.channels_last": "None", "yolo_mlops.applied.compile": "False",
+        "yolo_mlops.applied.compiled": "False", "yolo_mlops.applied.channels_last_effective": "False"}
+    assert AppliedSettings.from_tags({**tags, "yolo_mlops.variant": "baseline"}) == CPU_APPLIED
+    gpu = AppliedSettings(cudnn_benchmark=True, matmul_tf32=False, cudnn_tf32=True, amp="bf16", channels_last=True,
+                          compile="max-autotune", compiled=True, channels_last_effective=True, pin_memory=False)
+    assert gpu.tags()["yolo_mlops.applied.pin_memory"] == "False"
+    assert gpu.tags()["yolo_mlops.applied.amp"] == "bf16"
+    assert AppliedSettings.from_tags(gpu.tags()) == gpu
+    assert gpu.mixed_precision and not CPU_APPLIED.mixed_precision
+    assert AppliedSettings.from_tags({"yolo_mlops.applied.compiled": "False"}) is None  # a run that never tracked
+    with pytest.raises(ValueError, match="'maybe'"):
+        AppliedSettings.from_tags({**tags, "yolo_mlops.applied.compiled": "maybe"})
+
+
 def test_silent_ultralytics_fallbacks_make_a_child_not_count():
-    assert "eager" in sweeps.ineffective("compile", {"yolo_mlops.applied.compiled": "False"})
-    assert sweeps.ineffective("compile_max-autotune", {"yolo_mlops.applied.compiled": "True"}) is None
-    assert "channels_last" in sweeps.ineffective("amp_bf16+channels_last",
-                                                 {"yolo_mlops.applied.channels_last_effective": "False"})
-    assert sweeps.ineffective("batch_2", {}) is None
+    from dataclasses import replace
+
+    assert "eager" in sweeps.ineffective("compile", CPU_APPLIED)
+    assert sweeps.ineffective("compile_max-autotune", replace(CPU_APPLIED, compiled=True)) is None
+    assert "channels_last" in sweeps.ineffective("amp_bf16+channels_last", CPU_APPLIED)
+    assert sweeps.ineffective("amp_bf16+channels_last", replace(CPU_APPLIED, channels_last_effective=True)) is None
+    assert sweeps.ineffective("batch_2", CPU_APPLIED) is None
+    assert sweeps.ineffective("compile", None) is None  # no recorded settings: nothing says it fell back
 
 
 def _record(variant, repeat, step_ms=None, status="ok", problem=None, metrics=None, images=4):
@@ -84,22 +108,43 @@ def test_compare_builds_rows_for_ok_partial_failed_and_skipped_variants(tmp_path
         _record("imgsz_96", 2, status="failed", problem="failed: boom"),
     ]
     report = sweeps.compare(plan, records)
-    rows = {r["variant"]: r for r in report.table.to_dict("records")}
-    assert rows["baseline"]["speedup"] == 1.0 and rows["baseline"]["status"] == "ok"
+    assert all(isinstance(r, VariantRow) for r in report.rows)
+    rows = {r.variant: r for r in report.rows}
+    assert list(rows) == plan.variants
+    assert rows["baseline"].speedup == 1.0 and rows["baseline"].status == "ok"
     # half the images in half the time: the same throughput, although every step is twice as fast
-    assert rows["batch_2"]["speedup"] == pytest.approx(1.0, abs=0.03)
-    assert rows["batch_2"]["step_time_ratio"] == pytest.approx(0.5, rel=0.03)
-    assert rows["batch_2"]["verdict"] == stats.SAME
-    assert rows["batch_2"]["loss_flag"] and rows["batch_2"]["loss_delta"] == pytest.approx(4.1)
-    assert rows["workers_1"]["status"] == "partial" and rows["workers_1"]["verdict"] == stats.FASTER
-    assert "OOM" in rows["workers_1"]["reason"]
-    assert rows["imgsz_96"]["status"] == "failed" and "boom" in rows["imgsz_96"]["reason"]
-    assert rows["amp_bf16"]["status"] == "skipped" and "CUDA" in rows["amp_bf16"]["reason"]
+    assert rows["batch_2"].speedup == pytest.approx(1.0, abs=0.03)
+    assert rows["batch_2"].step_time_ratio == pytest.approx(0.5, rel=0.03)
+    assert rows["batch_2"].verdict == stats.SAME
+    assert rows["batch_2"].loss_flag and rows["batch_2"].loss_delta == pytest.approx(4.1)
+    assert rows["workers_1"].status == "partial" and rows["workers_1"].verdict == stats.FASTER
+    assert "OOM" in rows["workers_1"].reason
+    assert rows["imgsz_96"].status == "failed" and "boom" in rows["imgsz_96"].reason
+    assert rows["amp_bf16"].status == "skipped" and "CUDA" in rows["amp_bf16"].reason
+    assert np.isnan(rows["amp_bf16"].speedup) and np.isnan(rows["imgsz_96"].images_per_s)
     assert report.failed_children == 3 and report.total_children == 8
     assert report.best == "workers_1" and "workers_1" in report.best_evidence
-    assert report.metrics["sweep/speedup_workers_1"] == pytest.approx(rows["workers_1"]["speedup"])
+    assert report.metrics["sweep/speedup_workers_1"] == rows["workers_1"].speedup
+    assert "sweep/speedup_amp_bf16" not in report.metrics  # nothing measured, nothing logged
     png = sweeps.chart(report, tmp_path / "s.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert "| `amp_bf16` | skipped |" in report.markdown
+    markdown = sweeps.markdown(plan, report)
+    assert "| `amp_bf16` | skipped |" in markdown
     # workers_1 was compared on one repeat: the footer names both CI methods that were actually used
-    assert "step-level bootstrap (one repeat" in report.markdown and "two-level bootstrap" in report.markdown
+    assert "step-level bootstrap (one repeat" in markdown and "two-level bootstrap" in markdown
+
+
+def test_the_mlflow_table_and_the_prefect_rows_are_the_typed_rows_at_the_edge():
+    plan = sweeps.plan_sweep(CPU, ["workers_1", "amp_bf16"], repeats=1)
+    report = sweeps.compare(plan, [_record("baseline", 1, [100, 102, 98, 101]),
+                                   _record("workers_1", 1, [70.123456, 71, 69])])
+    frame = sweeps.frame(report.rows)
+    assert list(frame.columns) == ["variant", "status", "repeats_ok", "repeats_failed", "steps", "median_step_ms",
+                                   "images_per_s", "speedup", "ci_low", "ci_high", "step_time_ratio", "verdict",
+                                   "loss_delta", "loss_flag", "map_delta", "map_flag", "gpu_util_delta_pct",
+                                   "peak_mem_delta_gib", "reason", "note"]
+    assert frame["speedup"].dtype == float and frame["loss_flag"].dtype == bool
+    table = {r["variant"]: r for r in sweeps.prefect_table(report)}
+    workers = {r.variant: r for r in report.rows}["workers_1"]
+    assert table["workers_1"]["speedup"] == round(workers.speedup, 4) != workers.speedup
+    assert table["amp_bf16"]["speedup"] is None and table["amp_bf16"]["status"] == "skipped"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from yolo_mlops.sweeps import variants
 from yolo_mlops.run.config import RunSpec
+from yolo_mlops.sweeps import variants
 from yolo_mlops.sweeps.variants import VariantError, apply_variant, canonical, requires_cuda, skip_reason
 
 BASE = RunSpec(imgsz=64, batch=4, workers=0, device="cpu", train_args={"optimizer": "SGD"})

@@ -1,0 +1,154 @@
+"""The comparison: one typed row per variant (speed-up vs baseline with its CI, accuracy and GPU deltas), the
+best variant with its evidence, and the parent run's `sweep/*` metrics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from yolo_mlops.render import is_missing
+from yolo_mlops.sweeps import stats, variants
+from yolo_mlops.sweeps.collect import LOSS_TOTAL, ChildRecord
+from yolo_mlops.sweeps.plan import SweepPlan
+from yolo_mlops.tracking import names
+
+NAN = math.nan
+
+
+@dataclass
+class VariantRow:
+    """One variant of a sweep. NaN: not measured (skipped, failed, no baseline, no GPU metrics)."""
+
+    variant: str
+    status: str = ""  # ok | partial (some repeats did not count) | failed | skipped
+    repeats_ok: int = 0
+    repeats_failed: int = 0
+    steps: int = 0  # steady steps over all counted repeats
+    median_step_ms: float = NAN
+    images_per_s: float = NAN
+    speedup: float = NAN  # median images/s vs the baseline's
+    ci_low: float = NAN
+    ci_high: float = NAN
+    step_time_ratio: float = NAN
+    verdict: str = ""  # reference | faster | slower | no measurable difference | no baseline to compare with
+    loss_delta: float = NAN
+    loss_flag: bool = False  # outside the baseline repeats' spread
+    map_delta: float = NAN
+    map_flag: bool = False
+    gpu_util_delta_pct: float = NAN
+    peak_mem_delta_gib: float = NAN
+    reason: str = ""  # why repeats did not count, why skipped or failed
+    note: str = ""  # the variant's catalogue note
+
+
+@dataclass
+class SweepReport:
+    rows: list[VariantRow]
+    best: str
+    best_evidence: str
+    failed_children: int
+    total_children: int
+    metrics: dict[str, float] = field(default_factory=dict)  # the parent run's sweep/* metrics
+
+
+def compare(plan: SweepPlan, records: list[ChildRecord], seed: int = stats.DEFAULT_SEED) -> SweepReport:
+    groups: dict[str, list[ChildRecord]] = {n: [] for n in plan.variants}
+    for rec in records:
+        groups[rec.outcome.child.variant].append(rec)
+    usable = {n: [r.repeat for r in recs if r.repeat is not None] for n, recs in groups.items()}
+    base = usable.get(variants.BASELINE, [])
+    rows = [_row(plan, name, groups[name], usable[name], base, seed) for name in plan.variants]
+    best, evidence = pick_best(rows)
+    failed = sum(1 for r in records if r.outcome.status == "failed")
+    return SweepReport(rows=rows, best=best, best_evidence=evidence, failed_children=failed,
+                       total_children=len(records), metrics=sweep_metrics(rows, failed, len(records)))
+
+
+def _row(plan: SweepPlan, name: str, recs: list[ChildRecord], reps: list[stats.Repeat],
+         base: list[stats.Repeat], seed: int) -> VariantRow:
+    row = VariantRow(variant=name, repeats_ok=len(reps),
+                     repeats_failed=sum(r.outcome.status == "failed" for r in recs),
+                     steps=sum(len(r.step_ms) for r in reps),
+                     note=variants.notes(name, plan.custom_variants) if name not in plan.skipped else "")
+    problems = sorted({r.problem for r in recs if r.problem})
+    if name in plan.skipped:
+        row.status, row.reason = "skipped", plan.skipped[name]
+        return row
+    if not reps:
+        row.status, row.reason = "failed", "; ".join(problems) or "no child finished"
+        return row
+    row.status = "ok" if not problems else "partial"
+    row.reason = "; ".join(problems)
+    summary = stats.summarise(reps)
+    row.median_step_ms, row.images_per_s = float(summary.median_step_ms), float(summary.images_per_s)
+    if name == variants.BASELINE:
+        row.speedup, row.verdict = 1.0, "reference"
+    elif base:
+        cmp = stats.compare(base, reps, seed=seed)
+        row.speedup, row.ci_low, row.ci_high = float(cmp.speedup), float(cmp.ci_low), float(cmp.ci_high)
+        row.step_time_ratio, row.verdict = float(cmp.step_time_ratio), cmp.verdict
+        _accuracy(row, base, reps)
+        _gpu_deltas(row, base, reps)
+    else:
+        row.verdict = "no baseline to compare with"
+    return row
+
+
+def _values(reps: list[stats.Repeat], key: str) -> list[float]:
+    return [r.metrics[key] for r in reps if key in r.metrics]
+
+
+def _accuracy(row: VariantRow, base: list[stats.Repeat], reps: list[stats.Repeat]) -> None:
+    loss = stats.accuracy_check(LOSS_TOTAL, _values(base, LOSS_TOTAL), _values(reps, LOSS_TOTAL))
+    if loss is not None:
+        row.loss_delta, row.loss_flag = float(loss.delta), bool(loss.flagged)
+    mp = stats.accuracy_check(names.VAL_MAP50_95, _values(base, names.VAL_MAP50_95), _values(reps, names.VAL_MAP50_95))
+    if mp is not None:
+        row.map_delta, row.map_flag = float(mp.delta), bool(mp.flagged)
+
+
+def _gpu_metric(metrics: dict[str, float], kind: str) -> str | None:
+    """The GPU metric the children have: SM utilisation (GPM) or NVML's coarse one; peak memory used."""
+    if kind == "util":
+        preferred, pick = (names.GPU_SM_UTIL_MEAN, names.GPU_UTIL_MEAN), ("util_pct", "_mean")
+    else:
+        preferred, pick = (names.GPU_MEM_USED_MAX,), ("peak", "gib")
+    for key in preferred:
+        if key in metrics:
+            return key
+    return next((k for k in sorted(metrics) if k.startswith(names.GPU) and pick[0] in k and k.endswith(pick[1])),
+                None)
+
+
+def _gpu_deltas(row: VariantRow, base: list[stats.Repeat], reps: list[stats.Repeat]) -> None:
+    util = _gpu_metric(base[0].metrics, "util")
+    if util is not None and (delta := stats.median_delta(_values(base, util), _values(reps, util))) is not None:
+        row.gpu_util_delta_pct = float(delta)
+    mem = _gpu_metric(base[0].metrics, "mem")
+    if mem is not None and (delta := stats.median_delta(_values(base, mem), _values(reps, mem))) is not None:
+        row.peak_mem_delta_gib = float(delta)
+
+
+def pick_best(rows: list[VariantRow]) -> tuple[str, str]:
+    """The fastest variant measurably faster than the baseline with accuracy inside the baseline's spread."""
+    candidates = [r for r in rows if r.verdict == stats.FASTER and not r.loss_flag and not r.map_flag]
+    if not candidates:
+        slower = ", ".join(r.variant for r in rows if r.verdict == stats.SLOWER) or "none"
+        return variants.BASELINE, ("no variant was measurably faster without changing accuracy "
+                                   f"(measurably slower: {slower})")
+    row = max(candidates, key=lambda r: r.speedup)
+    return row.variant, (
+        f"{row.variant}: {row.speedup:.3f}x images/s vs baseline "
+        f"(95% CI {row.ci_low:.3f}-{row.ci_high:.3f}, {row.repeats_ok} repeats, "
+        f"{row.images_per_s:.1f} images/s, median step {row.median_step_ms:.1f} ms); "
+        "accuracy within the baseline spread")
+
+
+def sweep_metrics(rows: list[VariantRow], failed: int, total: int) -> dict[str, float]:
+    metrics: dict[str, float] = {names.SWEEP_CHILDREN_FAILED: float(failed), names.SWEEP_CHILDREN_TOTAL: float(total)}
+    for row in rows:
+        for column, metric in names.sweep_variant_metrics(variants.metric_suffix(row.variant)).items():
+            value = getattr(row, column)
+            if not is_missing(value):
+                metrics[metric] = float(value)
+    return metrics
