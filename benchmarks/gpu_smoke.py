@@ -143,6 +143,8 @@ def main() -> int:
         "findings": [{k: f.get(k) for k in ("severity", "title", "recommended_variants")} for f in result.findings],
         "applied": {k: str(v) for k, v in outcome.applied.items()},
     })
+    if outcome.trace_files:
+        record["trace_source"] = str(outcome.trace_files[0])
     if args.copy_trace and outcome.trace_files:
         args.copy_trace.mkdir(parents=True, exist_ok=True)
         record["trace_file"] = str(shutil.copy2(outcome.trace_files[0], args.copy_trace))

@@ -65,9 +65,12 @@ fi
 [ "${1:-}" = "--prove" ] || exit 0
 
 # --- proof on this machine: a Python 3.12 venv holding only packages the GPU machine has --------------------
-pyenv312=("$HOME"/.pyenv/versions/3.12.*/bin/python3.12)
-py312=${PY312:-$(command -v python3.12 || echo "${pyenv312[-1]}")}
-[ -x "$py312" ] || { echo "gpu_wheelhouse: no python3.12 found (set PY312)" >&2; exit 1; }
+py312=${PY312:-}
+for candidate in "$HOME"/.pyenv/versions/3.12.*/bin/python3.12 python3.12; do
+  [ -n "$py312" ] && break
+  if "$candidate" -V > /dev/null 2>&1; then py312=$candidate; fi
+done
+[ -n "$py312" ] || { echo "gpu_wheelhouse: no working python3.12 found (set PY312)" >&2; exit 1; }
 prove=${GPU_PROVE_DIR:-/tmp/yolo-mlops-gpu-prove}
 venv=$prove/venv
 if [ ! -x "$venv/bin/python" ]; then
