@@ -34,9 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -80,9 +80,9 @@ class Step:
     cuda: bool  # needs the GPU: the dry run stops before the first such step
     max_s: float  # the step's own time cap
     reserve_s: float  # kept free for this step while earlier steps run
-    command: Callable[["Checks"], list[str] | str]  # a str is a reason to skip the step
-    judge: Callable[["Checks", StepRun, str], None]  # fills status/result from the exit code and output
-    dry: Callable[["Checks"], list[str] | None] | None = None  # command that validates the step without CUDA
+    command: Callable[[Checks], list[str] | str]  # a str is a reason to skip the step
+    judge: Callable[[Checks, StepRun, str], None]  # fills status/result from the exit code and output
+    dry: Callable[[Checks], list[str] | None] | None = None  # command that validates the step without CUDA
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class Checks:
         self.mode = "dry-run" if args.dry_run else "cpu-rehearsal" if args.rehearse_on_cpu else "gpu"
         self.device = "cpu" if args.rehearse_on_cpu else args.device
         self.t0 = time.monotonic()
-        self.started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.runs: list[StepRun] = []
         self.host: dict = {}
         self.log = self.out / "checks.log"
@@ -127,7 +127,8 @@ class Checks:
         run.command = [_short(c) for c in command]
         limit = min(step.max_s, self.left() - reserve_after)
         if limit < min(step.reserve_s, step.max_s) * 0.5 or limit < 5:
-            run.status, run.note = "skipped", f"no time left ({self.left():.0f} s of the budget, later steps reserve {reserve_after:.0f} s)"
+            run.status = "skipped"
+            run.note = f"no time left ({self.left():.0f} s of the budget, later steps reserve {reserve_after:.0f} s)"
             return run
         run.timeout_s = round(limit)
         rc, seconds, output = self._spawn(step.name, command, limit)
@@ -236,7 +237,8 @@ def judge_env(ch: Checks, run: StepRun, output: str) -> None:
     failed = [m for m, r in ch.host.get("imports", {}).items() if not r.get("ok")]
     run.result = {"failed_imports": failed, "requirement_conflicts": ch.host.get("requirement_conflicts", [])}
     run.status = "passed" if run.rc == 0 and not failed else "failed"
-    run.note = f"imports failed: {failed}" if failed else f"python {ch.host.get('python')}, torch {ch.host.get('versions', {}).get('torch')}"
+    torch = ch.host.get("versions", {}).get("torch")
+    run.note = f"imports failed: {failed}" if failed else f"python {ch.host.get('python')}, torch {torch}"
 
 
 def cmd_smoke(ch: Checks) -> list[str]:
@@ -251,7 +253,8 @@ def judge_smoke(ch: Checks, run: StepRun, output: str) -> None:
     run.result = json.loads(path.read_text()) if path.exists() else {}
     trace = run.result.get("trace_file")
     if trace and Path(trace).stat().st_size > TRACE_CAP:
-        run.result["trace_note"] = f"trace is {Path(trace).stat().st_size / 2**20:.1f} MiB: too large to come back; removed"
+        mib = Path(trace).stat().st_size / 2**20
+        run.result["trace_note"] = f"trace is {mib:.1f} MiB: too large to come back; removed from OUT"
         Path(trace).unlink()
     status = run.result.get("status")
     run.status = {"passed": "passed", "failed": "failed"}.get(status, "error")
@@ -327,7 +330,8 @@ def judge_sweep(name: str) -> Callable[[Checks, StepRun, str], None]:
         failed, total = run.result.get("failed_children"), run.result.get("total_children")
         if run.rc == 0 and run.result.get("status") == "ran":
             run.status = "passed" if failed == 0 else "failed"
-            run.note = f"{total} children, {failed} failed; best {run.result.get('best')}: {run.result.get('best_evidence')}"
+            best = f"{run.result.get('best')}: {run.result.get('best_evidence')}"
+            run.note = f"{total} children, {failed} failed; best {best}"
         else:
             run.status = "failed"
             run.note = f"exit {run.rc}: {_last_line(output)}"
@@ -369,8 +373,9 @@ def judge_trace_analysis(ch: Checks, run: StepRun, output: str) -> None:
         run.status, run.note = "failed", "the analyzer found no GPU kernels in a CUDA trace"
     else:
         run.status = "passed"
-        run.note = (f"{kernels} kernels, GPU idle {gpu.get('idle_pct', float('nan')):.1f}%, "
-                    f"{run.seconds} s whole process" if gpu else f"no GPU section (device {ch.device}); {run.seconds} s")
+        idle = gpu.get("idle_pct", float("nan"))
+        run.note = (f"{kernels} kernels, GPU idle {idle:.1f}%, {run.seconds} s whole process" if gpu
+                    else f"no GPU section (device {ch.device}); {run.seconds} s")
 
 
 def dry_script(script: str, *extra: str) -> Callable[[Checks], list[str]]:
@@ -463,7 +468,8 @@ def _nvidia_smi() -> dict | None:
                              text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": str(exc)}
-    rows = [dict(zip(fields.split(","), (v.strip() for v in line.split(",")))) for line in out.stdout.splitlines()]
+    names = fields.split(",")
+    rows = [dict(zip(names, (v.strip() for v in line.split(",")), strict=False)) for line in out.stdout.splitlines()]
     return {"gpus": rows, "rc": out.returncode, "stderr": out.stderr.strip()[-500:]}
 
 

@@ -20,7 +20,8 @@ STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "
          "gpu_sweep_compile"]
 
 
-def _run(tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(tmp_path: Path, *args: str,
+         env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_WHEELHOUSE": str(tmp_path / "no-wheels"),
            "TMPDIR": str(tmp_path), **(env_extra or {})}
