@@ -1,9 +1,16 @@
-"""GPU smoke check: profile YOLO11n at 640 px for ~30 steps with CUDA activities, then check the evidence.
+"""GPU smoke check: one profiled YOLO11n run (640 px, ~30 steps) with CUDA activities, then its evidence checked.
 
-Exits 0 with a message when there is no CUDA device (CI and CPU machines). On a GPU it checks that the
-trace holds CUDA kernels and that the key_averages tables hold device times, and prints the headline numbers.
+The run goes through the library's own steps (prepare, train, analyse, track: what the `profile-training`
+flow calls, without starting Prefect) into a real MLflow store, with the real NVML backend. Checked:
+CUDA kernels in the Chrome trace, device time in the key_averages tables, the NVML backend is a real one
+(GPM on Hopper and newer), and the `gpu/*` metrics exist and lie in physical ranges.
 
-    .venv/bin/python benchmarks/gpu_smoke.py [--steps 30] [--batch 16]
+    python3 benchmarks/gpu_smoke.py [--steps 30] [--batch 16] [--result summary.json] [--copy-trace DIR]
+    python3 benchmarks/gpu_smoke.py --dry-run     # imports and the run's config only, no CUDA call
+    python3 benchmarks/gpu_smoke.py --device cpu --imgsz 64 --batch 4 --steps 12   # CPU rehearsal
+
+Exit 0 when every check passed; 1 when a check failed; 2 when the run could not be made (no CUDA device).
+On a CPU device the CUDA checks are recorded as not applicable (ok = null), never as passed.
 """
 
 from __future__ import annotations
@@ -11,60 +18,152 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
+import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--imgsz", type=int, default=640)
-    args = parser.parse_args()
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--device", default="0", help="a CUDA index such as 0, or cpu for a rehearsal")
+    parser.add_argument("--result", type=Path, help="write the checks and metrics here as JSON")
+    parser.add_argument("--copy-trace", type=Path, help="copy the run's gzipped Chrome trace into this folder")
+    parser.add_argument("--tables", type=Path, help="write the key_averages tables (text) to this file")
+    parser.add_argument("--dry-run", action="store_true", help="imports and config only; no CUDA call")
+    return parser
 
-    import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_smoke: SKIPPED (no CUDA device here)")
-        return 0
-
-    import os
-
-    os.environ.setdefault("YOLO_MLOPS_HOME", tempfile.mkdtemp(prefix="yolo-mlops-gpu-smoke-"))
-    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{os.environ['YOLO_MLOPS_HOME']}/mlflow.db")
-    from yolo_mlops.run import pipeline
+def run_spec(args: argparse.Namespace):
     from yolo_mlops.run.config import build_run_spec
 
-    spec = build_run_spec({
-        "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": "0",
-        "workers": 4, "synthetic_images": args.batch * 8, "run_kind": "smoke",
+    return build_run_spec({
+        "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": args.device,
+        "workers": args.workers, "synthetic_images": args.batch * 8, "run_kind": "smoke", "val": False,
         "profiler": {"skip_first": 5, "wait": 2, "warmup": 3, "active": 5},
     })
-    prepared = pipeline.prepare(spec)
-    outcome = pipeline.train(prepared)
-    analysis = pipeline.analyse(prepared, outcome)
-    result = pipeline.track(prepared, outcome, analysis)
+
+
+def check(name: str, ok: bool | None, value, expect: str) -> dict:
+    return {"name": name, "ok": ok, "value": value, "expect": expect}
+
+
+def in_range(metrics: dict[str, float], key: str, low: float, high: float, applicable: bool = True) -> dict:
+    value = metrics.get(key)
+    if not applicable:
+        return check(key, None, value, "in range, on a GPU only")
+    return check(key, value is not None and low <= value <= high, value, f"{low}..{high}")
+
+
+def evidence(torch, device: str, outcome, result) -> list[dict]:
+    """The smoke's checks over one run's outcome and logged metrics."""
+    cuda = device != "cpu"
+    m = result.metrics
+    trace = json.loads(gzip.decompress(outcome.trace_files[0].read_bytes())) if outcome.trace_files else {}
+    events = trace.get("traceEvents", [])
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernel_ms = sum(float(e.get("dur", 0)) for e in kernels) / 1e3
+    tables = {t.name: t for t in outcome.tables}
+    device_table = tables.get("key_averages_self_device")
+    device_ms = float(device_table.frame["self_device_time_us"].sum()) / 1e3 if device_table is not None else None
+    backend = outcome.nvml.backend
+    hopper = cuda and torch.cuda.get_device_capability(int(device))[0] >= 9
+    total_gib = torch.cuda.get_device_properties(int(device)).total_memory / 2**30 if cuda else None
+    util_key = "gpu/sm_util_pct_mean" if backend == "gpm" else "gpu/gpu_util_pct_mean"
+    checks = [
+        check("trace files", len(outcome.trace_files) > 0, len(outcome.trace_files), ">= 1"),
+        check("CUDA kernel events in the trace", len(kernels) > 0 if cuda else None, len(kernels), "> 0 on a GPU"),
+        check("kernel time in the trace (ms)", kernel_ms > 0 if cuda else None, round(kernel_ms, 3), "> 0 on a GPU"),
+        check("key_averages_self_device table", device_table is not None if cuda else None,
+              sorted(tables), "present on a GPU"),
+        check("self device time in key_averages (ms)", (device_ms or 0) > 0 if cuda else None, device_ms, "> 0"),
+        check("NVML backend is real", backend in ("gpm", "samples", "utilization") if cuda else None, backend,
+              "gpm | samples | utilization on a GPU"),
+        check("GPM on Hopper or newer", (backend == "gpm") if hopper else None, backend,
+              "gpm when compute capability >= 9.0"),
+        in_range(m, util_key, 0.01, 100.0, cuda),
+        in_range(m, "gpu/dram_bw_util_pct_mean", 0.0, 100.0, cuda and backend == "gpm"),
+        in_range(m, "gpu/mem_used_gib_max", 0.05, (total_gib or 0) * 1.01, cuda),
+        in_range(m, "gpu/mem_total_gib", (total_gib or 0) * 0.9, (total_gib or 0) * 1.1, cuda),
+        in_range(m, "gpu/power_w_mean", 20.0, 1500.0, cuda),
+        in_range(m, "gpu/energy_j", 0.001, 1e6, cuda),
+        in_range(m, "gpu/energy_per_image_j", 1e-6, 1e4, cuda),
+        in_range(m, "gpu/sm_clock_mhz_mean", 100.0, 4000.0, cuda),
+        in_range(m, "gpu/temp_c_max", 5.0, 110.0, cuda),
+        in_range(m, "perf/step_time_ms_p50", 0.01, 60_000.0),
+        in_range(m, "perf/images_per_s", 0.01, 1e7),
+    ]
+    return checks
+
+
+def main() -> int:
+    args = build_parser().parse_args()
+    home = os.environ.setdefault("YOLO_MLOPS_HOME", tempfile.mkdtemp(prefix="yolo-mlops-gpu-smoke-"))
+    os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{home}/mlflow.db")
+    import torch
+
     from yolo_mlops import tracking
+    from yolo_mlops.run import pipeline
 
-    tracking.end_run(tracking.client(), result.run_id, "FINISHED")
+    spec = run_spec(args)
+    record: dict = {"step": "gpu_smoke", "device_arg": args.device, "spec": {
+        "model": spec.model, "imgsz": spec.imgsz, "batch": spec.batch, "max_steps": spec.max_steps,
+        "workers": spec.workers}}
+    if args.dry_run:
+        record["status"] = "dry-run"
+        print("gpu_smoke: dry-run - imports and run config ok; no CUDA call made")
+        return _finish(args, record, 0)
+    if args.device != "cpu" and not torch.cuda.is_available():
+        record["status"] = "no-cuda"
+        print(f"gpu_smoke: no CUDA device visible to torch {torch.__version__} (CUDA build {torch.version.cuda})")
+        return _finish(args, record, 2)
 
-    trace = json.loads(gzip.decompress(outcome.trace_files[0].read_bytes()))
-    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
-    device_table = next(t for t in outcome.tables if t.name == "key_averages_self_device")
-    device_us = float(device_table.frame["self_device_time_us"].sum())
-    print(f"device: {torch.cuda.get_device_name(0)}  torch {torch.__version__}  CUDA {torch.version.cuda}")
-    print(f"trace: {outcome.trace_files[0].name}  kernel events: {len(kernels)}")
-    print(f"self device time in key_averages: {device_us / 1e3:.1f} ms")
-    print(f"nvml backend: {outcome.nvml.backend}  notes: {'; '.join(outcome.nvml.reasons) or '-'}")
-    shown = ("perf/step_time_ms_p50", "perf/step_time_ms_p90", "perf/images_per_s", "perf/data_wait_pct")
-    for key in [*shown, *sorted(k for k in result.metrics if k.startswith(("gpu/", "trace/gpu")))]:
-        print(f"{key:<40} {result.metrics[key]:10.2f}")
-    for finding in result.findings:
-        print(f"finding [{finding['severity']}] {finding['title']} -> {finding['recommended_variants']}")
-    print(device_table.text[:4000])
-    ok = len(kernels) > 0 and device_us > 0
-    print("gpu_smoke:", "PASSED" if ok else "FAILED")
-    return 0 if ok else 1
+    prepared = pipeline.prepare(spec)
+    mlflow = tracking.client()
+    with tracking.run_guard(mlflow, prepared.run_id, salvage=lambda: pipeline.upload_run_folder(mlflow, prepared)):
+        outcome = pipeline.train(prepared)
+        analysis = pipeline.analyse(prepared, outcome)
+        result = pipeline.track(prepared, outcome, analysis)
+    checks = evidence(torch, args.device, outcome, result)
+    failed = [c for c in checks if c["ok"] is False]
+    cuda = args.device != "cpu"
+    record.update({
+        "status": "failed" if failed else "passed",
+        "device": torch.cuda.get_device_name(int(args.device)) if cuda else "cpu",
+        "capability": list(torch.cuda.get_device_capability(int(args.device))) if cuda else None,
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "mlflow_run_id": result.run_id, "nvml_backend": outcome.nvml.backend, "nvml_notes": outcome.nvml.reasons,
+        "checks": checks,
+        "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
+        "findings": [{k: f.get(k) for k in ("severity", "title", "recommended_variants")} for f in result.findings],
+        "applied": {k: str(v) for k, v in outcome.applied.items()},
+    })
+    if outcome.trace_files:
+        record["trace_source"] = str(outcome.trace_files[0])
+    if args.copy_trace and outcome.trace_files:
+        args.copy_trace.mkdir(parents=True, exist_ok=True)
+        record["trace_file"] = str(shutil.copy2(outcome.trace_files[0], args.copy_trace))
+    if args.tables:
+        args.tables.write_text("\n\n".join(f"== {t.name} (sorted by {t.sort_by})\n{t.text}" for t in outcome.tables))
+    print(f"device {record['device']}  torch {torch.__version__}  nvml backend {outcome.nvml.backend}")
+    for c in checks:
+        mark = {True: "ok  ", False: "FAIL", None: "n/a "}[c["ok"]]
+        print(f"  {mark} {c['name']:<44} {c['value']!s:<24} (expect {c['expect']})")
+    for f in record["findings"]:
+        print(f"  finding [{f['severity']}] {f['title']} -> {f['recommended_variants']}")
+    print("gpu_smoke:", record["status"].upper())
+    return _finish(args, record, 1 if failed else 0)
+
+
+def _finish(args: argparse.Namespace, record: dict, code: int) -> int:
+    if args.result:
+        args.result.write_text(json.dumps(record, indent=2, default=str))
+    return code
 
 
 if __name__ == "__main__":

@@ -1,34 +1,39 @@
 """GPU sweep: YOLO11n at 640 px, baseline vs the usual speed knobs, with bootstrap 95% CIs.
 
-Runs the real `sweep` flow (every child a real profiled training run logged to MLflow) and prints the
-comparison table. Without CUDA it prints why it skipped and exits 0.
+Runs the real `sweep` flow (every child a real profiled training run logged to MLflow, each holding the
+device's Prefect concurrency slot) and prints the comparison table.
 
-    .venv/bin/python benchmarks/gpu_sweep.py                       # defaults below, ~10 min on one GPU (compile children dominate)
-    .venv/bin/python benchmarks/gpu_sweep.py --repeats 2 --max-steps 40 --variants amp_bf16,compile
+    python3 benchmarks/gpu_sweep.py              # defaults below: ~10 min on one GPU (compile children dominate)
+    python3 benchmarks/gpu_sweep.py --repeats 2 --max-steps 40 --variants amp_bf16,compile
+    python3 benchmarks/gpu_sweep.py --dry-run             # imports and the sweep plan only, no CUDA call
 
 Prefect: with PREFECT_API_URL set the flow runs against that server, and the concurrency limit
 `gpu-<index>` must exist there (`prefect gcl create gpu-0 --limit 1`; the sweep fails otherwise); without it
-a throwaway local server is started and the limit created on it. MLflow: MLFLOW_TRACKING_URI, else the project's local SQLite store.
+a throwaway local server is started and the limit created on it. MLflow: MLFLOW_TRACKING_URI, else the
+project's local SQLite store.
 
 Variants: amp_bf16 (bfloat16 autocast), cudnn_benchmark (with deterministic=False), channels_last
 (ultralytics 8.4.190 already uses it on CUDA: this is an A/A control that should show no difference),
 channels_first (NCHW: measures what channels_last buys), compile (torch.compile default mode; its first
 steps compile, hence the larger --warmup-steps), workers_2 (vs the baseline's 8).
+
+Exit 0 when the sweep ran (its table may still show failed children: see --result); 1 when it broke;
+2 when there is no CUDA device (and --device is not cpu).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_VARIANTS = "amp_bf16,cudnn_benchmark,channels_last,channels_first,compile,workers_2"
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", default=DEFAULT_VARIANTS)
     parser.add_argument("--repeats", type=int, default=3)
@@ -38,17 +43,19 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=960, help="synthetic training images")
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--warmup-steps", type=int, default=15, help="steps discarded per child (compile!)")
-    parser.add_argument("--device", default="0")
+    parser.add_argument("--device", default="0", help="a CUDA index such as 0, or cpu for a rehearsal")
     parser.add_argument("--experiment", default="gpu-sweep")
-    args = parser.parse_args()
+    parser.add_argument("--result", type=Path, help="write the comparison (table, children) here as JSON")
+    parser.add_argument("--dry-run", action="store_true", help="imports and the sweep plan only; no CUDA call")
+    return parser
 
+
+def main() -> int:
+    args = build_parser().parse_args()
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_sweep: skipped - no CUDA device visible to torch "
-              f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); run it on a GPU machine.")
-        return 0
-
+    from yolo_mlops import sweeps
+    from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run.config import RunSpec
     from yolo_mlops.run.environment import cuda_indices
 
@@ -58,21 +65,33 @@ def main() -> int:
                    # profiler window after the discarded warm-up: its steps are excluded from timing anyway
                    profiler={"skip_first": args.warmup_steps, "wait": 1, "warmup": 1, "active": 3})
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    index = cuda_indices(args.device)[0]
-    limit = f"gpu-{index}"
-    print(f"GPU {torch.cuda.get_device_name(index)}, torch {torch.__version__}; variants: baseline, "
-          + ", ".join(names) + f"; {args.repeats} repeats, interleaved; limit {limit}")
+    cuda = args.device != "cpu"
+    limit = f"gpu-{cuda_indices(args.device)[0]}" if cuda else None
+    record: dict = {"step": "gpu_sweep", "variants": names, "repeats": args.repeats, "max_steps": args.max_steps,
+                    "warmup_steps": args.warmup_steps, "concurrency_limit": limit}
+    if args.dry_run:
+        plan = sweeps.plan_sweep(base, names, args.repeats, "interleaved", args.warmup_steps, limit)
+        record.update(status="dry-run", children=len(plan.children), skipped=plan.skipped)
+        print(f"gpu_sweep: dry-run - plan of {len(plan.children)} children ok; no CUDA call made")
+        return _finish(args, record, 0)
+    if cuda and not torch.cuda.is_available():
+        record["status"] = "no-cuda"
+        print("gpu_sweep: no CUDA device visible to torch "
+              f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
+        return _finish(args, record, 2)
+    where = torch.cuda.get_device_name(cuda_indices(args.device)[0]) if cuda else "cpu"
+    print(f"device {where}, torch {torch.__version__}; variants: baseline, " + ", ".join(names)
+          + f"; {args.repeats} repeats, interleaved; limit {limit}")
 
+    shared = bool(os.environ.get("PREFECT_API_URL"))
     harness = contextlib.nullcontext()
-    if not os.environ.get("PREFECT_API_URL"):
+    if not shared:
         from prefect.testing.utilities import prefect_test_harness
 
         harness = prefect_test_harness(server_startup_timeout=180)
     with harness:
-        if not os.environ.get("PREFECT_API_URL"):
+        if limit and not shared:
             _create_limit(limit)  # throwaway server; on a real server the limit must already exist (strict)
-        from yolo_mlops.flows.sweep import sweep
-
         result = sweep(base=base, variants=names, repeats=args.repeats, order="interleaved",
                        warmup_steps=args.warmup_steps, concurrency_limit=limit)
     print()
@@ -81,7 +100,13 @@ def main() -> int:
     for child in result.children:
         if child["status"] != "ok":
             print(f"  failed child {child['variant']} r{child['repeat']}: {child['error']}")
-    return 0
+    record.update(status="ran", device=where, parent_run_id=result.parent_run_id, best=result.best_variant,
+                  best_evidence=result.best_evidence, failed_children=result.failed_children,
+                  total_children=result.total_children, skipped=result.skipped, table=result.table,
+                  markdown=result.markdown,
+                  children=[{k: c[k] for k in ("variant", "repeat", "status", "wall_s", "error")}
+                            for c in result.children])
+    return _finish(args, record, 0)
 
 
 def _create_limit(name: str) -> None:
@@ -93,6 +118,11 @@ def _create_limit(name: str) -> None:
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
 
 
+def _finish(args: argparse.Namespace, record: dict, code: int) -> int:
+    if args.result:
+        args.result.write_text(json.dumps(record, indent=2, default=str))
+    return code
+
+
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -1,0 +1,110 @@
+"""The GPU checks script, run in its dry-run mode on this CPU machine, so it cannot rot between GPU leases.
+
+`benchmarks/run_gpu_checks.sh --dry-run` does everything a GPU run does before its first CUDA step: installs
+this tree into a temporary target (as on the GPU machine; the wheelhouse is skipped here, its wheels are for
+CPython 3.12), imports every module the checks use from that target, and checks each later step's command
+(argument parsing, imports, run config, sweep plan) without running it. The test reads what it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
+STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
+         "gpu_sweep_compile"]
+
+
+def _run(tmp_path: Path, *args: str,
+         env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_WHEELHOUSE": str(tmp_path / "no-wheels"),
+           "TMPDIR": str(tmp_path), **(env_extra or {})}
+    for name in ("PYTHONPATH", "MLFLOW_TRACKING_URI", "YOLO_MLOPS_HOME", "PREFECT_HOME"):
+        env.pop(name, None)  # the script sets up its own environment, as on a bare machine
+    proc = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    return proc, out
+
+
+def test_dry_run_stops_before_cuda_and_checks_every_step(tmp_path):
+    proc, out = _run(tmp_path, "--dry-run")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mode"] == "dry-run"
+    assert summary["stopped_before"] == "gpu_smoke"
+    assert summary["verified_on_gpu"] is False
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert list(steps) == STEPS
+    assert steps["environment"]["status"] == "passed"
+    # every later step was checked, not run: no step reached a GPU
+    assert {n: steps[n]["status"] for n in STEPS[1:]} == {n: "validated" for n in STEPS[1:]}
+    assert "no CUDA call made" in steps["gpu_smoke"]["note"]
+    assert "collected" in steps["nvml_tests"]["note"]
+    assert "every option" in steps["instrumentation_overhead"]["note"]
+    assert "plan of" in steps["gpu_sweep"]["note"]
+    host = summary["host"]
+    assert all(r["ok"] for r in host["imports"].values()), host["imports"]
+    # the checks import the project from the installed target (where flows/ is yolo_mlops.flows), not the tree
+    target = summary["install"]["target"]
+    assert host["yolo_mlops_from"] == str(Path(target) / "yolo_mlops")
+    assert not Path(target).exists()  # the install folder is removed when the script ends
+    # the output layout the GPU machine returns: few files, at most two folders deep
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["checks.log", "summary.json", "summary.md"]
+    assert "Not a GPU measurement" in (out / "summary.md").read_text()
+    assert "stops before the first CUDA step" in proc.stdout
+
+
+def _copy_tree(dest: Path) -> Path:
+    """This tree's files (tracked, or new and not ignored) in a scratch folder, to break on purpose."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    for rel in listed:
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(src.read_bytes())
+    return dest
+
+
+def test_dry_run_fails_when_a_step_command_rots(tmp_path):
+    """Options a step passes but its script no longer offers fail the dry run (our scripts and others')."""
+    tree = _copy_tree(tmp_path / "tree")
+    sweep = tree / "benchmarks" / "gpu_sweep.py"
+    sweep.write_text(sweep.read_text().replace('"--warmup-steps"', '"--warmup"'))
+    overhead = tree / "benchmarks" / "bench_instrumentation_overhead.py"
+    overhead.write_text(overhead.read_text().replace('"--workers"', '"--loader-workers"'))
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_WHEELHOUSE": str(tmp_path / "none"),
+           "TMPDIR": str(tmp_path)}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["bash", str(tree / "benchmarks" / "run_gpu_checks.sh"), "--dry-run", "--only",
+                           "gpu_sweep_compile,instrumentation_overhead"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
+    assert list(steps) == ["environment", "instrumentation_overhead", "gpu_sweep_compile"]
+    assert steps["gpu_sweep_compile"]["status"] == "failed"
+    assert "--warmup-steps" in steps["gpu_sweep_compile"]["note"]
+    assert steps["instrumentation_overhead"]["status"] == "failed"
+    assert "--workers" in steps["instrumentation_overhead"]["note"]
+
+
+def test_bad_invocations_get_one_clear_line(tmp_path):
+    proc, _ = _run(tmp_path, "--dry-run", "--only", "gpu_smok")
+    assert proc.returncode == 2
+    assert "unknown step(s) ['gpu_smok']" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    if sys.version_info[:2] != (3, 12):  # a CPython 3.12 wheelhouse with another interpreter: refused up front
+        wheels = tmp_path / "wheels"
+        wheels.mkdir()
+        (wheels / "x-1.0-cp312-cp312-manylinux2014_x86_64.whl").write_bytes(b"")
+        proc, _ = _run(tmp_path, "--dry-run", env_extra={"GPU_WHEELHOUSE": str(wheels)})
+        assert proc.returncode == 3
+        assert "holds CPython 3.12 wheels" in proc.stdout
