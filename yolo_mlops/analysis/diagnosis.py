@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from yolo_mlops.analysis import attribution as at
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, PHASE_LABEL_PREFIX
 from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
 
@@ -20,10 +21,12 @@ HIGH, MEDIUM, LOW = "high", "medium", "low"
 DATA_WAIT_PCT_WARN = 10.0
 DATA_WAIT_PCT_HIGH = 25.0
 DEFAULT_WORKERS_SUGGESTION = 8
-# GPU idle share of its busy span (%), and the part of that idle time that is host_wait.
+# GPU idle attributed to launch overhead (host running Python/dispatch while the GPU waits for its next
+# kernel), as a share (%) of the GPU's kernel-time span.
 GPU_IDLE_PCT_WARN = 20.0
 GPU_IDLE_PCT_HIGH = 50.0
-HOST_WAIT_SHARE_OF_IDLE_MIN = 0.5
+# Mixed precision: assumed speed-up of the fp32 compute kernels (tensor cores; elementwise kernels gain less).
+AMP_COMPUTE_SPEEDUP = 2.0
 # Without a trace, NVML SM utilisation (%) below this means the GPU is mostly waiting.
 SM_UTIL_LOW_PCT = 40.0
 # Reduced-precision kernels below this share (%) of kernel time: the run computes in fp32.
@@ -58,6 +61,19 @@ class DiagnosisInput:
     dram_util_pct: float | None = None
     batch_size: int | None = None
     workers: int | None = None
+    step_time_ms: float | None = None  # mean step time (step timer); else the trace's
+
+
+@dataclass
+class Saving:
+    """Upper bound of the step time a finding's fix could save, from the measured time it accounts for."""
+
+    ms_per_step: float
+    pct_of_step: float
+    assumption: str  # the condition under which the whole bound is saved
+
+    def text(self) -> str:
+        return f"saves up to {self.ms_per_step:.1f} ms/step ({self.pct_of_step:.0f}% of step) {self.assumption}"
 
 
 @dataclass
@@ -67,15 +83,33 @@ class Finding:
     title: str
     evidence: dict[str, float | str]
     recommended_variants: list[str] = field(default_factory=list)
+    saving: Saving | None = None  # None: the trace holds no time this finding accounts for
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def line(self) -> str:
+        """One line: severity, title, what it could save, what to try."""
+        saving = self.saving.text() if self.saving else "saving not estimable from the trace"
+        variants = ", ".join(self.recommended_variants) or "a code change"
+        return f"[{self.severity}] {self.title}; {saving}; try: {variants}"
+
+
+SEVERITY_ORDER = {HIGH: 0, MEDIUM: 1, LOW: 2}
+
 
 def diagnose(inp: DiagnosisInput) -> list[Finding]:
-    findings = [rule(inp) for rule in RULES]
-    order = {HIGH: 0, MEDIUM: 1, LOW: 2}
-    return sorted((f for f in findings if f is not None), key=lambda f: order[f.severity])
+    """Every rule's finding, largest estimated saving first (unestimated last, then by severity)."""
+    findings = [f for f in (rule(inp) for rule in RULES) if f is not None]
+    return sorted(findings, key=lambda f: (-(f.saving.ms_per_step if f.saving else -1.0),
+                                           SEVERITY_ORDER[f.severity]))
+
+
+def headline(findings: list[Finding]) -> str:
+    """The run's verdict in one line: the top finding and what fixing it could save."""
+    if not findings:
+        return "No finding: nothing stands out."
+    return f"Top finding: {findings[0].line()}"
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -105,6 +139,22 @@ def _severity(value: float, high: float) -> str:
     return HIGH if value >= high else MEDIUM
 
 
+def _step_ms(inp: DiagnosisInput, rank: RankAnalysis | None = None) -> float | None:
+    """Mean step time: the step timer's, else the rank's (else any rank's) from the trace."""
+    if inp.step_time_ms:
+        return inp.step_time_ms
+    ranks = [rank] if rank is not None else _ranks(inp)
+    timed = [r.step_time.mean_us / 1000 for r in ranks if r is not None and r.step_time is not None]
+    return max(timed) if timed else None
+
+
+def _idle_saving(rank: RankAnalysis, cause: str, assumption: str) -> Saving | None:
+    row = rank.idle_cause(cause)
+    if row is None:
+        return None
+    return Saving(row.ms_per_step, row.step_pct, assumption)
+
+
 def _double(value: int | None, default: int) -> int:
     return 2 * value if value else default
 
@@ -119,39 +169,58 @@ def _trace_data_wait_pct(rank: RankAnalysis) -> float | None:
 
 
 def data_wait_high(inp: DiagnosisInput) -> Finding | None:
-    source, pct = "step timer", inp.data_wait_pct
+    source, pct, rank = "step timer", inp.data_wait_pct, None
     if pct is None:
         worst = _worst(_ranks(inp), _trace_data_wait_pct)
         if worst is None:
             return None
-        source, pct = f"trace (rank {worst[0].rank})", worst[1]
+        rank, pct = worst
+        source = f"trace (rank {rank.rank})"
     if pct < DATA_WAIT_PCT_WARN:
         return None
     # no persistent_workers: ultralytics' InfiniteDataLoader already keeps its workers for the whole run
     variants = [f"workers_{_double(inp.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
+    evidence: dict[str, float | str] = {"data_wait_pct": round(pct, 2), "source": source,
+                                        "threshold_pct": DATA_WAIT_PCT_WARN}
+    idle = _worst(_gpu_ranks(inp), lambda r: r.idle_cause(at.DATA_LOADER).pct if r.idle_cause(at.DATA_LOADER) else None)
+    if idle is not None:
+        evidence["gpu_idle_data_loader_pct"] = round(idle[1], 2)
+    step_ms = _step_ms(inp, rank)
+    saving = None
+    if step_ms is not None:
+        # The host waits pct% of each step; overlapped loading removes that wait and nothing more.
+        saving = Saving(step_ms * pct / 100, pct, "if data loading were fully overlapped with the step")
     return Finding(
         rule="data_wait_high",
         severity=_severity(pct, DATA_WAIT_PCT_HIGH),
         title=f"{pct:.0f}% of step time is spent waiting for data",
-        evidence={"data_wait_pct": round(pct, 2), "source": source, "threshold_pct": DATA_WAIT_PCT_WARN},
+        evidence=evidence,
         recommended_variants=variants,
+        saving=saving,
     )
 
 
 def host_wait_share_of_idle(rank: RankAnalysis) -> float | None:
-    """The host_wait part (0..1) of the rank's GPU idle time, summed over streams; None without idle time."""
+    """The host_wait part (0..1) of the rank's GPU idle time (HTA's per-stream categories, summed over
+    streams); None without idle time."""
     idle = sum(i.idle_time_us for i in rank.idle_breakdown)
     if idle <= 0:
         return None
     return sum(i.idle_time_us for i in rank.idle_breakdown if i.idle_category == "host_wait") / idle
 
 
+def _launch_idle_pct(rank: RankAnalysis) -> float | None:
+    row = rank.idle_cause(at.LAUNCH_OVERHEAD)
+    return row.pct if row is not None else None
+
+
 def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
+    """Launch-bound: GPU idle while the host runs Python/dispatch between operators. Idle the host spends
+    waiting for data, in a sync, the optimizer or preprocessing belongs to those causes, not to this rule."""
     if not _on_gpu(inp):
         return None
-    worst = _worst(_gpu_ranks(inp), lambda r: r.gpu.idle_pct)
     variants = ["compile", f"batch_{_double(inp.batch_size, 32)}"]
-    if worst is None:
+    if not _gpu_ranks(inp):
         if inp.sm_util_pct is None or inp.sm_util_pct >= SM_UTIL_LOW_PCT:
             return None
         return Finding(
@@ -161,26 +230,26 @@ def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
             evidence={"sm_util_pct": round(inp.sm_util_pct, 2), "threshold_pct": SM_UTIL_LOW_PCT},
             recommended_variants=variants,
         )
-    rank, idle_pct = worst
-    if idle_pct < GPU_IDLE_PCT_WARN:
+    worst = _worst(_gpu_ranks(inp), _launch_idle_pct)
+    if worst is None or worst[1] < GPU_IDLE_PCT_WARN:
         return None
-    share = host_wait_share_of_idle(rank)
-    if share is None or share < HOST_WAIT_SHARE_OF_IDLE_MIN:
-        return None
+    rank, launch_pct = worst
     evidence: dict[str, float | str] = {
         "rank": str(rank.rank),
-        "gpu_idle_pct": round(idle_pct, 2),
-        "host_wait_share_of_idle": round(share, 3),
+        "gpu_idle_pct": round(rank.gpu.idle_pct, 2),
+        "gpu_idle_launch_overhead_pct": round(launch_pct, 2),
         "threshold_pct": GPU_IDLE_PCT_WARN,
     }
     if inp.sm_util_pct is not None:
         evidence["sm_util_pct"] = round(inp.sm_util_pct, 2)
     return Finding(
         rule="gpu_idle_host_wait",
-        severity=_severity(idle_pct, GPU_IDLE_PCT_HIGH),
-        title=f"GPU idle {idle_pct:.0f}% of the time, mostly waiting for the host to launch work",
+        severity=_severity(launch_pct, GPU_IDLE_PCT_HIGH),
+        title=f"GPU idle {launch_pct:.0f}% of the time while the host launches operators (launch-bound)",
         evidence=evidence,
         recommended_variants=variants,
+        saving=_idle_saving(rank, at.LAUNCH_OVERHEAD,
+                            "if the host queued kernels ahead of the GPU (compiled / captured graphs)"),
     )
 
 
@@ -191,7 +260,7 @@ def no_reduced_precision(inp: DiagnosisInput) -> Finding | None:
     if not ranks:
         if inp.amp is False:  # no (usable) trace: the configuration alone says fp32
             return Finding("no_reduced_precision", MEDIUM, "Training runs in fp32 (AMP off)",
-                           {"amp": "off"}, ["amp_bf16", "amp_fp16"])
+                           {"amp": "off"}, ["amp_bf16", "amp_fp16"], saving=None)
         return None
     rank = min(ranks, key=lambda r: r.gpu.reduced_precision_kernel_pct)
     pct = rank.gpu.reduced_precision_kernel_pct
@@ -210,7 +279,16 @@ def no_reduced_precision(inp: DiagnosisInput) -> Finding | None:
             "compute_capability": str(capability) if capability is not None else "unknown",
         },
         recommended_variants=variants,
+        saving=_per_step(rank, rank.gpu.compute_time_us * (1 - 1 / AMP_COMPUTE_SPEEDUP),
+                         f"if mixed precision ran the fp32 compute kernels {AMP_COMPUTE_SPEEDUP:g}x faster"),
     )
+
+
+def _per_step(rank: RankAnalysis, window_us: float, assumption: str) -> Saving | None:
+    """A time measured over the rank's GPU window as a saving per step of that window."""
+    if rank.window_steps <= 0 or rank.window_step_us <= 0:
+        return None
+    return Saving(window_us / 1000 / rank.window_steps, 100.0 * window_us / rank.window_step_us, assumption)
 
 
 def cudnn_autotune_off(inp: DiagnosisInput) -> Finding | None:
@@ -236,6 +314,9 @@ def layout_conversions(inp: DiagnosisInput) -> Finding | None:
         evidence={"rank": str(worst[0].rank), "layout_conversion_kernel_pct": round(worst[1], 2),
                   "threshold_pct": LAYOUT_CONVERSION_PCT_WARN},
         recommended_variants=["channels_last"],
+        # conversion kernels may overlap other streams' work: their summed time bounds what removing them saves
+        saving=_per_step(worst[0], worst[0].gpu.layout_conversion_time_us or 0.0,
+                         "if channels_last removed every conversion kernel"),
     )
 
 
@@ -246,6 +327,13 @@ def sync_in_step(inp: DiagnosisInput) -> Finding | None:
     rank, pct = worst
     calls = next(c.count for c in rank.host if c.category == CUDA_SYNC_CATEGORY)
     steps = rank.step_time.count if rank.step_time else 1
+    assumption = "if the step never waited for the GPU (no .item()/.cpu()/blocking copy inside it)"
+    if rank.gpu is not None:
+        # The host blocked in a sync is not lost time while the GPU works; the GPU idle the sync left behind is.
+        saving = _idle_saving(rank, at.CUDA_SYNC, assumption)
+    else:
+        step_ms = _step_ms(inp, rank)
+        saving = Saving(step_ms * pct / 100, pct, assumption) if step_ms else None
     return Finding(
         rule="sync_in_step",
         severity=_severity(pct, SYNC_PCT_HIGH),
@@ -253,6 +341,7 @@ def sync_in_step(inp: DiagnosisInput) -> Finding | None:
         evidence={"rank": str(rank.rank), "sync_pct": round(pct, 2), "sync_calls_per_step": round(calls / steps, 2),
                   "threshold_pct": SYNC_PCT_WARN},
         recommended_variants=[],
+        saving=saving,
     )
 
 
@@ -286,6 +375,9 @@ def communication_high(inp: DiagnosisInput) -> Finding | None:
         evidence={"rank": str(rank.rank), "exposed_communication_pct": round(pct, 2),
                   "threshold_pct": COMMUNICATION_PCT_WARN},
         recommended_variants=[f"batch_{_double(inp.batch_size, 32)}"],
+        saving=_per_step(rank, sum(k.time_us for k in rank.kernel_types
+                                   if "COMMUNICATION" in k.kernel_type and "COMPUTATION" not in k.kernel_type),
+                         "if communication were fully overlapped with compute"),
     )
 
 
@@ -301,6 +393,7 @@ def memory_growth(inp: DiagnosisInput) -> Finding | None:
         evidence={"rank": str(rank.rank), "device": rank.memory.device,
                   "growth_mib_per_step": round((rank.memory.growth_bytes_per_step or 0.0) / 2**20, 2)},
         recommended_variants=[],
+        saving=Saving(0.0, 0.0, "(no step time: growing memory ends in an out-of-memory error, not a slower step)"),
     )
 
 
@@ -326,6 +419,7 @@ def memory_near_capacity(inp: DiagnosisInput) -> Finding | None:
         evidence={"peak_memory_gib": round(peak, 3), "gpu_memory_total_gib": round(total, 3),
                   "memory_pct": round(pct, 2), "source": source, "threshold_pct": MEMORY_NEAR_CAPACITY_PCT},
         recommended_variants=variants,
+        saving=Saving(0.0, 0.0, "(no step time: it is a risk of running out of memory, not a cost per step)"),
     )
 
 

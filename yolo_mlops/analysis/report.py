@@ -1,7 +1,7 @@
 """Run report (Markdown + self-contained HTML + PNG plots) and headline `trace/*` metrics.
 
 The report is built once as a list of blocks (heading, paragraph, table, image) and rendered to
-both formats, so the two never disagree. Plots use matplotlib's Agg backend (no display needed).
+both formats, so the two never disagree. Plots are pyplot-free Agg figures (yolo_mlops.render).
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
+from yolo_mlops.analysis.attribution import BETWEEN_PHASES, IDLE_CAUSES
 from yolo_mlops.analysis.diagnosis import (
     Finding,
+    headline,
     communication_pct,
     exposed_communication_pct,
     host_wait_share_of_idle,
 )
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
 from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
+from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
+from yolo_mlops.tracking import names
 
 STEP_PLOT = "step_time_breakdown.png"
 KERNEL_PLOT = "kernel_mix.png"
@@ -70,6 +74,9 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
     host_wait_shares = [host_wait_share_of_idle(r) for r in gpu_ranks]
     put("trace/gpu_idle_host_wait_pct", [None if s is None else 100.0 * s for s in host_wait_shares])
     put("trace/gpu_reduced_precision_kernel_pct", [r.gpu.reduced_precision_kernel_pct for r in gpu_ranks])
+    for cause in IDLE_CAUSES:
+        put(names.gpu_idle_cause_metric(cause),
+            [row.pct for r in gpu_ranks for row in r.gpu_idle_by_cause if row.cause == cause])
 
     for device in ("cuda", "cpu"):
         with_memory = [r for r in ranks if r.memory is not None and r.memory.device == device]
@@ -135,7 +142,7 @@ def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict
     blocks: list[Block] = [Heading("Profiling report", 1), Paragraph(summary)]
     blocks += _findings_blocks(findings)
     if extra:
-        blocks += [Heading("Run context"), Table(["key", "value"], [[str(k), _fmt(v)] for k, v in extra.items()])]
+        blocks += [Heading("Run context"), Table(["key", "value"], [[str(k), fmt(v)] for k, v in extra.items()])]
     blocks += _step_blocks(analysis)
     blocks += _host_blocks(analysis)
     for rank in analysis.ranks:
@@ -147,21 +154,20 @@ def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict
     return blocks
 
 
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def _findings_blocks(findings: list[Finding]) -> list[Block]:
     if not findings:
         return [Heading("Findings"), Paragraph("No rule fired: nothing stands out in this run.")]
     rows = [
-        [f.severity, f.title, ", ".join(f.recommended_variants) or "-",
-         "; ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items())]
+        [f.severity, f.title,
+         fmt(f.saving.ms_per_step, ".1f") if f.saving else "-", fmt(f.saving.pct_of_step, ".1f") if f.saving else "-",
+         f.saving.assumption if f.saving else "not estimable from the trace",
+         ", ".join(f.recommended_variants) or "-",
+         "; ".join(f"{k}={fmt(v)}" for k, v in f.evidence.items())]
         for f in findings
     ]
-    return [Heading("Findings"), Table(["severity", "finding", "try variants", "evidence"], rows)]
+    return [Heading("Findings"), Paragraph(headline(findings)),
+            Table(["severity", "finding", "saves up to ms/step", "% of step", "assuming", "try variants", "evidence"],
+                  rows)]
 
 
 def _step_blocks(analysis: TraceAnalysis) -> list[Block]:
@@ -189,6 +195,13 @@ def _host_blocks(analysis: TraceAnalysis) -> list[Block]:
         blocks.append(Table(["rank", "category", "ms", "% of step time", "events"], rows))
     else:
         blocks.append(Paragraph("No data-loader, phase-label, optimizer or sync events inside profiled steps."))
+    phase_rows = [[str(r.rank), c.cause, _ms(c.time_us), f"{c.ms_per_step:.2f}", f"{c.step_pct:.1f}"]
+                  for r in analysis.ranks for c in r.step_by_phase]
+    if phase_rows:
+        blocks += [Heading("Step time by phase", 3),
+                   Paragraph(f"Each instant of a step counted once: the phase label covering it, else "
+                             f"`{BETWEEN_PHASES}`."),
+                   Table(["rank", "phase", "ms", "ms/step", "% of step time"], phase_rows)]
     top = analysis.ranks[0].top_host_ops if analysis.ranks else []
     if top:
         blocks += [Heading("Top host operators (rank %d, inclusive time)" % analysis.ranks[0].rank, 3),
@@ -211,7 +224,11 @@ def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
                 _pct_cell(g.reduced_precision_kernel_pct), _pct_cell(g.layout_conversion_kernel_pct)]]),
         Heading("Kernel types", 3),
         Table(["kernel type", "ms", "%"], [[k.kernel_type, _ms(k.time_us), f"{k.pct:.1f}"] for k in rank.kernel_types]),
-        Heading("Idle time per stream", 3),
+        Heading("GPU idle by host cause", 3),
+        Paragraph("Each GPU idle interval matched with what the host was doing meanwhile (docs/analysis.md)."),
+        Table(["cause", "ms/step", "% of kernel-time span", "% of step time"],
+              [[c.cause, f"{c.ms_per_step:.2f}", f"{c.pct:.1f}", f"{c.step_pct:.1f}"] for c in rank.gpu_idle_by_cause]),
+        Heading("Idle time per stream (HTA)", 3),
         Table(["stream", "category", "ms", "share of stream idle"],
               [[str(i.stream), i.idle_category, _ms(i.idle_time_us), f"{100 * i.idle_ratio:.1f}%"]
                for i in rank.idle_breakdown]),
@@ -246,11 +263,6 @@ def _memory_blocks(analysis: TraceAnalysis) -> list[Block]:
 def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
     if not rank.steps:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labelled = {c for s in rank.steps for c in s.host_us if c.startswith(PHASE_LABEL_PREFIX)}
     known = [PHASE_LABEL_PREFIX + p for p in PHASE_ORDER if PHASE_LABEL_PREFIX + p in labelled]
     categories = known + sorted(labelled - set(known))
@@ -258,7 +270,8 @@ def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
         categories = [c for c in (DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, CUDA_SYNC_CATEGORY)
                       if any(c in s.host_us for s in rank.steps)]
     labels = [str(s.step) for s in rank.steps]
-    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(labels) + 3), 4))
+    fig = new_figure(max(6, 0.5 * len(labels) + 3), 4)
+    ax = fig.add_subplot()
     bottom = [0.0] * len(rank.steps)
     for category in categories:
         values = [s.host_us.get(category, 0.0) / 1000 for s in rank.steps]
@@ -270,36 +283,24 @@ def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
     ax.set_ylabel("ms")
     ax.set_title(f"Step time breakdown (rank {rank.rank})")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 
 def _plot_kernel_mix(rank: RankAnalysis, path: Path) -> bool:
     if rank.gpu is None or not rank.kernel_types:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [k.kernel_type.replace(" overlapping ", " +\n") for k in rank.kernel_types]
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(names) + 1.5))
-    ax.barh(names[::-1], [k.pct for k in rank.kernel_types][::-1], color="tab:blue")
+    labels = [k.kernel_type.replace(" overlapping ", " +\n") for k in rank.kernel_types]
+    fig = new_figure(7, 0.6 * len(labels) + 1.5)
+    ax = fig.add_subplot()
+    ax.barh(labels[::-1], [k.pct for k in rank.kernel_types][::-1], color="tab:blue")
     ax.set_xlabel("% of GPU busy time")
     ax.set_title(f"Kernel mix (rank {rank.rank}); GPU idle {rank.gpu.idle_pct:.1f}% of its span")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return True
 
 
 # ------------------------------------------------------------------------------------- renderers
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(blocks: list[Block]) -> str:
@@ -310,9 +311,7 @@ def render_markdown(blocks: list[Block]) -> str:
         elif isinstance(b, Paragraph):
             out.append(b.text)
         elif isinstance(b, Table):
-            out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
-            out.append("|" + "---|" * len(b.headers))
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+            out.append(markdown_table(b.headers, b.rows))
         elif isinstance(b, Image):
             out.append(f"![{b.alt}]({b.file_name})")
         out.append("")

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from yolo_mlops.analysis import gpu as gpu_mod
+from yolo_mlops.analysis.attribution import CauseTime, gpu_idle_by_cause, step_time_by_phase
 from yolo_mlops.analysis.gpu import KernelTotal, KernelTypeShare, StreamIdle, TemporalBreakdown
 from yolo_mlops.analysis.host import (
+    PHASE_LABEL_PREFIX,
     CategoryTime,
     Steps,
     find_steps,
@@ -41,6 +43,7 @@ class GpuSummary:
     # when the kernels have no time to share).
     reduced_precision_kernel_pct: float | None = None
     layout_conversion_kernel_pct: float | None = None
+    layout_conversion_time_us: float | None = None  # summed duration of those kernels (whole window only)
 
     @classmethod
     def from_breakdown(cls, b: TemporalBreakdown, kernel_count: int) -> "GpuSummary":
@@ -102,6 +105,16 @@ class RankAnalysis:
     top_host_ops: list[HostOp]
     memory: MemoryProfile | None
     steps: list[StepSummary] = field(default_factory=list)
+    # GPU idle time of the window by host cause (every cause listed; empty on CPU traces)
+    gpu_idle_by_cause: list[CauseTime] = field(default_factory=list)
+    # step time, each instant to one phase label (or built-in category) or `between_phases`
+    step_by_phase: list[CauseTime] = field(default_factory=list)
+    # the profiled steps the GPU window covers (HTA drops the last of two or more) and their total time
+    window_steps: int = 0
+    window_step_us: float = 0.0
+
+    def idle_cause(self, cause: str) -> CauseTime | None:
+        return next((c for c in self.gpu_idle_by_cause if c.cause == cause), None)
 
     def host_pct(self, category: str) -> float | None:
         for c in self.host:
@@ -176,7 +189,13 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         gpu_summary.layout_conversion_kernel_pct = gpu_mod.kernel_time_share_pct(
             window_acts, trace.names, gpu_mod.is_layout_conversion_kernel
         )
+        if gpu_summary.layout_conversion_kernel_pct is not None:
+            durations = float((window_acts.end - window_acts.start).sum())
+            gpu_summary.layout_conversion_time_us = gpu_summary.layout_conversion_kernel_pct / 100 * durations
 
+    # the steps the GPU window covers (HTA drops the last one when there are two or more)
+    window_steps = steps.count - 1 if window_end is not None else max(steps.count, 1)
+    window_step_us = float(steps.duration[:window_steps].sum()) if steps.count else 0.0
     return RankAnalysis(
         rank=trace.rank,
         path=trace.path,
@@ -194,6 +213,11 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         top_host_ops=[HostOp(*op) for op in top_host_ops(trace, host)],
         memory=memory,
         steps=_step_summaries(all_acts, steps, category_times, memory),
+        gpu_idle_by_cause=gpu_idle_by_cause(trace, host, steps, window_acts, window_steps, window_step_us)
+        if has_gpu else [],
+        step_by_phase=step_time_by_phase(trace, host, steps),
+        window_steps=window_steps if steps.count else 0,
+        window_step_us=window_step_us,
     )
 
 
@@ -269,12 +293,28 @@ def analyze_traces(path: str | Path) -> TraceAnalysis:
     return TraceAnalysis(source=str(path), ranks=ranks, spread=rank_spread(ranks))
 
 
-def analyze_command(path: str, fmt: str = "text") -> str:
-    """`yolo-mlops analyze PATH [--format text|json]`."""
+def analyze_command(path: str, fmt: str = "text", context=None) -> str:
+    """`yolo-mlops analyze PATH [--format text|json]`: breakdowns, then the diagnosis of the trace.
+
+    `context` is a DiagnosisInput holding what the trace cannot say (AMP, batch, workers, ...); its
+    `analysis` is filled in here. The rules and thresholds are the ones a profiled run uses."""
+    from dataclasses import replace
+
+    from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose, headline
+
     if fmt not in ("text", "json"):
         raise ValueError(f"unknown format {fmt!r}: expected 'text' or 'json'")
     analysis = analyze_traces(path)
-    return analysis.to_json() if fmt == "json" else render_text(analysis)
+    findings = diagnose(replace(context or DiagnosisInput(), analysis=analysis))
+    if fmt == "json":
+        doc = analysis.to_dict()
+        doc["findings"] = [f.to_dict() for f in findings]
+        doc["headline"] = headline(findings)
+        return json.dumps(doc, indent=2, allow_nan=False, default=_json_default)
+    lines = [render_text(analysis), "findings (largest estimated saving first):"]
+    lines += [f"  {f.line()}" for f in findings] or ["  none: no rule fired"]
+    lines += ["", headline(findings)]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------- text
@@ -308,6 +348,10 @@ def _render_rank(r: RankAnalysis) -> list[str]:
     if r.host:
         lines.append("host time per category (share of step time):")
         lines += [f"  {c.category:<28} {c.time_us / 1000:10.2f} ms {c.pct:6.1f}%  ({c.count} events)" for c in r.host]
+    if r.step_by_phase:
+        lines.append("step time by phase (each instant counted once):")
+        lines += [f"  {_phase_name(c.cause):<28} {c.ms_per_step:10.2f} ms/step {c.step_pct:6.1f}%"
+                  for c in r.step_by_phase]
     if r.gpu is None:
         lines.append("gpu: none (CPU-only trace)")
     else:
@@ -320,6 +364,9 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             f"layout conversions {_pct_text(g.layout_conversion_kernel_pct)}",
             "  kernel types:",
             *(f"    {k.kernel_type:<55} {k.time_us / 1000:10.2f} ms {k.pct:6.1f}%" for k in r.kernel_types),
+            "  GPU idle by host cause (share of kernel-time span; of step time):",
+            *(f"    {c.cause:<16} {c.ms_per_step:10.2f} ms/step {c.pct:6.1f}% {c.step_pct:6.1f}%"
+              for c in r.gpu_idle_by_cause),
             "  idle time per stream:",
             *(
                 f"    stream {i.stream:<5} {i.idle_category:<12} {i.idle_time_us / 1000:10.2f} ms "
@@ -342,6 +389,10 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             + f"; across steps {slope}, {trend}"
         )
     return lines
+
+
+def _phase_name(name: str) -> str:
+    return name[len(PHASE_LABEL_PREFIX):] if name.startswith(PHASE_LABEL_PREFIX) else name
 
 
 def _pct_text(pct: float | None) -> str:

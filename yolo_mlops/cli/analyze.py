@@ -1,4 +1,7 @@
-"""`yolo-mlops analyze`: breakdowns of any torch.profiler trace."""
+"""`yolo-mlops analyze`: breakdowns and diagnosis of any torch.profiler trace.
+
+Only the analysis modules are imported, and only when the command runs: no pydantic, MLflow or pandas.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +11,53 @@ from pathlib import Path
 from yolo_mlops.errors import ConfigError
 
 
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from yolo_mlops.analysis import TraceError, analyze_command
+def _on_off(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
 
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from yolo_mlops.analysis.diagnosis import DiagnosisInput
+    from yolo_mlops.analysis.trace_analysis import analyze_command
+    from yolo_mlops.analysis.trace_loader import TraceError
+
+    context = DiagnosisInput(
+        data_wait_pct=args.data_wait_pct, device_type=args.device_type, amp=args.amp,
+        cudnn_benchmark=args.cudnn_benchmark, gpu_memory_total_gib=args.gpu_memory_gib,
+        peak_memory_gib=args.peak_memory_gib, batch_size=args.batch, workers=args.workers,
+        step_time_ms=args.step_time_ms,
+    )
     try:
-        print(analyze_command(str(args.path), args.format))
+        print(analyze_command(str(args.path), args.format, context), end="")
     except TraceError as exc:
         raise ConfigError(str(exc)) from None
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return value
+
 
 def register(sub) -> None:
-    analyze = sub.add_parser("analyze", help="analyse any torch.profiler trace (file, .gz, or a folder of ranks)")
+    analyze = sub.add_parser("analyze", help="analyse and diagnose any torch.profiler trace (file, .gz, or a "
+                                             "folder of ranks)")
     analyze.add_argument("path", type=Path)
     analyze.add_argument("--format", choices=["text", "json"], default="text")
+    ctx = analyze.add_argument_group("run context: what the trace cannot say (unknown context fires no rule)")
+    ctx.add_argument("--device-type", choices=["cpu", "cuda"], help="default: cuda when the trace has GPU activity")
+    ctx.add_argument("--amp", type=_on_off, metavar="on|off", help="mixed precision was on / off")
+    ctx.add_argument("--cudnn-benchmark", type=_on_off, metavar="on|off")
+    ctx.add_argument("--batch", type=_positive_int, help="batch size (sizes the batch_<n> suggestions)")
+    ctx.add_argument("--workers", type=_positive_int, help="data-loader workers (sizes workers_<n>)")
+    ctx.add_argument("--data-wait-pct", type=float, help="data-wait share of step time from your own step timer")
+    ctx.add_argument("--step-time-ms", type=float, help="mean step time from your own step timer")
+    ctx.add_argument("--gpu-memory-gib", type=float, help="device memory")
+    ctx.add_argument("--peak-memory-gib", type=float, help="peak GPU memory the run used")
     analyze.set_defaults(handler=cmd_analyze)

@@ -86,8 +86,11 @@ def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None
     print(f"\nMLflow run {result.run_id} ({tracking.tracking_uri()})")
     for key in sorted(result.metrics):
         print(f"  {key:<36} {result.metrics[key]:>12.4g}")
+    from yolo_mlops.analysis.diagnosis import headline
+
     for f in result.findings:
-        print(f"  finding [{f['severity']}] {f['title']}  -> try: {', '.join(f['recommended_variants']) or '-'}")
+        print(f"  finding {f.line()}")
+    print(f"\n{headline(result.findings)}")
     print(f"\nOpen the MLflow UI:  {tracking.ui_command()}\n  then {result.run_url}")
     return 0
 

@@ -18,7 +18,8 @@ import yaml
 
 from yolo_mlops import tracking
 from yolo_mlops.tracking import names
-from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose, headline_metrics, write_report
+from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
+from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
@@ -47,7 +48,7 @@ class RunAnalysis:
     metrics: dict[str, float]
     histories: dict[str, list[tuple[int, float]]]  # metric -> (training step, value)
     tags: dict[str, str] = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)  # Finding.to_dict(): rule, severity, title, evidence, ...
+    findings: list[Finding] = field(default_factory=list)  # largest estimated saving first
     report_markdown: str | None = None
 
 
@@ -57,7 +58,7 @@ class RunResult:
     experiment_id: str
     run_url: str
     metrics: dict[str, float]
-    findings: list[dict]
+    findings: list[Finding]  # largest estimated saving first
     trace_files: list[str]
     report_markdown: str | None = None
 
@@ -191,10 +192,13 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         dram_util_pct=m.get("gpu/dram_bw_util_pct_mean"),
         batch_size=prepared.spec.batch,
         workers=prepared.spec.workers,
+        step_time_ms=m.get(names.STEP_TIME_MEAN),
     ))
-    result.findings = [f.to_dict() for f in findings]
+    result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
-    (folder / names.FINDINGS_JSON).write_text(json.dumps(result.findings, indent=2))
+    if findings and findings[0].saving is not None:
+        result.metrics[names.TOP_SAVING_MS] = findings[0].saving.ms_per_step
+    (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
     headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}
     write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None)
@@ -251,8 +255,7 @@ def summary_markdown(result: RunResult, spec: RunSpec) -> str:
              "| metric | value |", "|---|---|"]
     lines += [f"| `{k}` | {v:.4g} |" for k, v in rows]
     if result.findings:
-        lines += ["", "## Findings", ""] + [
-            f"- **{f['severity']}** {f['title']} (try: {', '.join(f['recommended_variants']) or '-'})"
-            for f in result.findings]
+        lines += ["", "## Findings", "", findings_headline(result.findings), ""] + [
+            f"- {f.line()}" for f in result.findings]
     lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]
     return "\n".join(lines)

@@ -70,6 +70,7 @@ TREND_METRIC = "trend/"
 STEP_TIME_MS = "perf/step_time_ms"  # per-step history
 DATA_WAIT_MS = "perf/data_wait_ms"  # per-step history
 STEP_TIME_P50 = "perf/step_time_ms_p50"
+STEP_TIME_MEAN = "perf/step_time_ms_mean"
 IMAGES_PER_S = "perf/images_per_s"
 DATA_WAIT_PCT = "perf/data_wait_pct"
 PROFILER_EXPORT_S = "perf/profiler_export_s"
@@ -81,6 +82,7 @@ LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralyti
 VAL_MAP50_95 = "val/mAP50-95"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
+TOP_SAVING_MS = "analysis/top_saving_ms_per_step"  # the top finding's estimated saving (upper bound)
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------
@@ -113,6 +115,11 @@ SWEEP_COMPARISON_MD = "sweep/comparison.md"
 SWEEP_COMPARISON_CSV = "sweep/comparison.csv"
 SWEEP_SPEEDUP_PNG = "sweep/speedup.png"
 SWEEP_RECOMMENDATIONS_MD = "sweep/recommendations.md"
+
+
+def gpu_idle_cause_metric(cause: str) -> str:
+    """`trace/gpu_idle_<cause>_pct`: GPU idle attributed to one host cause, % of the GPU's kernel-time span."""
+    return f"{TRACE}gpu_idle_{cause}_pct"
 
 
 def profiler_table(name: str) -> str:
