@@ -297,3 +297,13 @@ def test_rounding_and_merging():
     assert kernel_type("Memcpy HtoD (Pinned -> Device)") == "MEMORY"
     assert kernel_type("void at::native::vectorized_elementwise_kernel<4>") == "COMPUTATION"
     assert kernel_type("cudaStreamSync") == "OTHER"
+
+
+def test_one_jump_is_not_steady_growth():
+    from yolo_mlops.analysis.memory import growth_trend
+
+    mib = 2**20
+    # a clean real CPU run whose last profiled step spanned an epoch boundary
+    assert growth_trend([57.0 * mib, 57.2 * mib, 73.5 * mib])[1] is False
+    # a tensor kept alive every step
+    assert growth_trend([16.4 * mib, 32.6 * mib, 57.3 * mib])[1] is True

@@ -16,6 +16,9 @@ MEMORY_GROWTH_MIN_STEPS = 3
 MEMORY_DIP_TOLERANCE = 0.001
 MEMORY_GROWTH_MIN_BYTES = 16 * 2**20
 MEMORY_GROWTH_MIN_FRACTION = 0.02
+# ... and every step contributes: each step's rise is at least this fraction of the mean rise per step, so
+# one jump (e.g. a step that spans an epoch boundary and builds a new loader) is not a leak.
+MEMORY_STEP_RISE_MIN_FRACTION = 0.25
 
 
 @dataclass
@@ -74,7 +77,9 @@ def growth_trend(step_peaks: list[float | None]) -> tuple[float | None, bool]:
     slope = float(np.polyfit(x, y, 1)[0])
     if len(points) < MEMORY_GROWTH_MIN_STEPS:
         return slope, False
-    never_drops = bool(np.all(np.diff(y) >= -MEMORY_DIP_TOLERANCE * np.abs(y[:-1])))
+    steps = np.diff(y)
+    never_drops = bool(np.all(steps >= -MEMORY_DIP_TOLERANCE * np.abs(y[:-1])))
     rise = y[-1] - y[0]
     big_enough = bool(rise >= MEMORY_GROWTH_MIN_BYTES and rise >= MEMORY_GROWTH_MIN_FRACTION * abs(y[0]))
-    return slope, never_drops and big_enough
+    every_step = bool(np.all(steps >= MEMORY_STEP_RISE_MIN_FRACTION * rise / steps.size))
+    return slope, never_drops and big_enough and every_step

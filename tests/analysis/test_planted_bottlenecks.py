@@ -1,0 +1,116 @@
+"""Planted bottlenecks through the real pipeline: a real (tiny, CPU) YOLO11 training run through the
+profile-training flow, with one bottleneck planted by this test's own code (a slowed dataset, an
+ultralytics callback), never by a product code path. The diagnosis must name the planted bottleneck
+as its top finding, and its saving estimate must agree with the time the plant really cost.
+
+Each case prints one line (`planted:`) with its top finding and estimate against the measured truth;
+docs/analysis.md quotes them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SLEEP_PER_IMAGE_S = 0.01
+BATCH = 4
+HIGH_OR_MEDIUM = {"high", "medium"}
+
+
+def _settings(name: str, **overrides) -> dict:
+    settings = {
+        # 8 steps per epoch: the profiled steps (2, 3, 4) stay inside the first epoch
+        "imgsz": 64, "batch": BATCH, "epochs": 1, "max_steps": 6, "workers": 0, "device": "cpu",
+        "synthetic_images": 32, "val": False, "experiment": "planted", "run_name": name,
+        "profiler": {"wait": 1, "warmup": 1, "active": 3},
+    }
+    settings.update(overrides)
+    return settings
+
+
+@pytest.fixture
+def run_profiled(prefect_server, mlflow_client, monkeypatch):
+    """Run the real profile-training flow with extra ultralytics callbacks (added to the trainer through
+    ultralytics' default-callback table, as an integration would be)."""
+    import ultralytics.utils.callbacks.base as callbacks_base
+
+    from yolo_mlops.flows.profile_training import profile_training
+    from yolo_mlops.run.config import build_run_spec
+
+    def run(name: str, callbacks: dict | None = None, **overrides):
+        table = {event: list(fns) for event, fns in callbacks_base.default_callbacks.items()}
+        for event, fn in (callbacks or {}).items():
+            table[event].append(fn)
+        monkeypatch.setattr(callbacks_base, "default_callbacks", table)
+        return profile_training(build_run_spec(_settings(name, **overrides)))
+
+    return run
+
+
+def _report(case: str, result, truth: str) -> None:
+    top = result.findings[0] if result.findings else None
+    summary = top.line() if top else "no finding"
+    print(f"\nplanted: {case}: top finding {summary} | truth: {truth}")
+
+
+def test_slow_data_loader_is_the_data_finding(run_profiled, monkeypatch):
+    from ultralytics.data.dataset import YOLODataset
+
+    original = YOLODataset.__getitem__
+
+    def slow_getitem(self, index):
+        time.sleep(SLEEP_PER_IMAGE_S)
+        return original(self, index)
+
+    monkeypatch.setattr(YOLODataset, "__getitem__", slow_getitem)
+    result = run_profiled("slow-data")
+    top = result.findings[0]
+    planted_ms = 1000 * SLEEP_PER_IMAGE_S * BATCH
+    measured_wait_ms = result.metrics["perf/data_wait_pct"] / 100 * result.metrics["perf/step_time_ms_mean"]
+    _report("slow data loader (workers 0, +10 ms per image)", result,
+            f"planted {planted_ms:.0f} ms/step, measured data wait {measured_wait_ms:.1f} ms/step")
+    assert top.rule == "data_wait_high" and top.severity == "high"
+    assert top.recommended_variants[0] == "workers_8"  # workers 0: nothing to double, the default suggestion
+    # The estimate is the data wait the step timer measured: the planted sleep plus the real loading.
+    assert top.saving.ms_per_step == pytest.approx(measured_wait_ms, rel=0.01)
+    assert planted_ms * 0.9 <= top.saving.ms_per_step <= planted_ms * 2
+    assert "gpu_idle_host_wait" not in {f.rule for f in result.findings}
+
+
+def test_tensors_kept_alive_are_the_memory_growth_finding(run_profiled):
+    import torch
+
+    kept: list = []
+    chunk_mib = 16
+
+    def keep(trainer):
+        kept.append(torch.ones(chunk_mib * 2**20 // 4))  # float32: chunk_mib MiB, never freed
+
+    result = run_profiled("kept-alive", {"on_train_batch_end": keep})
+    growth = next((f for f in result.findings if f.rule == "memory_growth"), None)
+    measured = growth.evidence["growth_mib_per_step"] if growth else "-"
+    _report("tensors kept alive (16 MiB per step)", result,
+            f"planted {chunk_mib} MiB/step, measured growth {measured} MiB/step")
+    assert growth is not None
+    assert growth.evidence["growth_mib_per_step"] == pytest.approx(chunk_mib, rel=0.15)
+    assert not [f for f in result.findings if f.severity in HIGH_OR_MEDIUM and f.rule != "memory_growth"]
+
+
+def test_clean_run_has_no_high_or_medium_finding(run_profiled):
+    result = run_profiled("clean", workers=2)
+    _report("clean run (workers 2)", result, "nothing planted")
+    assert not [f for f in result.findings if f.severity in HIGH_OR_MEDIUM], [f.line() for f in result.findings]
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()",
+                    reason="a host-device sync exists only with a GPU: on CPU .item() waits for nothing")
+def test_sync_every_step_is_the_sync_finding(run_profiled):
+    def sync(trainer):
+        trainer.tloss.sum().item()  # a device-to-host read: the host waits for the GPU's queue to drain
+
+    result = run_profiled("sync", {"on_train_batch_end": sync}, device="0", workers=2)
+    _report(".item() every step", result, "one sync per step")
+    assert "sync_in_step" in {f.rule for f in result.findings}
