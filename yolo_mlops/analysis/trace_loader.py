@@ -16,6 +16,7 @@ import re
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 # decompressed bytes from the head is enough to find them without a second full pass.
 METADATA_HEAD_BYTES = 1 << 20
 READ_BUFFER_BYTES = 1 << 18
+_METADATA_KEYS = ("distributedInfo", "deviceProperties")  # the top-level keys the analyses read
 
 # Event categories that are activities on the GPU itself (Kineto names; old traces capitalise).
 GPU_ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
@@ -92,14 +94,18 @@ class _Interner:
         self.values: list = []
 
     def many(self, values: list) -> list[int]:
-        index, table = self.index, self.values
-        codes = []
-        for value in values:
-            code = index.get(value)
-            if code is None:
-                code = index[value] = len(table)
-                table.append(value)
-            codes.append(code)
+        # dict.get mapped in C; new values (rare after the first block) are coded in a second pass
+        codes = list(map(self.index.get, values))
+        if None in codes:
+            index, table = self.index, self.values
+            for i, code in enumerate(codes):
+                if code is None:
+                    value = values[i]
+                    code = index.get(value)
+                    if code is None:
+                        code = index[value] = len(table)
+                        table.append(value)
+                    codes[i] = code
         return codes
 
 
@@ -136,7 +142,9 @@ def _read_metadata(path: Path) -> dict:
     if first != b"{":
         raise TraceError(f"{path}: not a Kineto trace (top level is not a JSON object)")
     fast = _metadata_before_events(head)
-    if fast is not None and "distributedInfo" in fast:
+    if fast is not None and all(key in fast or f'"{key}"'.encode() not in head for key in _METADATA_KEYS):
+        # every key we use is before the events or nowhere in the head: parsing the head's events
+        # (tens of ms for a MiB of them) could find nothing more
         return fast
     # Otherwise read every complete top-level key in the head, including any after traceEvents.
     meta: dict = {}
@@ -158,6 +166,7 @@ def _read_metadata(path: Path) -> dict:
 
 class _Args(
     msgspec.Struct,
+    gc=False,  # never part of a reference cycle: untracked objects make decoding cheaper for the collector
     rename={
         "device_type": "Device Type",
         "total_allocated": "Total Allocated",
@@ -176,7 +185,7 @@ class _Args(
 _NO_ARGS = _Args()
 
 
-class _TypedEvent(msgspec.Struct):
+class _TypedEvent(msgspec.Struct, gc=False):
     """One trace event, only the fields we use; values of unexpected type fall back to ijson."""
 
     ph: Any = None
@@ -335,6 +344,10 @@ def _parse_events(path: Path) -> "_ColumnBuilder":
     return columns
 
 
+_TS, _DUR, _NAME, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "cat"))
+_THREAD = attrgetter("pid", "tid")
+
+
 class _ColumnBuilder:
     """Appends decoded events to typed buffers; no event object outlives `add_events`."""
 
@@ -358,11 +371,11 @@ class _ColumnBuilder:
     def add_events(self, events: list) -> None:
         self.seen_events += len(events)
         complete = [e for e in events if e.ph == "X" and e.ts is not None and e.dur is not None]
-        self.ts.extend([e.ts for e in complete])
-        self.dur.extend([e.dur for e in complete])
-        self.name_id.extend(self.names.many([e.name for e in complete]))
-        self.cat_id.extend(self.categories.many([e.cat for e in complete]))
-        self.thread_id.extend(self.threads.many([(e.pid, e.tid) for e in complete]))
+        self.ts.extend(map(_TS, complete))
+        self.dur.extend(map(_DUR, complete))
+        self.name_id.extend(self.names.many(list(map(_NAME, complete))))
+        self.cat_id.extend(self.categories.many(list(map(_CAT, complete))))
+        self.thread_id.extend(self.threads.many(list(map(_THREAD, complete))))
         no_args = _NO_ARGS
         args = [e.args or no_args for e in complete]
         self.stream.extend([a.stream if type(a.stream) is int else _as_int(a.stream) for a in args])
