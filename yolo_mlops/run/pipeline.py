@@ -173,6 +173,7 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
 
 def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """Trace breakdown, diagnosis and report of the last profiler cycle (the most warmed-up one)."""
+    result.tags[names.CUDA_MEMORY_SNAPSHOT] = outcome.memory_snapshot
     if not outcome.trace_files:
         raise FileNotFoundError("the profiler wrote no trace (training ended before the window closed?)")
     folder = _analysis_dir(prepared)

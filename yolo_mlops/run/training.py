@@ -20,6 +20,7 @@ from yolo_mlops.run.config import RunSpec, TorchSettings
 from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
+from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
 from yolo_mlops.tracking import names
 
@@ -95,6 +96,7 @@ class TrainingOutcome:
     profiler_export_s: float
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: AppliedSettings
+    memory_snapshot: str = ""  # CudaMemorySnapshot.status: "recorded" or "skipped: <why>"
 
 
 def steps_per_epoch(train_images: int, batch: int) -> int:
@@ -114,6 +116,7 @@ class _Instrumentation:
         self._labels = False  # labels on for the current step
         self._in_step = False
         self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
+        self.snapshot: CudaMemorySnapshot | None = None  # follows the profiler window
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -133,6 +136,8 @@ class _Instrumentation:
         model.register_forward_pre_hook(self._forward_start)
         model.register_forward_hook(self._forward_end)
         self.profiler.__enter__()
+        if self.snapshot is not None:
+            self.snapshot.follow(self.profiler.recording)
 
     def on_train_epoch_start(self, trainer) -> None:
         self.close_all()
@@ -154,6 +159,8 @@ class _Instrumentation:
                 self.step_losses.setdefault(name, []).append(value)
         self.profiler.step()
         self._labels = self.profiler.recording
+        if self.snapshot is not None:
+            self.snapshot.follow(self._labels)
         if self.max_steps is not None and self.timer.steps >= self.max_steps:
             trainer.stop = True  # ultralytics checks this right after the callback and ends training cleanly
         self.timer.iteration_start()  # after profiler.step(): trace export time is not training time
@@ -307,6 +314,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
+    inst.snapshot = CudaMemorySnapshot(plan.output_dir / "profiler", plan.device)
     for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
                   "on_train_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(inst, event))
@@ -316,6 +324,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
             trainer.train()
     finally:
         inst.close_all()
+        inst.snapshot.close()
         profiler.__exit__(None, None, None)  # idempotent: a crash mid-window still flushes what was recorded
         _restore_torch_flags(flags_before)
     steps = inst.timer.result()
@@ -331,6 +340,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
                                 compile=trainer.args.compile, compiled=inst.effective.get("compiled", False),
                                 channels_last_effective=inst.effective.get("channels_last_effective", False),
                                 pin_memory=plan.spec.torch.pin_memory),
+        memory_snapshot=inst.snapshot.status or "skipped: the profiler window never opened",
     )
 
 

@@ -1,0 +1,78 @@
+"""CUDA memory snapshot over the profiled steps: allocator history for PyTorch's memory visualiser.
+
+`CudaMemorySnapshot` follows the profiler window: `follow(recording)` after every `prof.step()` starts
+`torch.cuda.memory._record_memory_history` when the window opens and, when it closes, writes
+`torch.cuda.memory._dump_snapshot` (a pickle that https://pytorch.org/memory_viz opens locally, in the
+browser, without uploading it) and stops recording. One snapshot per run: the first window.
+
+On a run without CUDA (or a torch without the private API) it does nothing and says why in `status`,
+which the pipeline records as a tag. Costs: recording keeps a stack per live allocation (bounded by
+`max_entries`), only inside the profiled window.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from yolo_mlops.tracking import names
+
+SNAPSHOT_FILE = names.CUDA_MEMORY_SNAPSHOT_FILE
+MAX_ENTRIES = 100_000
+RECORDED = "recorded"
+
+
+class CudaMemorySnapshot:
+    def __init__(self, out_dir: Path, device: str, max_entries: int = MAX_ENTRIES) -> None:
+        self.path = Path(out_dir) / SNAPSHOT_FILE
+        self.max_entries = max_entries
+        self._recording = False
+        self._done = False
+        self.status = self._why_not(device)  # None: possible, not yet taken
+
+    @staticmethod
+    def _why_not(device: str) -> str | None:
+        if device == "cpu":
+            return "skipped: training on CPU (a CUDA allocator snapshot needs a GPU)"
+        import torch
+
+        if not torch.cuda.is_available():
+            return "skipped: CUDA not available"
+        memory = torch.cuda.memory
+        if not (hasattr(memory, "_record_memory_history") and hasattr(memory, "_dump_snapshot")):
+            return f"skipped: torch {torch.__version__} has no memory-history API"
+        return None
+
+    def follow(self, recording: bool) -> None:
+        """Call after each profiler step with whether the profiler now records."""
+        if self.status is not None and not self._recording:
+            return
+        if recording and not self._recording and not self._done:
+            self._start()
+        elif not recording and self._recording:
+            self.close()
+
+    def _start(self) -> None:
+        import torch
+
+        try:
+            torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+        except Exception as exc:  # a snapshot is a diagnostic: it never stops training
+            self.status = f"skipped: recording failed ({type(exc).__name__}: {exc})"
+            return
+        self._recording = True
+
+    def close(self) -> None:
+        """Dump and stop (idempotent; also called when training ends inside the window)."""
+        if not self._recording:
+            return
+        import torch
+
+        self._recording, self._done = False, True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.cuda.memory._dump_snapshot(str(self.path))
+            self.status = RECORDED
+        except Exception as exc:
+            self.status = f"skipped: dump failed ({type(exc).__name__}: {exc})"
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
