@@ -99,15 +99,15 @@ class TraceBuilder:
         self.rank = rank
         self._correlation = 0
 
-    def step(self, number: int, start: float, dur: float) -> "TraceBuilder":
+    def step(self, number: int, start: float, dur: float) -> TraceBuilder:
         self.events.append(_x("user_annotation", f"ProfilerStep#{number}", start, dur, pid=1, tid=1))
         return self
 
-    def host(self, name: str, start: float, dur: float, cat: str = "user_annotation") -> "TraceBuilder":
+    def host(self, name: str, start: float, dur: float, cat: str = "user_annotation") -> TraceBuilder:
         self.events.append(_x(cat, name, start, dur, pid=1, tid=1))
         return self
 
-    def kernel(self, name: str, launch: float, start: float, dur: float, stream: int = 7) -> "TraceBuilder":
+    def kernel(self, name: str, launch: float, start: float, dur: float, stream: int = 7) -> TraceBuilder:
         self._correlation += 1
         corr = self._correlation
         self.events.append(_x("cuda_runtime", "cudaLaunchKernel", launch, 2.0, pid=1, tid=1, correlation=corr))
@@ -115,7 +115,7 @@ class TraceBuilder:
         self.events.append(_x(cat, name, start, dur, pid=0, tid=stream, correlation=corr, stream=stream))
         return self
 
-    def memory(self, ts: float, allocated: float, reserved: float, device_type: int = 1) -> "TraceBuilder":
+    def memory(self, ts: float, allocated: float, reserved: float, device_type: int = 1) -> TraceBuilder:
         self.events.append(
             {
                 "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from yolo_mlops.sweeps import variants
 from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose
+from yolo_mlops.sweeps import variants
 
 
 def test_every_recommended_variant_is_in_the_catalogue(gpu_traces_dir: Path):

@@ -75,7 +75,7 @@ class GpuActivities:
     def count(self) -> int:
         return int(self.start.size)
 
-    def subset(self, mask: np.ndarray) -> "GpuActivities":
+    def subset(self, mask: np.ndarray) -> GpuActivities:
         return GpuActivities(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
 
 

@@ -16,9 +16,9 @@ from statistics import mean
 from yolo_mlops.analysis.attribution import BETWEEN_PHASES, IDLE_CAUSES
 from yolo_mlops.analysis.diagnosis import (
     Finding,
-    headline,
     communication_pct,
     exposed_communication_pct,
+    headline,
     host_wait_share_of_idle,
 )
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
@@ -204,7 +204,7 @@ def _host_blocks(analysis: TraceAnalysis) -> list[Block]:
                    Table(["rank", "phase", "ms", "ms/step", "% of step time"], phase_rows)]
     top = analysis.ranks[0].top_host_ops if analysis.ranks else []
     if top:
-        blocks += [Heading("Top host operators (rank %d, inclusive time)" % analysis.ranks[0].rank, 3),
+        blocks += [Heading(f"Top host operators (rank {analysis.ranks[0].rank}, inclusive time)", 3),
                    Table(["operator", "ms", "calls"], [[o.name, _ms(o.time_us), str(o.count)] for o in top])]
     return blocks
 

@@ -46,7 +46,7 @@ class GpuSummary:
     layout_conversion_time_us: float | None = None  # summed duration of those kernels (whole window only)
 
     @classmethod
-    def from_breakdown(cls, b: TemporalBreakdown, kernel_count: int) -> "GpuSummary":
+    def from_breakdown(cls, b: TemporalBreakdown, kernel_count: int) -> GpuSummary:
         return cls(
             idle_time_us=b.idle_time_us,
             compute_time_us=b.compute_time_us,

@@ -63,7 +63,7 @@ class RankTrace:
     stream: np.ndarray  # int32, -1 when the event has no CUDA stream
     correlation: np.ndarray  # int64, -1 when absent
     threads: list[tuple[str, str]]
-    memory: "MemoryEvents"
+    memory: MemoryEvents
     device_properties: list[dict] = field(default_factory=list)
 
     @property
@@ -211,7 +211,7 @@ class _FastPathUnavailable(Exception):
     """The chunked decoder met a layout it does not handle; the caller falls back to ijson."""
 
 
-def _decode_events_chunked(fh, columns: "_ColumnBuilder") -> bool:
+def _decode_events_chunked(fh, columns: _ColumnBuilder) -> bool:
     """Decode traceEvents in blocks with msgspec; False when the file has no traceEvents key.
 
     Blocks are cut after a `},` and validated by decoding `[` + block + `]`: a cut that falls
@@ -246,7 +246,7 @@ def _decode_events_chunked(fh, columns: "_ColumnBuilder") -> bool:
     return True
 
 
-def _decode_complete_prefix(pending: bytes, columns: "_ColumnBuilder") -> bytes:
+def _decode_complete_prefix(pending: bytes, columns: _ColumnBuilder) -> bytes:
     """Decode the longest run of whole events at the start of pending; return what is left."""
     end = len(pending)
     for _ in range(_CUT_ATTEMPTS):
@@ -265,7 +265,7 @@ def _decode_complete_prefix(pending: bytes, columns: "_ColumnBuilder") -> bytes:
     return pending
 
 
-def _decode_tail(pending: bytes, columns: "_ColumnBuilder") -> None:
+def _decode_tail(pending: bytes, columns: _ColumnBuilder) -> None:
     """The last event(s) and the array's closing `]`.
 
     Exactly one `]` closes a valid array; scan from the left, since after the last event can come
@@ -288,7 +288,7 @@ def _decode_tail(pending: bytes, columns: "_ColumnBuilder") -> None:
     raise _FastPathUnavailable
 
 
-def _stream_events_ijson(fh, columns: "_ColumnBuilder") -> None:
+def _stream_events_ijson(fh, columns: _ColumnBuilder) -> None:
     """Fallback parser: any valid JSON layout, one event dict at a time (several times slower)."""
     batch: list[_TypedEvent] = []
     for event in _IJSON.items(fh, "traceEvents.item", use_float=True, buf_size=READ_BUFFER_BYTES):
@@ -330,7 +330,7 @@ def _hashable(value):
     return value if isinstance(value, (str, int, float)) else str(value)
 
 
-def _parse_events(path: Path) -> "_ColumnBuilder":
+def _parse_events(path: Path) -> _ColumnBuilder:
     columns = _ColumnBuilder()
     try:
         with _open_binary(path) as fh:

@@ -25,7 +25,7 @@ from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, series_key
 from yolo_mlops.run.preflight import Preflight
-from yolo_mlops.nvml import align, step_history, summary_metrics, write_timeline
+from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
 from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 
@@ -181,24 +181,23 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     m = result.metrics
     result.metrics.update(headline_metrics(trace))
+    gpu = NvmlSummary.from_metrics(outcome.nvml.backend, len(outcome.nvml), m)  # None fields: not measured
     findings = diagnose(DiagnosisInput(
         analysis=trace,
         data_wait_pct=m.get(names.DATA_WAIT_PCT),
         device_type=prepared.env.device_type,
         amp=outcome.applied.mixed_precision,
         cudnn_benchmark=outcome.applied.cudnn_benchmark,
-        gpu_memory_total_gib=m.get("gpu/mem_total_gib"),
-        peak_memory_gib=m.get("gpu/mem_used_gib_max"),
-        sm_util_pct=m.get("gpu/sm_util_pct_mean"),
-        dram_util_pct=m.get("gpu/dram_bw_util_pct_mean"),
+        gpu_memory_total_gib=gpu.mem_total_gib,
+        peak_memory_gib=gpu.mem_used_gib_max,
+        sm_util_pct=gpu.sm_util_pct_mean,
+        dram_util_pct=gpu.dram_bw_util_pct_mean,
         batch_size=prepared.spec.batch,
         workers=prepared.spec.workers,
         step_time_ms=m.get(names.STEP_TIME_MEAN),
     ))
     result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
-    if findings and findings[0].saving is not None:
-        result.metrics[names.TOP_SAVING_MS] = findings[0].saving.ms_per_step
     (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
     headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}

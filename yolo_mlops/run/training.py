@@ -314,7 +314,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
-    inst.snapshot = CudaMemorySnapshot(plan.output_dir / "profiler", plan.device)
+    inst.snapshot = CudaMemorySnapshot(profiler.trace_dir, plan.device)  # beside the traces: uploaded with them
     for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
                   "on_train_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(inst, event))

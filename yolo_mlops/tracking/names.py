@@ -83,7 +83,6 @@ LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralyti
 VAL_MAP50_95 = "val/mAP50-95"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
-TOP_SAVING_MS = "analysis/top_saving_ms_per_step"  # the top finding's estimated saving (upper bound)
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------
