@@ -286,5 +286,6 @@ def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> f
     total = float(durations.sum())
     if total <= 0:
         return None
-    hits = np.fromiter((bool(predicate(n)) for n in names), dtype=bool, count=len(names))
-    return 100.0 * float(durations[hits[acts.name_id]].sum()) / total
+    used = np.unique(acts.name_id)  # only the kernels' names: a trace has far more host names
+    hit_ids = used[np.fromiter((bool(predicate(names[i])) for i in used), dtype=bool, count=used.size)]
+    return 100.0 * float(durations[np.isin(acts.name_id, hit_ids)].sum()) / total
