@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import merge_intervals
+from yolo_mlops.analysis.gpu import merge_intervals, unique
 from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace
 
 # Prefix of the training code's record_function phase labels. Defined here (torch-free) and imported
@@ -137,7 +137,7 @@ def host_category_times(trace: RankTrace, host: np.ndarray, steps: Steps) -> dic
         ev, st = candidates[in_cat], step_idx[in_cat]
         times = np.zeros(steps.count)
         counts = np.zeros(steps.count, dtype=np.int64)
-        for s in np.unique(st):
+        for s in unique(st):
             sel = ev[st == s]
             start = trace.ts[sel]
             end = np.minimum(start + trace.dur[sel], steps.end[s])
