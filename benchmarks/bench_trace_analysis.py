@@ -229,7 +229,8 @@ def big_trace_runs(events: int, repeats: int, with_hta: bool) -> list[dict]:
     return rows
 
 
-def render(compare: list[dict], big: list[dict], repeats: int, command: str, help_s: float) -> str:
+def render(compare: list[dict], big: list[dict], repeats: int, command: str, help_s: float,
+           load: tuple[float, float]) -> str:
     lines = [
         SECTION,
         "",
@@ -238,8 +239,8 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         f"HolisticTraceAnalysis {HTA_VERSION} process doing its temporal, kernel-type (with memory kernels) and",
         "idle-time breakdowns, on the real GPU traces in `shared/fixtures/gpu_traces/`; interleaved, "
         f"{repeats} repeats, medians.",
-        f"Machine: {len(os.sched_getaffinity(0))} CPU cores available (shared with other jobs), "
-        f"Python {platform.python_version()}.",
+        f"Machine: {len(os.sched_getaffinity(0))} CPU cores available (shared with other jobs; 1-minute load "
+        f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), Python {platform.python_version()}.",
         "",
         "Command (repository root; HTA is installed into `.bench-venv-hta` on first run): "
         f"`{command}`",
@@ -315,10 +316,11 @@ def main() -> None:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     command = ".venv/bin/python benchmarks/bench_trace_analysis.py " + " ".join(sys.argv[1:])
+    load_start = os.getloadavg()[0]
     help_s = cli_start(HELP_REPEATS)
     compare = compare_with_hta(args.repeats)
     big = big_trace_runs(args.big_events, args.repeats, args.hta_generated) if args.big_events else []
-    text = render(compare, big, args.repeats, command.strip(), help_s)
+    text = render(compare, big, args.repeats, command.strip(), help_s, (load_start, os.getloadavg()[0]))
     print(text)
     if args.write_docs:
         write_section(text)
