@@ -83,6 +83,12 @@ def test_write_report_gpu_multi_rank(tmp_path, trace_builder):
     assert "slowest rank 1" in md
     assert "GPU breakdown (rank 1)" in md
     assert "communication not overlapped" in md
+    # the headline names the top finding with its estimate; the table gives every estimate and its assumption
+    findings = diagnose(DiagnosisInput(analysis=analysis))
+    assert f"Top finding: {findings[0].line()}" in md
+    assert "| saves up to ms/step | % of step | assuming |" in md
+    assert "if communication were fully overlapped with compute" in md
+    assert "GPU idle by host cause" in md and "| launch_overhead |" in md
     metrics = headline_metrics(analysis)
     assert metrics["trace/step_time_spread_ms"] == pytest.approx(0.3)
     assert metrics["trace/host_cuda_sync_pct"] == 0.0  # GPU trace without sync calls: a measured zero
@@ -106,3 +112,16 @@ def test_kernel_mix_without_kernel_time_is_not_reported_as_zero(tmp_path, trace_
     assert "trace/gpu_reduced_precision_kernel_pct" not in headline_metrics(analysis)
     assert "no_reduced_precision" not in {f.rule for f in diagnose(DiagnosisInput(analysis=analysis))}
     write_report(tmp_path / "out", analysis, [], extra=None, nvml_plot=None)
+
+
+def test_run_summary_lists_typed_findings_with_the_headline():
+    from yolo_mlops.analysis.diagnosis import Finding, Saving, headline
+    from yolo_mlops.run.config import RunSpec
+    from yolo_mlops.run.pipeline import RunResult, summary_markdown
+
+    findings = [Finding("data_wait_high", "high", "40% of step time is spent waiting for data", {"data_wait_pct": 40.0},
+                        ["workers_8", "cache_ram"], Saving(12.0, 40.0, "if data loading were fully overlapped"))]
+    result = RunResult(run_id="r", experiment_id="0", run_url="u", metrics={}, findings=findings, trace_files=[])
+    md = summary_markdown(result, RunSpec())
+    assert headline(findings) in md
+    assert "- [high] 40% of step time is spent waiting for data; saves up to 12.0 ms/step (40% of step)" in md
