@@ -136,8 +136,13 @@ def test_analyze_cli_prints_and_emits_findings(known_trace, capsys):
     assert doc["headline"].startswith("Top finding: [high]")
 
 
-def test_analyze_cli_rejects_bad_context_in_one_line(known_trace, capsys):
+@pytest.mark.parametrize("flag,value,message", [("--amp", "maybe", "expected on or off"),
+                                                ("--data-wait-pct", "140", "percentage from 0 to 100"),
+                                                ("--step-time-ms", "0", "positive number"),
+                                                ("--workers", "-1", "non-negative integer")])
+def test_analyze_cli_rejects_bad_context_in_one_line(known_trace, capsys, flag, value, message):
     with pytest.raises(SystemExit) as exc:
-        cli.main(["analyze", known_trace.source, "--amp", "maybe"])
+        cli.main(["analyze", known_trace.source, flag, value])
     assert exc.value.code == 2
-    assert "expected on or off" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -44,10 +44,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
+def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _pct(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text}")
     return value
 
 
@@ -60,10 +74,10 @@ def register(sub) -> None:
     ctx.add_argument("--device-type", choices=["cpu", "cuda"], help="default: cuda when the trace has GPU activity")
     ctx.add_argument("--amp", type=_on_off, metavar="on|off", help="mixed precision was on / off")
     ctx.add_argument("--cudnn-benchmark", type=_on_off, metavar="on|off")
-    ctx.add_argument("--batch", type=_positive_int, help="batch size (sizes the batch_<n> suggestions)")
-    ctx.add_argument("--workers", type=_positive_int, help="data-loader workers (sizes workers_<n>)")
-    ctx.add_argument("--data-wait-pct", type=float, help="data-wait share of step time from your own step timer")
-    ctx.add_argument("--step-time-ms", type=float, help="mean step time from your own step timer")
-    ctx.add_argument("--gpu-memory-gib", type=float, help="device memory")
-    ctx.add_argument("--peak-memory-gib", type=float, help="peak GPU memory the run used")
+    ctx.add_argument("--batch", type=_count, help="batch size (sizes the batch_<n> suggestions)")
+    ctx.add_argument("--workers", type=_count, help="data-loader workers (sizes workers_<n>)")
+    ctx.add_argument("--data-wait-pct", type=_pct, help="data-wait share of step time from your own step timer")
+    ctx.add_argument("--step-time-ms", type=_positive, help="mean step time from your own step timer")
+    ctx.add_argument("--gpu-memory-gib", type=_positive, help="device memory")
+    ctx.add_argument("--peak-memory-gib", type=_positive, help="peak GPU memory the run used")
     analyze.set_defaults(handler=cmd_analyze)
