@@ -21,7 +21,8 @@ T0 = 1.7e15
 
 @pytest.fixture
 def known_trace(trace_builder, tmp_path):
-    """Three 1000 us steps (the last one outside HTA's window). GPU idle gaps, by construction:
+    """Three 1000 us steps (the last one outside HTA's window). Neither the steps' own spans nor a Python
+    frame spanning them are launch work. GPU idle gaps, by construction:
 
     step 0: [300, 360) next kernel launched at 350, host in forward_loss  -> launch_overhead 60
             [400, 450) next kernel queued at 250, before the gap          -> other 50
@@ -36,6 +37,8 @@ def known_trace(trace_builder, tmp_path):
     b = trace_builder(0)
     for i in range(3):
         b.step(i, T0 + 1000 * i, 1000)
+        b.host(f"ProfilerStep#{i}", T0 + 1000 * i, 1000, cat="cpu_op")  # older traces: the step as a cpu_op too
+    b.host("train.py(12): main", T0, 3000, cat="python_function")  # with_stack: an outer frame spans every step
     b.host(P + "data_wait", T0, 200)
     b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", T0 + 10, 180)
     b.host(P + "forward_loss", T0 + 200, 400)

@@ -15,7 +15,7 @@ who kept the GPU waiting:
   `optimizer` (`yolo_mlops/optimizer_step` or `Optimizer.step#`),
   `preprocess` (`yolo_mlops/preprocess`),
   `launch_overhead` (inside a ProfilerStep, in the `forward_loss`/`backward` labels or any host
-  operator / runtime call: Python and dispatch between the operators the GPU waits for),
+  operator / runtime call: Python and dispatch around the operators the GPU waits for),
   `other` (anything else: outside steps, or host time in no recorded event).
 
 Host step time by phase (every trace with steps; the whole story on a CPU trace): each instant of
@@ -48,9 +48,9 @@ IDLE_CAUSES = (DATA_LOADER, CUDA_SYNC, OPTIMIZER, PREPROCESS, LAUNCH_OVERHEAD, O
 BETWEEN_PHASES = "between_phases"
 # The training code's phases in the order they happen within a step.
 PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
-# Host events that are the work of launching: operators, Python functions, runtime/driver calls.
-LAUNCH_EVENT_CATEGORIES = frozenset({"cpu_op", "operator", "python_function", "cuda_runtime", "cuda_driver",
-                                     "runtime", "driver"})
+# Host events that are the work of launching: operators and runtime/driver calls. Not python_function
+# (with_stack traces): the outermost Python frames span whole steps, whatever the host does in them.
+LAUNCH_EVENT_CATEGORIES = frozenset({"cpu_op", "operator", "cuda_runtime", "cuda_driver", "runtime", "driver"})
 _CAUSE_LABELS = {
     PHASE_LABEL_PREFIX + "data_wait": DATA_LOADER,
     PHASE_LABEL_PREFIX + "preprocess": PREPROCESS,
@@ -136,7 +136,9 @@ def _host_layers(trace: RankTrace, host: np.ndarray) -> tuple[dict[str, Interval
     for i, cause in enumerate(causes):
         sel = host & (code == i)
         layers[cause] = _merged(trace.ts[sel], end[sel])
-    launching = host & trace.category_mask(LAUNCH_EVENT_CATEGORIES)
+    # older traces record ProfilerStep#N as a cpu_op too: a step span is not launch work
+    steps = [i for i, name in enumerate(trace.names) if name.startswith("ProfilerStep#")]
+    launching = host & trace.category_mask(LAUNCH_EVENT_CATEGORIES) & ~np.isin(trace.name_id, steps)
     return layers, _merged(trace.ts[launching], end[launching])
 
 
