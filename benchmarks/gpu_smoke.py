@@ -140,7 +140,8 @@ def main() -> int:
         "mlflow_run_id": result.run_id, "nvml_backend": outcome.nvml.backend, "nvml_notes": outcome.nvml.reasons,
         "checks": checks,
         "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
-        "findings": [{k: getattr(f, k) for k in ("severity", "title", "recommended_variants")} for f in result.findings],
+        "findings": [{"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
+                     for f in result.findings],
         "applied": {k: str(v) for k, v in outcome.applied.items()},
     })
     if outcome.trace_files:
