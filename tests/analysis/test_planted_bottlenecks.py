@@ -18,6 +18,12 @@ pytestmark = pytest.mark.slow
 SLEEP_PER_IMAGE_S = 0.01
 BATCH = 4
 HIGH_OR_MEDIUM = {"high", "medium"}
+# A configuration without a data bottleneck on any machine, loaded or not: images cached in RAM and no
+# augmentation, so loading stays a small share of the step even in the main process (workers on a busy
+# 2-core machine would compete with the training process and make the wait real). Cases that plant
+# something other than slow data start from it, so that only the plant shows.
+NO_DATA_BOTTLENECK = {"cache": "ram", "mosaic": 0.0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "translate": 0.0,
+                      "scale": 0.0, "fliplr": 0.0}
 
 
 def _settings(name: str, **overrides) -> dict:
@@ -91,7 +97,7 @@ def test_tensors_kept_alive_are_the_memory_growth_finding(run_profiled):
     def keep(trainer):
         kept.append(torch.ones(chunk_mib * 2**20 // 4))  # float32: chunk_mib MiB, never freed
 
-    result = run_profiled("kept-alive", {"on_train_batch_end": keep})
+    result = run_profiled("kept-alive", {"on_train_batch_end": keep}, train_args=NO_DATA_BOTTLENECK)
     growth = next((f for f in result.findings if f.rule == "memory_growth"), None)
     measured = growth.evidence["growth_mib_per_step"] if growth else "-"
     _report("tensors kept alive (16 MiB per step)", result,
@@ -102,12 +108,7 @@ def test_tensors_kept_alive_are_the_memory_growth_finding(run_profiled):
 
 
 def test_clean_run_has_no_high_or_medium_finding(run_profiled, mlflow_client):
-    # a configuration without a data bottleneck on any machine, loaded or not: images cached in RAM and no
-    # augmentation, so loading is a small share of the step even in the main process (workers on a busy
-    # 2-core machine would compete with the training process and make the wait real)
-    no_augmentation = {"mosaic": 0.0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "translate": 0.0, "scale": 0.0,
-                       "fliplr": 0.0}
-    result = run_profiled("clean", train_args={"cache": "ram", **no_augmentation})
+    result = run_profiled("clean", train_args=NO_DATA_BOTTLENECK)
     _report("clean run (workers 0, images cached in RAM, no augmentation)", result,
             f"nothing planted; data wait {result.metrics['perf/data_wait_pct']:.1f}% of step time")
     assert not [f for f in result.findings if f.severity in HIGH_OR_MEDIUM], [f.line() for f in result.findings]
@@ -122,6 +123,6 @@ def test_sync_every_step_is_the_sync_finding(run_profiled):
     def sync(trainer):
         trainer.tloss.sum().item()  # a device-to-host read: the host waits for the GPU's queue to drain
 
-    result = run_profiled("sync", {"on_train_batch_end": sync}, device="0", workers=2)
+    result = run_profiled("sync", {"on_train_batch_end": sync}, device="0", train_args=NO_DATA_BOTTLENECK)
     _report(".item() every step", result, "one sync per step")
     assert "sync_in_step" in {f.rule for f in result.findings}
