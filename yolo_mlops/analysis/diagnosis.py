@@ -140,11 +140,13 @@ def _severity(value: float, high: float) -> str:
 
 
 def _step_ms(inp: DiagnosisInput, rank: RankAnalysis | None = None) -> float | None:
-    """Mean step time: the step timer's, else the rank's (else any rank's) from the trace."""
+    """Mean step time from the same source as the share it multiplies: the rank's trace steps for a share
+    measured on that rank, else the step timer's, else the slowest rank's."""
+    if rank is not None and rank.step_time is not None:
+        return rank.step_time.mean_us / 1000
     if inp.step_time_ms:
         return inp.step_time_ms
-    ranks = [rank] if rank is not None else _ranks(inp)
-    timed = [r.step_time.mean_us / 1000 for r in ranks if r is not None and r.step_time is not None]
+    timed = [r.step_time.mean_us / 1000 for r in _ranks(inp) if r.step_time is not None]
     return max(timed) if timed else None
 
 
