@@ -6,8 +6,8 @@ Deployment entrypoint: `flows/optimize.py:optimize`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -35,14 +35,6 @@ class OptimizeResult:
     rejected: dict[str, str] = field(default_factory=dict)
 
 
-def as_findings(items: list[Any]) -> list[Finding]:
-    """The baseline run's findings as Finding objects; `RunResult.findings` may hold them as their dicts
-    (`Finding.to_dict()`, the JSON edge)."""
-    known = [f.name for f in fields(Finding)]
-    return [item if isinstance(item, Finding) else Finding(**{k: item[k] for k in known if k in item})
-            for item in items]
-
-
 @flow(name="optimize", log_prints=True)
 def optimize(
     base: RunSpec = RunSpec(),
@@ -58,7 +50,7 @@ def optimize(
         "tags": {names.OPTIMIZE: "baseline-profile"}}))
     with gpu_lock.hold(plan.concurrency_limit):
         profiled = profile_training(profile_spec, gpu_limit=None)  # the lock is held here
-    findings = as_findings(list(profiled.findings))
+    findings = list(profiled.findings)
     recs = sweeps.recommendations(findings)
     print(f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
           + (f"; not swept: {recs.rejected}" if recs.rejected else ""))
@@ -70,7 +62,9 @@ def optimize(
                                    names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
     rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
-        tracking.log_text(tracking.client(), result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
+        mlflow = tracking.client()
+        tracking.log_text(mlflow, result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
+        tracking.log_values(mlflow, result.parent_run_id, metrics=sweeps.saving_metrics(rows))
     table = sweeps.json_rows(rows) or [{"variant": "-", "outcome": "no recommendations"}]
     create_table_artifact(table, key="optimize-recommendations",
                           description=f"recommendations of profile run {profiled.run_id}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from yolo_mlops import sweeps
 from yolo_mlops.analysis import Finding
 from yolo_mlops.sweeps import VariantRow, stats
@@ -55,7 +57,7 @@ def test_report_says_which_recommendations_held_and_by_how_much():
     assert held.recommended_by == "data_wait_high"
     assert "1 of 4 swept recommendations held: `workers_8` 1.400x" in markdown
     assert "| `cache_ram` | data_wait_high,fp32_matmuls | did not hold | 1.010 | 0.970-1.050 |" in markdown
-    assert "| `amp_bf16` | fp32_matmuls | skipped | - | - | needs a CUDA device |" in markdown
+    assert "| `amp_bf16` | fp32_matmuls | skipped | - | - | - | - | needs a CUDA device |" in markdown
     table = {r["variant"]: r for r in sweeps.json_rows(report_rows)}
     assert table["workers_8"]["speedup"] == 1.4 and table["amp_bf16"]["speedup"] is None
 
@@ -80,3 +82,24 @@ def test_no_findings_means_nothing_to_sweep():
     assert recs.variants == [] and recs.rejected == {}
     rows, markdown = sweeps.recommendation_report(recs, None, "r1")
     assert rows == [] and "nothing to sweep" in markdown
+
+
+def test_estimated_saving_is_set_beside_the_measured_one():
+    from yolo_mlops.analysis.diagnosis import Saving
+
+    slow_data = finding("data_wait_high", ["workers_8"], severity="high")
+    slow_data.saving = Saving(ms_per_step=40.0, pct_of_step=30.0, assumption="if data loading were overlapped")
+    also = finding("other", ["workers_8"])
+    also.saving = Saving(ms_per_step=10.0, pct_of_step=8.0, assumption="x")
+    recs = sweeps.recommendations([slow_data, also, finding("no_estimate", ["cache_ram"])])
+    assert recs.estimated_saving_pct == {"workers_8": 30.0}  # the largest bound among its findings
+    rows = [VariantRow("workers_8", status="ok", verdict=stats.FASTER, speedup=1.25, ci_low=1.2, ci_high=1.3),
+            VariantRow("cache_ram", status="ok", verdict=stats.SAME, speedup=1.0, ci_low=0.95, ci_high=1.05)]
+    report_rows, markdown = sweeps.recommendation_report(recs, rows, "r1")
+    workers = report_rows[0]
+    assert workers.estimated_saving_pct == 30.0
+    assert math.isclose(workers.measured_saving_pct, 20.0)  # 1 - 1/1.25 of the step time
+    assert "| <= 30.0% | 20.0% |" in markdown
+    metrics = sweeps.saving_metrics(report_rows)
+    assert metrics == {"optimize/workers_8_saving_pct_estimated": 30.0,
+                       "optimize/workers_8_saving_pct_measured": pytest.approx(20.0)}

@@ -12,7 +12,8 @@ The modules, in the order a sweep uses them (`flows/sweep.py` and `flows/optimiz
 - `stats`      per-repeat throughput, two-level bootstrap CI, verdicts, accuracy bands
 - `compare`    `compare(plan, records) -> SweepReport` of typed `VariantRow`s, best variant, `sweep/*` metrics
 - `report`     Markdown, chart, the MLflow table and files on the parent run, Prefect table rows
-- `recommend`  optimize: `recommendations([Finding]) -> Recommendations`, `recommendation_report`
+- `recommend`  optimize: `recommendations([Finding]) -> Recommendations`, `recommendation_report`, `saving_metrics`
+               (estimated vs measured saving per recommendation)
 
 The names below are the API the flows, the CLI and the benchmarks use.
 """
@@ -23,7 +24,13 @@ from yolo_mlops.sweeps.child import dataset_root, disk_cache_guard, release_devi
 from yolo_mlops.sweeps.collect import ChildOutcome, ChildRecord, collect, ineffective
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow, compare, pick_best, sweep_metrics
 from yolo_mlops.sweeps.plan import Child, Order, SweepPlan, parent_params, parent_tags, plan_sweep
-from yolo_mlops.sweeps.recommend import RecommendationRow, Recommendations, recommendation_report, recommendations
+from yolo_mlops.sweeps.recommend import (
+    RecommendationRow,
+    Recommendations,
+    recommendation_report,
+    recommendations,
+    saving_metrics,
+)
 from yolo_mlops.sweeps.report import chart, frame, json_rows, log_report, markdown, prefect_table
 
 __all__ = [
@@ -31,5 +38,6 @@ __all__ = [
     "SweepReport", "VariantRow", "chart", "collect", "compare", "dataset_root", "disk_cache_guard", "frame",
     "ineffective", "json_rows", "log_report", "markdown", "parent_params", "parent_tags", "pick_best",
     "plan_sweep", "prefect_table", "recommendation_report", "recommendations", "release_device_memory",
+    "saving_metrics",
     "sweep_metrics",
 ]

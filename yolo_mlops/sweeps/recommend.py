@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from yolo_mlops.render import fmt, markdown_table
@@ -11,6 +11,7 @@ from yolo_mlops.run.config import ConfigError
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.compare import VariantRow
 from yolo_mlops.sweeps.report import ci_text
+from yolo_mlops.tracking.names import optimize_saving_metrics
 
 if TYPE_CHECKING:
     from yolo_mlops.analysis import Finding
@@ -21,6 +22,8 @@ class Recommendations:
     variants: list[str]  # canonical expressions to sweep, in first-recommended order
     sources: dict[str, list[str]]  # variant -> rules of the findings that recommended it
     rejected: dict[str, str]  # recommended expression -> why it is not swept (unknown, conflicting, rejected)
+    # variant -> the largest estimated saving (% of step time) among the findings that recommended it
+    estimated_saving_pct: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,13 @@ class RecommendationRow:
     ci_high: float = math.nan
     verdict: str = ""
     reason: str = ""
+    estimated_saving_pct: float = math.nan  # the diagnosis' upper bound; NaN: no finding estimated one
+    measured_saving_pct: float = math.nan  # step time saved, from the measured speed-up: 100 * (1 - 1/speedup)
+
+
+def measured_saving_pct(speedup: float) -> float:
+    """Share of step time a variant saved, from its throughput speed-up (images/s ratio vs the baseline)."""
+    return 100.0 * (1.0 - 1.0 / speedup) if speedup > 0 else math.nan
 
 
 def recommendations(findings: list[Finding]) -> Recommendations:
@@ -41,6 +51,7 @@ def recommendations(findings: list[Finding]) -> Recommendations:
     out: list[str] = []
     sources: dict[str, list[str]] = {}
     rejected: dict[str, str] = {}
+    estimated: dict[str, float] = {}
     for finding in findings:
         for expr in finding.recommended_variants:
             try:
@@ -55,7 +66,9 @@ def recommendations(findings: list[Finding]) -> Recommendations:
             rules = sources.setdefault(name, [])
             if finding.rule not in rules:
                 rules.append(finding.rule)
-    return Recommendations(out, sources, rejected)
+            if finding.saving is not None:
+                estimated[name] = max(estimated.get(name, 0.0), finding.saving.pct_of_step)
+    return Recommendations(out, sources, rejected, estimated)
 
 
 def _outcome(row: VariantRow | None) -> tuple[str, str]:
@@ -72,6 +85,23 @@ def _outcome(row: VariantRow | None) -> tuple[str, str]:
     return verdict, verdict
 
 
+def _pct(value: float, prefix: str = "") -> str:
+    text = fmt(value, ".1f")
+    return text if text == "-" else f"{prefix}{text}%"
+
+
+def saving_metrics(rows: list[RecommendationRow]) -> dict[str, float]:
+    """`optimize/<variant>_saving_pct_estimated` and `_measured` for every swept recommendation with both."""
+    out: dict[str, float] = {}
+    for row in rows:
+        if math.isnan(row.estimated_saving_pct) or math.isnan(row.measured_saving_pct):
+            continue
+        names_ = optimize_saving_metrics(variants.metric_suffix(row.variant))
+        out[names_["estimated"]] = row.estimated_saving_pct
+        out[names_["measured"]] = row.measured_saving_pct
+    return out
+
+
 def recommendation_report(recs: Recommendations, rows: list[VariantRow] | None,
                           profile_run_id: str) -> tuple[list[RecommendationRow], str]:
     """Which recommendations held (measurably faster, accuracy unchanged) and by how much; rows + Markdown."""
@@ -83,7 +113,9 @@ def recommendation_report(recs: Recommendations, rows: list[VariantRow] | None,
         out.append(RecommendationRow(
             variant=name, recommended_by=",".join(recs.sources.get(name, [])), outcome=outcome,
             speedup=row.speedup if row else math.nan, ci_low=row.ci_low if row else math.nan,
-            ci_high=row.ci_high if row else math.nan, verdict=verdict, reason=row.reason if row else ""))
+            ci_high=row.ci_high if row else math.nan, verdict=verdict, reason=row.reason if row else "",
+            estimated_saving_pct=recs.estimated_saving_pct.get(name, math.nan),
+            measured_saving_pct=measured_saving_pct(row.speedup) if row else math.nan))
     out += [RecommendationRow(variant=expr, recommended_by="", outcome="not swept", reason=why)
             for expr, why in recs.rejected.items()]
     lines = [f"# Optimize: recommendations from profile run `{profile_run_id}`", ""]
@@ -91,9 +123,13 @@ def recommendation_report(recs: Recommendations, rows: list[VariantRow] | None,
         lines.append("The diagnosis of the baseline run recommended no variants: nothing to sweep.")
     else:
         lines.append(markdown_table(
-            ("variant", "recommended by", "outcome", "speed-up", "95% CI", "note"),
+            ("variant", "recommended by", "outcome", "speed-up", "95% CI", "estimated saving", "measured saving",
+             "note"),
             [(f"`{r.variant}`", r.recommended_by or "-", r.outcome, fmt(r.speedup, ".3f"),
-              ci_text(r.ci_low, r.ci_high), r.reason) for r in out]))
+              ci_text(r.ci_low, r.ci_high), _pct(r.estimated_saving_pct, "<= "), _pct(r.measured_saving_pct),
+              r.reason) for r in out]))
+        lines += ["", "Estimated saving: the diagnosis' upper bound (% of step time) of the findings that "
+                  "recommended the variant; measured saving: 100 x (1 - 1/speed-up)."]
         held = [r for r in out if r.outcome == "held"]
         lines += ["", f"{len(held)} of {len(recs.variants)} swept recommendations held"
                   + (": " + ", ".join(f"`{r.variant}` {r.speedup:.3f}x" for r in held) if held else ".")]

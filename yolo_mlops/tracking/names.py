@@ -81,6 +81,7 @@ GPU_UTIL_MEAN = "gpu/gpu_util_pct_mean"  # older GPUs: NVML's coarse utilisation
 GPU_MEM_USED_MAX = "gpu/mem_used_gib_max"
 LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralytics' detection losses
 VAL_MAP50_95 = "val/mAP50-95"
+OPTIMIZE_METRIC = "optimize/"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
@@ -130,6 +131,13 @@ def profiler_table(name: str) -> str:
 
 def profiler_file(name: str) -> str:
     return f"{PROFILER_DIR}/{name}"
+
+
+def optimize_saving_metrics(variant_suffix: str) -> dict[str, str]:
+    """Optimize's sweep parent, per swept recommendation: the diagnosis' estimated saving and the saving the
+    sweep measured, both in % of step time, so estimates can be judged over time."""
+    return {"estimated": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_estimated",
+            "measured": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_measured"}
 
 
 def sweep_variant_metrics(variant_suffix: str) -> dict[str, str]:
