@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from yolo_mlops.run.config import ConfigError
+from yolo_mlops.run.config import ConfigError, yaml_error_line
 
 SHAPES = ("circle", "rectangle", "triangle")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -98,8 +98,8 @@ def inspect_dataset(yaml_path: Path) -> DatasetInfo:
         raise ConfigError(f"dataset YAML not found: {yaml_path}")
     try:
         spec = yaml.safe_load(yaml_path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"dataset YAML {yaml_path} is not valid YAML: {exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"dataset YAML {yaml_path} is not valid YAML: {yaml_error_line(exc)}") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"dataset YAML {yaml_path} must be a mapping with train/val/names")
     missing = [key for key in ("train", "val") if not spec.get(key)]

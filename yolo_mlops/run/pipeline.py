@@ -80,7 +80,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     output_dir = data_home() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     output_dir.mkdir(parents=True)
     plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
-                        steps_expected=steps)
+                        steps_expected=steps, epochs=checked.epochs)
     mlflow = tracking.client()
     tags = {
         names.RUN_KIND: spec.run_kind,
@@ -95,7 +95,11 @@ def prepare(spec: RunSpec) -> PreparedRun:
         tags[names.GIT_COMMIT_TAG] = env.git_commit
     if spec.parent_run_id:
         tags[names.PARENT_RUN_TAG] = spec.parent_run_id
-    run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+    try:
+        run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+    except BaseException:
+        output_dir.rmdir()  # still empty: a store that refuses the run leaves no run folder behind
+        raise
     experiment_id = mlflow.get_run(run_id).info.experiment_id
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))

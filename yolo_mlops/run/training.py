@@ -31,6 +31,7 @@ class TrainingPlan:
     device: str
     output_dir: Path  # per-run scratch folder: traces, tables, ultralytics' save_dir
     steps_expected: int
+    epochs: int | None = None  # resolved by preflight (resolve_steps); None: spec.epochs, else 1
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,16 @@ class TrainingOutcome:
 
 def steps_per_epoch(train_images: int, batch: int) -> int:
     return math.ceil(train_images / batch)  # ultralytics' train loader keeps the last partial batch
+
+
+def resolve_steps(train_images: int, batch: int, epochs: int | None, max_steps: int | None) -> tuple[int, int]:
+    """(epochs, steps) of a run. max_steps alone: exactly max_steps steps, in as many epochs as that takes;
+    epochs alone: whole epochs; both: the epochs, cut short at max_steps; neither: one epoch."""
+    per_epoch = steps_per_epoch(train_images, batch)
+    if epochs is None:
+        epochs = math.ceil(max_steps / per_epoch) if max_steps is not None else 1
+    steps = per_epoch * epochs
+    return epochs, steps if max_steps is None else min(steps, max_steps)
 
 
 class _Instrumentation:
@@ -251,7 +262,7 @@ def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
         "data": str(plan.data_yaml),
         "imgsz": spec.imgsz,
         "batch": spec.batch,
-        "epochs": spec.epochs,
+        "epochs": plan.epochs or spec.epochs or 1,
         "device": plan.device,
         "workers": spec.workers,
         "seed": spec.seed,

@@ -11,6 +11,9 @@ from __future__ import annotations
 TAG_PREFIX = "yolo_mlops."
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]
 PARENT_RUN_TAG = "mlflow.parentRunId"
+# experiment tag: MLflow 3's UI opens an experiment without it in the GenAI view ("Evaluation runs")
+EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"  # the model-training view (runs, metrics, charts)
 
 RUN_KIND = TAG_PREFIX + "run_kind"
 VARIANT = TAG_PREFIX + "variant"
