@@ -147,6 +147,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
         *outcome.step_losses.items())}
     result = RunAnalysis(metrics=metrics, histories=histories)
+    _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
     tags = result.tags
     try:
@@ -157,6 +158,20 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]
     (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
+
+
+def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """A benchmark on fewer images than the user thinks is a wrong number: say how many were skipped."""
+    counts = outcome.train_images
+    if counts is None:
+        return
+    result.metrics[names.TRAIN_IMAGES_USED] = float(counts.used)
+    result.metrics[names.TRAIN_IMAGES_SKIPPED] = float(counts.skipped)
+    if counts.skipped:
+        reasons = [m for m in counts.messages if "ignoring" in m] or list(counts.messages)
+        result.tags[names.DATA_WARNINGS] = "\n".join(reasons)[:names.TAG_MAX_CHARS]
+        print(f"warning: ultralytics skipped {counts.skipped} of {counts.found} training images (corrupt image "
+              f"or label; tag {names.DATA_WARNINGS})" + (f", e.g. {reasons[0]}" if reasons else ""))
 
 
 def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:

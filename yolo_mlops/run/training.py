@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from yolo_mlops.run.config import RunSpec, TorchSettings
+from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
 from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
@@ -96,6 +97,7 @@ class TrainingOutcome:
     profiler_export_s: float
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: AppliedSettings
+    train_images: ImageCounts | None = None  # images the train loader kept / skipped
 
 
 def steps_per_epoch(train_images: int, batch: int) -> int:
@@ -125,6 +127,7 @@ class _Instrumentation:
         self._labels = False  # labels on for the current step
         self._in_step = False
         self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
+        self.train_images: ImageCounts | None = None
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -141,6 +144,7 @@ class _Instrumentation:
     def on_train_start(self, trainer) -> None:
         model = trainer.model
         self.effective = _effective_model_settings(model)
+        self.train_images = loader_image_counts(trainer.train_loader.dataset)
         model.register_forward_pre_hook(self._forward_start)
         model.register_forward_hook(self._forward_end)
         self.profiler.__enter__()
@@ -342,6 +346,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
                                 compile=trainer.args.compile, compiled=inst.effective.get("compiled", False),
                                 channels_last_effective=inst.effective.get("channels_last_effective", False),
                                 pin_memory=plan.spec.torch.pin_memory),
+        train_images=inst.train_images,
     )
 
 

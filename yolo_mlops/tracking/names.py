@@ -27,6 +27,7 @@ NVML_BACKEND = TAG_PREFIX + "nvml_backend"
 NVML_REASON = TAG_PREFIX + "nvml_reason"
 ANALYSIS_STATUS = TAG_PREFIX + "analysis_status"
 ANALYSIS_ERROR = TAG_PREFIX + "analysis_error"
+DATA_WARNINGS = TAG_PREFIX + "data_warnings"  # ultralytics' scan warnings when it skipped training images
 TREND = TAG_PREFIX + "trend"
 TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
 OPTIMIZE = TAG_PREFIX + "optimize"
@@ -84,6 +85,9 @@ LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralyti
 VAL_MAP50_95 = "val/mAP50-95"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
+DATA = "data/"
+TRAIN_IMAGES_USED = "data/train_images_used"  # images the train loader kept
+TRAIN_IMAGES_SKIPPED = "data/train_images_skipped"  # dropped by ultralytics: corrupt image or label
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -65,6 +65,14 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"MLflow SQLite store {uri}: cannot create {db.parent}: {exc.strerror}") from None
+        if db.is_file():  # read-only open: checking writes nothing
+            import sqlite3
+
+            try:
+                with closing(sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)) as connection:
+                    connection.execute("PRAGMA schema_version")
+            except sqlite3.DatabaseError as exc:
+                raise ConfigError(f"MLflow SQLite store {uri} cannot be read: {exc}") from None
     if engine in ("postgresql", "mysql", "mssql", "sqlite"):
         # MLflow opens these through SQLAlchemy, which imports the scheme's driver only on first use:
         # ask SQLAlchemy which driver that is and whether it is installed, before any run exists
