@@ -73,6 +73,17 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
                     connection.execute("PRAGMA schema_version")
             except sqlite3.DatabaseError as exc:
                 raise ConfigError(f"MLflow SQLite store {uri} cannot be read: {exc}") from None
+        # MLflow creates a new store's tables on first use, unlocked: two commands starting together on a fresh
+        # store both try and one fails ("table ... already exists"). Open it here, one process at a time
+        # (the store object is cached per URI, so the run reuses it).
+        import fcntl
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:16]
+        with open(Path(tempfile.gettempdir()) / f"yolo-mlops-store-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     if engine in ("postgresql", "mysql", "mssql", "sqlite"):
         # MLflow opens these through SQLAlchemy, which imports the scheme's driver only on first use:
         # ask SQLAlchemy which driver that is and whether it is installed, before any run exists
