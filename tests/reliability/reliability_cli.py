@@ -9,10 +9,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 CLI = [sys.executable, "-m", "yolo_mlops.cli"]
 # small enough to train in seconds on two CPU cores

@@ -9,7 +9,6 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-
 from reliability_cli import TINY, cpu_burners, mlflow_runs, run_cli, run_folders, start_cli
 
 pytestmark = pytest.mark.timeout(900)

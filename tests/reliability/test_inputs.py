@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from reliability_cli import TINY, Finished, cli_env, mlflow_runs, run_folders, start_cli
 
 pytestmark = pytest.mark.timeout(600)
