@@ -43,8 +43,11 @@ def configure(home: Path) -> Path | None:
     if os.environ.get("PREFECT_API_URL") or any(os.environ.get(name) for name in _DATABASE_VARS):
         return None  # a real server, or a database the user chose
     folder = home / "prefect"
-    folder.mkdir(parents=True, exist_ok=True)
-    _remove_stale(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale(folder)
+    except OSError:  # an unwritable data home fails later, in the checks, with one line of its own
+        return None
     database = folder / f"{_DB_PREFIX}{os.getpid()}.db"
     os.environ[_DATABASE_VARS[0]] = f"sqlite+aiosqlite:///{database}"
     os.environ[_OWNER_VAR] = str(os.getpid())
