@@ -1,8 +1,9 @@
 """Commands on a loaded machine: the temporary Prefect server gets time to start, one per command, a database
-of its own per process; when it still cannot start, one line. Rows of docs/reliability.md."""
+no other running command uses; when it still cannot start, one line. Rows of docs/reliability.md."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 from contextlib import closing
@@ -24,25 +25,31 @@ def _metric(env: dict[str, str], run_id: str, key: str) -> float:
     return rows[0][0]
 
 
-def _server_databases(home: Path) -> list[Path]:
-    return sorted((home / "prefect").glob("server-*")) if (home / "prefect").is_dir() else []
+def _server_databases(home: Path) -> list[str]:
+    """Slot numbers of the temporary servers' databases under the data home."""
+    folder = home / "prefect"
+    return sorted(p.name.rsplit("-", 1)[1].removesuffix(".db") for p in folder.glob("server-*.db")) \
+        if folder.is_dir() else []
 
 
 def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
+    from importlib.metadata import version
+
     from yolo_mlops.run import prefect_server
 
     for name in ("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "PREFECT_API_URL",
                  "PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL",
                  "YOLO_MLOPS_PREFECT_DB_OWNER"):
         monkeypatch.delenv(name, raising=False)
-    stale = tmp_path / "prefect" / "server-999999999.db"  # no such pid: a process killed before its cleanup
-    stale.parent.mkdir()
-    stale.write_text("")
-    database = prefect_server.configure(tmp_path)
+    prefix = tmp_path / "prefect" / f"server-{version('prefect')}"
+    prefix.parent.mkdir()
+    with open(f"{prefix}-0.lock", "a") as other:  # slot 0 held by another running command
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        database = prefect_server.configure(tmp_path)
+    assert database == Path(f"{prefix}-1.db")
     assert os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] == "180"
-    assert database == tmp_path / "prefect" / f"server-{os.getpid()}.db"
     assert os.environ["PREFECT_SERVER_DATABASE_CONNECTION_URL"] == f"sqlite+aiosqlite:///{database}"
-    assert not stale.exists()
+    assert prefect_server.configure(tmp_path) == database  # one slot per process
 
     monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "42")
     monkeypatch.setenv("PREFECT_SERVER_DATABASE_CONNECTION_URL", "sqlite+aiosqlite:////elsewhere/prefect.db")
@@ -68,7 +75,7 @@ def test_server_that_cannot_start_is_one_line(cli_env, home):
     line = done.error_lines[0]
     assert "did not start within 1 s" in line and "PREFECT_API_URL" in line
     assert mlflow_runs(env) == [] and run_folders(home) == []
-    assert _server_databases(home) == []  # removed at exit
+    assert _server_databases(home) == []  # a migration cut short is not left for the next command
 
 
 @pytest.mark.slow
@@ -91,7 +98,7 @@ def test_sweep_on_a_loaded_machine(cli_env, home):
     children = [run_id for run_id, _ in runs if _has_metric(env, run_id, "perf/steps_total")]
     assert len(children) == 2
     assert [_metric(env, run_id, "perf/steps_total") for run_id in children] == [6.0, 6.0]
-    assert _server_databases(home) == []
+    assert _server_databases(home) == ["0"]
 
 
 def _small_config(folder: Path) -> Path:
@@ -132,4 +139,4 @@ def test_two_profiles_at_once_on_one_data_home(cli_env, home):
     assert len(runs) == 2 and {status for _, status in runs} == {"FINISHED"}
     assert [_metric(cli_env, run_id, "perf/steps_total") for run_id, _ in runs] == [3.0, 3.0]
     assert len(list((home / "datasets").glob("synthetic-*"))) == 1
-    assert _server_databases(home) == []
+    assert _server_databases(home) == ["0", "1"]  # each temporary server had a database of its own

@@ -2,7 +2,7 @@
 
 `check(spec)` raises `ConfigError` with one line, or returns what the checks learned (`Preflight`). It
 writes nothing but ultralytics' isolated settings, which must exist before ultralytics is imported to look
-up a bundled model config.
+up a bundled model config, and the tables of a new SQLite MLflow store (`tracking.check_reachable`).
 """
 
 from __future__ import annotations
