@@ -17,16 +17,16 @@ from pathlib import Path
 import yaml
 
 from yolo_mlops import tracking
-from yolo_mlops.tracking import names
 from yolo_mlops.analysis import DiagnosisInput, analyze_traces, diagnose, headline_metrics, write_report
+from yolo_mlops.nvml import align, step_history, summary_metrics, write_timeline
+from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, series_key
 from yolo_mlops.run.preflight import Preflight
-from yolo_mlops.nvml import align, step_history, summary_metrics, write_timeline
-from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
+from yolo_mlops.tracking import names
 
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 

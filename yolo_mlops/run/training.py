@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from yolo_mlops.run.config import RunSpec, TorchSettings
-from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
-from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
+from yolo_mlops.run.config import RunSpec, TorchSettings
+from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
+from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.tracking import names
 
 
@@ -210,7 +210,7 @@ def _loss_dict(trainer) -> dict[str, Any]:
     """This step's losses, kept as detached tensors: float() here would add a device sync to every step."""
     items = trainer.loss_items
     pairs = items.items() if isinstance(items, dict) else zip(
-        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items)
+        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
     return {f"train/{name}": v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
