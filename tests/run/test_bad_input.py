@@ -26,7 +26,8 @@ def _runs(mlflow_client):
     (["--model", "/nowhere/best.pt"], "model checkpoint not found"),
     (["--data", "/nowhere/data.yaml"], "dataset YAML not found"),
     (["--active", "0"], "profiler.active"),
-    (["--max-steps", "3", "--wait", "2"], "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3"),
+    (["--max-steps", "3", "--wait", "2"],
+     "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3"),
     (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
     (["--device", "0"], "CUDA is not available"),
 ])
@@ -61,7 +62,7 @@ def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_clie
     spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
                            "max_steps": 4, "experiment": "fails", "train_args": {"optimizer": "NoSuchOptimizer"},
                            "profiler": {"wait": 0, "warmup": 1, "active": 1}})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - whatever ultralytics raises; the run's end state is the test
         profile_training(spec)
     runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("fails").experiment_id])
     assert [r.info.status for r in runs] == ["FAILED"]

@@ -20,7 +20,7 @@ def test_limit_names(monkeypatch):
 def test_missing_limit_is_an_error_not_unthrottled(prefect_server):
     with pytest.raises(ConfigError, match="does not exist"):
         gpu_lock.check_limit("gpu-does-not-exist")
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - Prefect's error type; running the body is the failure
         with gpu_lock.hold("gpu-does-not-exist"):
             pytest.fail("ran without the limit")
     with gpu_lock.hold(None):

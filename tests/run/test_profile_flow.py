@@ -12,7 +12,7 @@ import mlflow
 import pytest
 import yaml
 
-from yolo_mlops import cli, tracking
+from yolo_mlops import cli
 
 pytestmark = pytest.mark.slow
 

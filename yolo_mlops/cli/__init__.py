@@ -28,10 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from yolo_mlops.run import prefect_server
+    from yolo_mlops.run.config import data_home
+
+    prefect_server.configure(data_home())  # before any command imports prefect
     try:
         return args.handler(args)
     except ConfigError as exc:
         print(f"yolo-mlops: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        line = prefect_server.startup_failure(exc)
+        if line is None:
+            raise
+        print(f"yolo-mlops: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -26,9 +26,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--data", type=Path, help="ultralytics dataset YAML (default: synthetic demo dataset)")
     run.add_argument("--imgsz", type=int)
     run.add_argument("--batch", type=int)
-    steps = run.add_mutually_exclusive_group()
-    steps.add_argument("--epochs", type=int)
-    steps.add_argument("--max-steps", type=int, help="stop after N training steps")
+    run.add_argument("--epochs", type=int, help="whole epochs (default: 1, or as many as --max-steps needs)")
+    run.add_argument("--max-steps", type=int, help="train exactly N steps; with --epochs: at most N steps "
+                     "within those epochs")
     run.add_argument("--device", help="'cpu', '0', 'cuda:0' (default: first GPU, else cpu)")
     run.add_argument("--workers", type=int, help="data-loader workers")
     run.add_argument("--seed", type=int)
@@ -50,6 +50,9 @@ def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = N
     from yolo_mlops.run.config import build_run_spec, deep_merge, load_run_spec
 
     overrides: dict[str, Any] = {}
+    if getattr(args, "max_steps", None) is not None and getattr(args, "epochs", None) is None and defaults:
+        # a command's default epochs (demo) must not cut short the steps the user asked for
+        defaults = {k: v for k, v in defaults.items() if k != "epochs"}
     for flag, path in _RUN_FLAGS.items():
         value = getattr(args, flag, None)
         if value is None:

@@ -72,8 +72,9 @@ class RunSpec(_Strict):
     data: Path | None = Field(default=None, description="ultralytics dataset YAML; None = the synthetic demo dataset")
     imgsz: int = Field(default=640, ge=32, le=4096)
     batch: int = Field(default=16, ge=1)
-    epochs: int = Field(default=1, ge=1)
-    max_steps: int | None = Field(default=None, ge=1, description="stop after this many training steps")
+    epochs: int | None = Field(default=None, ge=1, description="None: as many as max_steps needs, else 1")
+    max_steps: int | None = Field(default=None, ge=1, description="train exactly this many steps (fewer only "
+                                  "when epochs is also set and ends the run first)")
     device: str | None = Field(default=None, description="'cpu', '0', 'cuda:0'; None = first GPU if any, else cpu")
     workers: int = Field(default=8, ge=0)
     seed: int = 0
@@ -122,11 +123,20 @@ def load_run_spec(path: Path, overrides: dict[str, Any] | None = None) -> RunSpe
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {yaml_error_line(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path} must hold a mapping of RunSpec fields")
     return build_run_spec(deep_merge(raw, overrides or {}))
+
+
+def yaml_error_line(exc: Exception) -> str:
+    """PyYAML's multi-line message as one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None)
+    if problem is None:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    mark = getattr(exc, "problem_mark", None)
+    return problem + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else "")
 
 
 def build_run_spec(fields: dict[str, Any]) -> RunSpec:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from yolo_mlops.run.config import ConfigError
+from yolo_mlops.run.config import ConfigError, yaml_error_line
 
 SHAPES = ("circle", "rectangle", "triangle")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -30,6 +31,39 @@ class DatasetInfo:
     val_images: int
     class_names: tuple[str, ...]
     synthetic: bool
+
+
+@dataclass(frozen=True)
+class ImageCounts:
+    """What ultralytics made of a split: it drops a corrupt image, or one whose label is broken (a class index
+    beyond `nc`, bad coordinates), with a warning, and trains on the rest."""
+
+    found: int  # images ultralytics scanned
+    used: int  # images it kept
+    messages: tuple[str, ...] = ()  # its scan warnings, one per dropped (or repaired) image
+
+    @property
+    def skipped(self) -> int:
+        return self.found - self.used
+
+
+def loader_image_counts(dataset) -> ImageCounts | None:
+    """Counts of an ultralytics YOLODataset after it was built (its label scan done); None for other datasets."""
+    label_files, labels = getattr(dataset, "label_files", None), getattr(dataset, "labels", None)
+    if label_files is None or labels is None:
+        return None
+    messages: tuple[str, ...] = ()
+    # the scan's warnings live only in ultralytics' label cache (labels/<split>.cache), when it could write one
+    cache = Path(label_files[0]).parent.with_suffix(".cache") if label_files else None
+    if cache is not None and cache.is_file():
+        from ultralytics.data.utils import load_dataset_cache_file
+
+        try:
+            messages = tuple(re.sub(r"\x1b\[[0-9;]*m", "", str(m))  # without ultralytics' colour codes
+                             for m in load_dataset_cache_file(cache).get("msgs", ()))
+        except Exception:  # an unreadable cache costs the reasons, never the counts
+            messages = ()
+    return ImageCounts(found=len(label_files), used=len(labels), messages=messages)
 
 
 def synthetic_dataset(root: Path, train_images: int = 64, val_images: int | None = None,
@@ -98,8 +132,8 @@ def inspect_dataset(yaml_path: Path) -> DatasetInfo:
         raise ConfigError(f"dataset YAML not found: {yaml_path}")
     try:
         spec = yaml.safe_load(yaml_path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"dataset YAML {yaml_path} is not valid YAML: {exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"dataset YAML {yaml_path} is not valid YAML: {yaml_error_line(exc)}") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"dataset YAML {yaml_path} must be a mapping with train/val/names")
     missing = [key for key in ("train", "val") if not spec.get(key)]

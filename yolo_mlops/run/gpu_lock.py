@@ -12,7 +12,7 @@ skipped and the run says so.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from yolo_mlops.run.config import ConfigError
 from yolo_mlops.run.environment import cuda_indices

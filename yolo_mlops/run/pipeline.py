@@ -17,17 +17,17 @@ from pathlib import Path
 import yaml
 
 from yolo_mlops import tracking
-from yolo_mlops.tracking import names
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
+from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
+from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, series_key
 from yolo_mlops.run.preflight import Preflight
-from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
-from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
+from yolo_mlops.tracking import names
 
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
@@ -81,7 +81,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     output_dir = data_home() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     output_dir.mkdir(parents=True)
     plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
-                        steps_expected=steps)
+                        steps_expected=steps, epochs=checked.epochs)
     mlflow = tracking.client()
     tags = {
         names.RUN_KIND: spec.run_kind,
@@ -96,7 +96,11 @@ def prepare(spec: RunSpec) -> PreparedRun:
         tags[names.GIT_COMMIT_TAG] = env.git_commit
     if spec.parent_run_id:
         tags[names.PARENT_RUN_TAG] = spec.parent_run_id
-    run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+    try:
+        run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+    except BaseException:
+        output_dir.rmdir()  # still empty: a store that refuses the run leaves no run folder behind
+        raise
     experiment_id = mlflow.get_run(run_id).info.experiment_id
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
@@ -144,6 +148,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
         *outcome.step_losses.items())}
     result = RunAnalysis(metrics=metrics, histories=histories)
+    _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
     tags = result.tags
     try:
@@ -154,6 +159,20 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]
     (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
+
+
+def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """A benchmark on fewer images than the user thinks is a wrong number: say how many were skipped."""
+    counts = outcome.train_images
+    if counts is None:
+        return
+    result.metrics[names.TRAIN_IMAGES_USED] = float(counts.used)
+    result.metrics[names.TRAIN_IMAGES_SKIPPED] = float(counts.skipped)
+    if counts.skipped:
+        reasons = [m for m in counts.messages if "ignoring" in m] or list(counts.messages)
+        result.tags[names.DATA_WARNINGS] = "\n".join(reasons)[:names.TAG_MAX_CHARS]
+        print(f"warning: ultralytics skipped {counts.skipped} of {counts.found} training images (corrupt image "
+              f"or label; tag {names.DATA_WARNINGS})" + (f", e.g. {reasons[0]}" if reasons else ""))
 
 
 def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:

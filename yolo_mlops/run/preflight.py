@@ -2,7 +2,7 @@
 
 `check(spec)` raises `ConfigError` with one line, or returns what the checks learned (`Preflight`). It
 writes nothing but ultralytics' isolated settings, which must exist before ultralytics is imported to look
-up a bundled model config.
+up a bundled model config, and the tables of a new SQLite MLflow store (`tracking.check_reachable`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
 from yolo_mlops.run.environment import resolve_device
 from yolo_mlops.run.offline import configure_ultralytics
-from yolo_mlops.run.training import steps_per_epoch
+from yolo_mlops.run.training import resolve_steps
 
 
 @dataclass(frozen=True)
 class Preflight:
     device: str  # resolved: "cpu" or a CUDA device string
     train_images: int
+    epochs: int  # the user's epochs, else as many as max_steps needs, else 1
     steps: int  # training steps the run will take (epochs x steps per epoch, capped by max_steps)
     dataset: DatasetInfo | None  # the user's dataset, inspected; None for the synthetic dataset
 
@@ -35,23 +36,23 @@ def check(spec: RunSpec) -> Preflight:
     _check_device(device)
     dataset = inspect_dataset(spec.data) if spec.data is not None else None
     train_images = dataset.train_images if dataset is not None else spec.synthetic_images
-    steps = steps_per_epoch(train_images, spec.batch) * spec.epochs
-    if spec.max_steps is not None:
-        steps = min(steps, spec.max_steps)
+    epochs, steps = resolve_steps(train_images, spec.batch, spec.epochs, spec.max_steps)
     if spec.profiler.window_end_step > steps:
         raise ConfigError(
             f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
-            f"({train_images} images / batch {spec.batch} x {spec.epochs} epochs"
+            f"({train_images} images / batch {spec.batch} x {epochs} epochs"
             + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
     if spec.nvml.backend == "real" and device == "cpu":
         raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
     tracking.check_reachable()
-    return Preflight(device=device, train_images=train_images, steps=steps, dataset=dataset)
+    return Preflight(device=device, train_images=train_images, epochs=epochs, steps=steps, dataset=dataset)
 
 
 def _check_model(model: str) -> None:
     path = Path(model)
     if path.exists():
+        if path.suffix == ".pt":
+            _check_checkpoint(path)
         return
     if path.suffix == ".pt":
         raise ConfigError(f"model checkpoint not found: {model} (weights are never downloaded; give a local .pt)")
@@ -63,6 +64,32 @@ def _check_model(model: str) -> None:
     except FileNotFoundError:
         raise ConfigError(f"model config not found: {model} (not a file, and not a config bundled with "
                           "ultralytics such as yolo11n.yaml)") from None
+
+
+def _check_checkpoint(path: Path) -> None:
+    """An ultralytics checkpoint: a torch.save zip archive whose pickle holds an ultralytics model object.
+
+    Read without unpickling (pickletools only parses the opcodes), so checking a file runs none of its code.
+    """
+    import pickletools
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [name for name in archive.namelist() if name.rsplit("/", 1)[-1] == "data.pkl"]
+            damaged = archive.testzip()  # CRC of every member: a truncated or corrupted download fails here
+            pickled = archive.read(pickles[0]) if pickles else b""
+    except (zipfile.BadZipFile, OSError):
+        raise ConfigError(f"model {path} is not a PyTorch checkpoint (not a torch.save archive)") from None
+    if not pickled or damaged is not None:
+        raise ConfigError(f"model {path} is a damaged checkpoint (bad member: {damaged or 'data.pkl missing'})")
+    try:
+        strings = {arg for _, arg, _ in pickletools.genops(pickled) if isinstance(arg, str)}
+    except ValueError as exc:  # a truncated or corrupt pickle stream
+        raise ConfigError(f"model {path} is a damaged checkpoint: {exc}") from None
+    if not any(s.startswith("ultralytics.") for s in strings):
+        raise ConfigError(f"model {path} is a PyTorch file but not an ultralytics checkpoint (no ultralytics "
+                          "model inside, e.g. a bare state_dict); give a .pt saved by ultralytics")
 
 
 def _check_device(device: str) -> None:

@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
-from yolo_mlops.run.config import RunSpec, TorchSettings
-from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
-from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
+from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
+from yolo_mlops.run.config import RunSpec, TorchSettings
+from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
+from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.tracking import names
 
 
@@ -32,6 +33,7 @@ class TrainingPlan:
     device: str
     output_dir: Path  # per-run scratch folder: traces, tables, ultralytics' save_dir
     steps_expected: int
+    epochs: int | None = None  # resolved by preflight (resolve_steps); None: spec.epochs, else 1
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,21 @@ class TrainingOutcome:
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: AppliedSettings
     memory_snapshot: str = ""  # CudaMemorySnapshot.status: "recorded" or "skipped: <why>"
+    train_images: ImageCounts | None = None  # images the train loader kept / skipped
 
 
 def steps_per_epoch(train_images: int, batch: int) -> int:
     return math.ceil(train_images / batch)  # ultralytics' train loader keeps the last partial batch
+
+
+def resolve_steps(train_images: int, batch: int, epochs: int | None, max_steps: int | None) -> tuple[int, int]:
+    """(epochs, steps) of a run. max_steps alone: exactly max_steps steps, in as many epochs as that takes;
+    epochs alone: whole epochs; both: the epochs, cut short at max_steps; neither: one epoch."""
+    per_epoch = steps_per_epoch(train_images, batch)
+    if epochs is None:
+        epochs = math.ceil(max_steps / per_epoch) if max_steps is not None else 1
+    steps = per_epoch * epochs
+    return epochs, steps if max_steps is None else min(steps, max_steps)
 
 
 class _Instrumentation:
@@ -117,6 +130,7 @@ class _Instrumentation:
         self._in_step = False
         self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
         self.snapshot: CudaMemorySnapshot | None = None  # follows the profiler window
+        self.train_images: ImageCounts | None = None
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -133,6 +147,7 @@ class _Instrumentation:
     def on_train_start(self, trainer) -> None:
         model = trainer.model
         self.effective = _effective_model_settings(model)
+        self.train_images = loader_image_counts(trainer.train_loader.dataset)
         model.register_forward_pre_hook(self._forward_start)
         model.register_forward_hook(self._forward_end)
         self.profiler.__enter__()
@@ -202,7 +217,7 @@ def _loss_dict(trainer) -> dict[str, Any]:
     """This step's losses, kept as detached tensors: float() here would add a device sync to every step."""
     items = trainer.loss_items
     pairs = items.items() if isinstance(items, dict) else zip(
-        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items)
+        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
     return {f"train/{name}": v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
@@ -258,7 +273,7 @@ def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
         "data": str(plan.data_yaml),
         "imgsz": spec.imgsz,
         "batch": spec.batch,
-        "epochs": spec.epochs,
+        "epochs": plan.epochs or spec.epochs or 1,
         "device": plan.device,
         "workers": spec.workers,
         "seed": spec.seed,
@@ -341,6 +356,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
                                 channels_last_effective=inst.effective.get("channels_last_effective", False),
                                 pin_memory=plan.spec.torch.pin_memory),
         memory_snapshot=inst.snapshot.status or "skipped: the profiler window never opened",
+        train_images=inst.train_images,
     )
 
 

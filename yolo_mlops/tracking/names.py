@@ -11,6 +11,9 @@ from __future__ import annotations
 TAG_PREFIX = "yolo_mlops."
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]
 PARENT_RUN_TAG = "mlflow.parentRunId"
+# experiment tag: MLflow 3's UI opens an experiment without it in the GenAI view ("Evaluation runs")
+EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"  # the model-training view (runs, metrics, charts)
 
 RUN_KIND = TAG_PREFIX + "run_kind"
 VARIANT = TAG_PREFIX + "variant"
@@ -25,6 +28,7 @@ NVML_REASON = TAG_PREFIX + "nvml_reason"
 ANALYSIS_STATUS = TAG_PREFIX + "analysis_status"
 ANALYSIS_ERROR = TAG_PREFIX + "analysis_error"
 CUDA_MEMORY_SNAPSHOT = TAG_PREFIX + "cuda_memory_snapshot"  # "recorded" or "skipped: <why>"
+DATA_WARNINGS = TAG_PREFIX + "data_warnings"  # ultralytics' scan warnings when it skipped training images
 TREND = TAG_PREFIX + "trend"
 TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
 OPTIMIZE = TAG_PREFIX + "optimize"
@@ -84,6 +88,9 @@ VAL_MAP50_95 = "val/mAP50-95"
 OPTIMIZE_METRIC = "optimize/"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
+DATA = "data/"
+TRAIN_IMAGES_USED = "data/train_images_used"  # images the train loader kept
+TRAIN_IMAGES_SKIPPED = "data/train_images_skipped"  # dropped by ultralytics: corrupt image or label
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -40,7 +40,16 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
     """Fail fast with one line when the tracking store cannot be used (before any run is created)."""
     uri = uri or tracking_uri()
     scheme = urlparse(uri).scheme
-    if scheme in ("http", "https"):
+    engine = scheme.split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
+    if scheme in ("", "file"):
+        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
+
+        if not MLFLOW_ALLOW_FILE_STORE.get():  # MLflow 3 refuses its file store unless this is set
+            folder = Path(urlparse(uri).path if scheme == "file" else uri).resolve()
+            raise ConfigError(f"MLFLOW_TRACKING_URI {uri} is a folder (MLflow's file store), which MLflow "
+                              f"refuses; use sqlite:///{folder / 'mlflow.db'} or an http(s) server "
+                              "(or set MLFLOW_ALLOW_FILE_STORE=true)")
+    elif scheme in ("http", "https"):
         import requests
 
         try:
@@ -56,7 +65,38 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"MLflow SQLite store {uri}: cannot create {db.parent}: {exc.strerror}") from None
-    elif scheme not in ("", "file", "postgresql", "mysql", "mssql", "databricks"):
+        if db.is_file():  # read-only open: checking writes nothing
+            import sqlite3
+
+            try:
+                with closing(sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)) as connection:
+                    connection.execute("PRAGMA schema_version")
+            except sqlite3.DatabaseError as exc:
+                raise ConfigError(f"MLflow SQLite store {uri} cannot be read: {exc}") from None
+        # MLflow creates a new store's tables on first use, unlocked: two commands starting together on a fresh
+        # store both try and one fails ("table ... already exists"). Open it here, one process at a time
+        # (the store object is cached per URI, so the run reuses it).
+        import fcntl
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:16]
+        with open(Path(tempfile.gettempdir()) / f"yolo-mlops-store-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    if engine in ("postgresql", "mysql", "mssql", "sqlite"):
+        # MLflow opens these through SQLAlchemy, which imports the scheme's driver only on first use:
+        # ask SQLAlchemy which driver that is and whether it is installed, before any run exists
+        from sqlalchemy.engine import make_url
+
+        url = make_url(uri)
+        try:
+            url.get_dialect().import_dbapi()
+        except ImportError as exc:
+            raise ConfigError(f"MLFLOW_TRACKING_URI {url.render_as_string(hide_password=True)} needs the "
+                              f"{engine} driver {url.get_dialect().driver!r}, which is not installed "
+                              f"({exc}); install it into this environment") from None
+    elif scheme not in ("", "file", "http", "https", "databricks"):
         raise ConfigError(f"unsupported MLFLOW_TRACKING_URI scheme {scheme!r} in {uri}")
 
 
@@ -64,12 +104,13 @@ def experiment_id(mlflow: MlflowClient, name: str) -> str:
     found = mlflow.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
+    kind = {names.EXPERIMENT_KIND: names.EXPERIMENT_KIND_TRAINING}
     location = None
     if urlparse(mlflow.tracking_uri).scheme not in ("http", "https"):
         # Without this MLflow puts artifacts in ./mlartifacts of whatever directory the process started in.
         location = (default_artifact_root() / name).as_uri()
     try:
-        return mlflow.create_experiment(name, artifact_location=location)
+        return mlflow.create_experiment(name, artifact_location=location, tags=kind)
     except Exception:  # created concurrently by another run (sweeps start children in parallel)
         found = mlflow.get_experiment_by_name(name)
         if found is None:

@@ -1,0 +1,98 @@
+"""The temporary Prefect server a command starts when no `PREFECT_API_URL` is set.
+
+Prefect starts it on first use (a uvicorn subprocess that migrates a SQLite database) and gives it 20 s by
+default: too little on a busy 2-core box, where data-loader workers of another training hold the CPUs. And
+by default every temporary server of every process uses the same `~/.prefect/prefect.db`, so two commands
+started at once migrate and write one SQLite file together and one of them crashes on "database is locked".
+
+`configure(home)` runs before prefect is imported (Prefect reads its settings once, on import) and only
+sets what the user has not set:
+
+- `PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS` = 180;
+- a database no other running command uses: slot N of `<home>/prefect/server-<prefect version>-<N>.db`,
+  held with a file lock for the life of the process (the lock goes with the process, however it ends). The
+  database is kept for the next command that gets the slot, so only the first command per slot pays for
+  migrating a new database;
+- telemetry off (the tool runs offline).
+
+Within one process Prefect keeps one temporary server (one `SubprocessASGIServer` per port, the port left
+to Prefect), so a sweep's child flows reuse the server its parent started.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+from pathlib import Path
+from typing import IO
+
+STARTUP_TIMEOUT_S = 180  # measured: ~10 s on an idle 2-core box, ~100 s with 4 CPU burners beside it
+SLOTS = 64  # commands running at once on one data home
+_TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+_DATABASE_VARS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
+_OWNER_VAR = "YOLO_MLOPS_PREFECT_DB_OWNER"  # pid of the process that chose the database variable below
+_STARTUP_FAILED = "Timed out while attempting to connect to ephemeral Prefect API server"
+
+_held: list[IO[str]] = []  # slot locks of this process, open until it exits
+_slots: dict[Path, Path] = {}  # data home's prefect folder -> this process's database there
+
+
+def configure(home: Path) -> Path | None:
+    """Set the temporary server's settings the user left unset; returns this process's database, if any."""
+    os.environ.setdefault(_TIMEOUT_VAR, str(STARTUP_TIMEOUT_S))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if _OWNER_VAR in os.environ:
+        # set by this process before, or inherited from a parent command (a test, a script calling the CLI):
+        # either way not the user's choice
+        os.environ.pop(_DATABASE_VARS[0], None)
+        os.environ.pop(_OWNER_VAR)
+    if os.environ.get("PREFECT_API_URL") or any(os.environ.get(name) for name in _DATABASE_VARS):
+        return None  # a real server, or a database the user chose
+    try:
+        database = _take_slot(home / "prefect")
+    except OSError:  # an unwritable data home fails later, in the checks, with one line of its own
+        return None
+    if database is None:
+        return None  # every slot busy: Prefect's default database
+    os.environ[_DATABASE_VARS[0]] = f"sqlite+aiosqlite:///{database}"
+    os.environ[_OWNER_VAR] = str(os.getpid())
+    return database
+
+
+def startup_failure(exc: BaseException) -> str | None:
+    """One line for a temporary server that did not start in time; None for any other error.
+
+    The database it was migrating is removed: a migration cut short must not be the next command's start."""
+    if not isinstance(exc, RuntimeError) or _STARTUP_FAILED not in str(exc):
+        return None
+    for database in _slots.values():
+        for path in _database_files(database):
+            path.unlink(missing_ok=True)
+    timeout = os.environ.get(_TIMEOUT_VAR, "20")
+    return (f"the temporary Prefect server did not start within {timeout} s (machine busy?); raise "
+            f"{_TIMEOUT_VAR}, or point PREFECT_API_URL at a running server (`prefect server start`)")
+
+
+def _take_slot(folder: Path) -> Path | None:
+    """A free slot's database, locked for the life of this process (one slot per process)."""
+    import fcntl
+
+    if folder in _slots:
+        return _slots[folder]
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = f"server-{version('prefect')}"  # a database migrated by another Prefect release is not reused
+    for slot in range(SLOTS):
+        lock = open(folder / f"{prefix}-{slot}.lock", "a")  # held open until the process exits
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        _held.append(lock)
+        _slots[folder] = folder / f"{prefix}-{slot}.db"
+        return _slots[folder]
+    return None
+
+
+def _database_files(database: Path) -> list[Path]:
+    return [database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
