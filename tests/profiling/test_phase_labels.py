@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import types
 
 import pytest
 import torch
@@ -38,6 +39,7 @@ def stub_trainer(trainer_class, inst: training._Instrumentation):
     trainer.model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
     trainer.loss_items, trainer.loss_names = None, ["box_loss", "cls_loss", "dfl_loss"]
     trainer.batch_size, trainer.stop = 4, False
+    trainer.train_loader = types.SimpleNamespace(dataset=None)  # not a YOLODataset: no image counts
     trainer.instrumentation = inst
     return trainer
 
