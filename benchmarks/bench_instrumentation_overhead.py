@@ -26,7 +26,7 @@ WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
 def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
-    from yolo_mlops.run.config import data_home, build_run_spec
+    from yolo_mlops.run.config import build_run_spec, data_home
     from yolo_mlops.run.datasets import synthetic_dataset
     from yolo_mlops.run.offline import configure_ultralytics
 
@@ -66,7 +66,7 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
 
             trainer.add_callback("on_train_batch_end", stop_at_max)
             trainer.train()
-    intervals = [(b - a) / 1e6 for a, b in zip(ends, ends[1:])]  # interval i = step i+1
+    intervals = [(b - a) / 1e6 for a, b in zip(ends, ends[1:], strict=False)]  # interval i = step i+1
     window_end = WINDOW["skip_first"] + WINDOW["wait"] + WINDOW["warmup"] + WINDOW["active"]
     # step index k (0-based) has interval index k-1; drop step 0 (no interval), window steps and the export step
     keep = [ms for k, ms in enumerate(intervals, start=1) if k > window_end + 1]
@@ -102,7 +102,7 @@ def main() -> None:
                 print(f"repeat {repeat} {mode:<12} median step {row['median_ms']:8.2f} ms over {row['steps']} steps",
                       flush=True)
     plain, inst = statistics.median(results["plain"]), statistics.median(results["instrumented"])
-    ratios = [i / p for i, p in zip(results["instrumented"], results["plain"])]
+    ratios = [i / p for i, p in zip(results["instrumented"], results["plain"], strict=True)]
     print(f"\nplain        median of medians {plain:8.2f} ms")
     print(f"instrumented median of medians {inst:8.2f} ms")
     print(f"ratio instrumented/plain: {inst / plain:.4f} (per-repeat ratios {', '.join(f'{r:.3f}' for r in ratios)})"

@@ -284,7 +284,7 @@ def stack(postgres: Postgres, work_dir: Path) -> Iterator[Stack]:
         for name, (launch, healthy) in servers.items():
             proc, server = started[name]
             for attempt in range(1, 4):
-                if poll_until(lambda: healthy(server), 180, proc):
+                if poll_until(lambda check=healthy, target=server: check(target), 180, proc):
                     break
                 # free_port() only finds a port that was free a moment ago; another process on this
                 # shared machine may have bound it since. Try again on a new one.
