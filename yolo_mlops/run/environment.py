@@ -1,4 +1,10 @@
-"""Environment fingerprint (versions, device), the code's git commit, and the series key of a run."""
+"""Environment fingerprint (versions, device), the code's git commit, and the series identity of a run.
+
+A series is a workload on a kind of hardware: runs with the same series key are comparable, and a software
+upgrade (torch, CUDA, cuDNN, ultralytics, NVIDIA driver, Python, the project's own commit) stays *inside*
+the series, so the regression it causes shows up as a change point instead of starting a new series.
+The versions are recorded on every run (`env.*` params) as the "what changed" dimensions of trends.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from yolo_mlops.run.config import RunSpec
+from yolo_mlops.tracking import names
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,7 @@ class Environment:
     device_type: str  # "cuda" or "cpu"
     device_name: str
     gpu_count: int
+    nvidia_driver: str | None  # NVML's driver version; None without a GPU/NVML
     git_commit: str | None
     git_dirty: bool | None
 
@@ -61,8 +69,9 @@ def capture_environment(device: str) -> Environment:
         mlflow=mlflow.__version__,
         prefect=prefect.__version__,
         device_type="cuda" if cuda else "cpu",
-        device_name=torch.cuda.get_device_name(index) if cuda else (platform.processor() or platform.machine()),
+        device_name=torch.cuda.get_device_name(index) if cuda else cpu_model(),
         gpu_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        nvidia_driver=nvidia_driver_version(),
         git_commit=commit,
         git_dirty=dirty,
     )
@@ -101,18 +110,123 @@ def git_state() -> tuple[str | None, bool | None]:
     return commit, bool(status.strip())
 
 
-def series_key(spec: RunSpec, env: Environment, data_identity: str) -> str:
-    """Hash of everything that must match for two runs' speed to be comparable."""
-    fields = {
-        "model": Path(spec.model).name,
-        "data": data_identity,
-        "imgsz": spec.imgsz,
-        "batch": spec.batch,
-        "workers": spec.workers,
-        "variant": spec.variant,
-        "device": env.device_name,
-        "torch": env.torch,
-        "cuda": env.torch_cuda,
-        "ultralytics": env.ultralytics,
-    }
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what `platform` knows (often just 'x86_64')."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA driver version from NVML; None where there is no driver (CPU machines)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no libnvidia-ml, no driver, no GPU: all mean "no driver to record"
+        return None
+    try:
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+# series identity ---------------------------------------------------------------------------------------------
+
+# Software versions: recorded on every run as `env.<name>` params, never part of the series key.
+VERSION_PARAMS = {name: names.ENV_PARAM + field for name, field in (
+    ("commit", "git_commit"), ("torch", "torch"), ("cuda", "torch_cuda"), ("cudnn", "cudnn"),
+    ("ultralytics", "ultralytics"), ("driver", "nvidia_driver"), ("python", "python"))}
+PROFILER_WINDOW_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
+
+
+@dataclass(frozen=True)
+class SeriesIdentity:
+    """What must match for two runs' speed to be comparable: the workload and the kind of hardware."""
+
+    model: str  # model config file name (yolo11n.yaml)
+    data: str  # dataset identity: "synthetic:<cache folder>" or the dataset YAML path
+    imgsz: int
+    batch: int
+    workers: int
+    variant: str
+    profiler_window: tuple[int, ...]  # skip_first, wait, warmup, active, repeat
+    device_type: str  # "cuda" or "cpu"
+    device_name: str  # GPU model, or CPU model on CPU
+    device_count: int  # GPUs the run trained on (0 on CPU)
+
+    @property
+    def key(self) -> str:
+        fields = asdict(self)
+        fields["profiler_window"] = list(self.profiler_window)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name of the series."""
+        device = self.device_name if self.device_type == "cpu" else f"{self.device_count}x {self.device_name}"
+        return f"{self.model} {self.imgsz}px b{self.batch} w{self.workers} {self.variant} on {device}"
+
+
+def data_identity(yaml_path: Path | str, synthetic: bool) -> str:
+    """Dataset identity in the series key: the synthetic dataset's cache folder (it names its settings),
+    or the user's dataset YAML path."""
+    return f"synthetic:{Path(yaml_path).parent.name}" if synthetic else str(yaml_path)
+
+
+def series_identity(spec: RunSpec, env: Environment, data_identity_: str, device: str) -> SeriesIdentity:
+    cuda = env.device_type == "cuda"
+    return SeriesIdentity(
+        model=Path(spec.model).name,
+        data=data_identity_,
+        imgsz=spec.imgsz,
+        batch=spec.batch,
+        workers=spec.workers,
+        variant=spec.variant,
+        profiler_window=tuple(getattr(spec.profiler, f) for f in PROFILER_WINDOW_FIELDS),
+        device_type=env.device_type,
+        device_name=env.device_name,
+        device_count=len(cuda_indices(device)) if cuda else 0,
+    )
+
+
+def series_key(spec: RunSpec, env: Environment, data_identity_: str, device: str) -> str:
+    """Key of the run's series (the `yolo_mlops.series` tag): a hash of `series_identity`, no versions."""
+    return series_identity(spec, env, data_identity_, device).key
+
+
+def series_identity_from_params(params: dict[str, str], tags: dict[str, str]) -> SeriesIdentity | None:
+    """The identity of a logged run, rebuilt from its params and tags: how runs logged before the
+    `yolo_mlops.series` tag existed join their series. None when the run lacks a needed param."""
+    train, env = names.TRAIN_PARAM, names.ENV_PARAM
+    try:
+        device_type = params.get(env + "device_type") or tags[names.DEVICE_TYPE]
+        return SeriesIdentity(
+            model=Path(params[train + "model"]).name,
+            data=data_identity(params[train + "data"], tags.get(names.DATASET) == "synthetic"),
+            imgsz=int(params[train + "imgsz"]),
+            batch=int(params[train + "batch"]),
+            workers=int(params[train + "workers"]),
+            variant=params.get(train + "variant") or tags[names.VARIANT],
+            profiler_window=tuple(int(params[names.PROFILER_PARAM + f]) for f in PROFILER_WINDOW_FIELDS),
+            device_type=device_type,
+            device_name=params[env + "device_name"],
+            device_count=len(cuda_indices(params[train + "device"])) if device_type == "cuda" else 0,
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def versions_from_params(params: dict[str, str]) -> dict[str, str]:
+    """The software versions a run recorded ('none' where a version does not apply, '?' where not logged)."""
+    return {name: params.get(param, "?") for name, param in VERSION_PARAMS.items()}

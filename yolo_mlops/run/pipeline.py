@@ -24,7 +24,7 @@ from yolo_mlops.profiling.step_timer import perf_metrics
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
-from yolo_mlops.run.environment import Environment, capture_environment, series_key
+from yolo_mlops.run.environment import Environment, capture_environment, data_identity, series_key
 from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 from yolo_mlops.tracking import names
@@ -76,8 +76,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     checked = preflight.check(spec)
     dataset, device, steps = resolve_dataset(spec, checked), checked.device, checked.steps
     env = capture_environment(device)
-    data_identity = f"synthetic:{dataset.yaml_path.parent.name}" if dataset.synthetic else str(dataset.yaml_path)
-    key = series_key(spec, env, data_identity)
+    key = series_key(spec, env, data_identity(dataset.yaml_path, dataset.synthetic), device)
     output_dir = data_home() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     output_dir.mkdir(parents=True)
     plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
@@ -86,7 +85,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     tags = {
         names.RUN_KIND: spec.run_kind,
         names.VARIANT: spec.variant,
-        names.SERIES_KEY: key,
+        names.SERIES: key,
         names.DEVICE_TYPE: env.device_type,
         names.PROFILER_ACTIVITIES: "cpu,cuda" if plan.device != "cpu" else "cpu",
         names.DATASET: "synthetic" if dataset.synthetic else "user",

@@ -17,7 +17,8 @@ EXPERIMENT_KIND_TRAINING = "custom_model_development"  # the model-training view
 
 RUN_KIND = TAG_PREFIX + "run_kind"
 VARIANT = TAG_PREFIX + "variant"
-SERIES_KEY = TAG_PREFIX + "series_key"
+SERIES = TAG_PREFIX + "series"  # series key: workload + hardware, no software versions
+SERIES_KEY_V1 = TAG_PREFIX + "series_key"  # older runs only (hash included versions); read, never written
 DEVICE_TYPE = TAG_PREFIX + "device_type"
 PROFILER_ACTIVITIES = TAG_PREFIX + "profiler_activities"
 DATASET = TAG_PREFIX + "dataset"
@@ -31,6 +32,8 @@ CUDA_MEMORY_SNAPSHOT = TAG_PREFIX + "cuda_memory_snapshot"  # "recorded" or "ski
 DATA_WARNINGS = TAG_PREFIX + "data_warnings"  # ultralytics' scan warnings when it skipped training images
 TREND = TAG_PREFIX + "trend"
 TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
+BENCHMARK_NIGHT = TAG_PREFIX + "benchmark.night"  # id of the benchmark flow run (one night) that made the run
+TREND_CHANGE_RUN = TAG_PREFIX + "trend.change_run"  # benchmark runs: first run of the newest change point judged
 OPTIMIZE = TAG_PREFIX + "optimize"
 OPTIMIZE_PROFILE_RUN_ID = TAG_PREFIX + "optimize.profile_run_id"
 OPTIMIZE_RECOMMENDED = TAG_PREFIX + "optimize.recommended"
@@ -124,6 +127,10 @@ SWEEP_COMPARISON_MD = "sweep/comparison.md"
 SWEEP_COMPARISON_CSV = "sweep/comparison.csv"
 SWEEP_SPEEDUP_PNG = "sweep/speedup.png"
 SWEEP_RECOMMENDATIONS_MD = "sweep/recommendations.md"
+TRENDS_DIR = "trends"
+TRENDS_PLOT_PNG = "trends/series.png"  # benchmark runs: their series' history, segments, change points
+TRENDS_REPORT_MD = "trends/report.md"  # benchmark runs: the series' change points, what changed, attribution
+COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-step operator/kernel/phase diff
 
 
 def gpu_idle_cause_metric(cause: str) -> str:

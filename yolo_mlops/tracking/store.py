@@ -220,3 +220,70 @@ def ui_command() -> str:
     if urlparse(uri).scheme in ("http", "https"):
         return f"open {uri}"
     return f"mlflow ui --backend-store-uri {uri} --port 5000"
+
+
+# ---- history queries (trends, compare) ------------------------------------------------------------------------
+# Read-only helpers for long-term history. search_runs is paginated over ALL pages: MLflow answers at most
+# `max_results` runs per call, and a trend over a silently truncated history would be wrong.
+
+SEARCH_PAGE_SIZE = 1000  # runs per page; MLflow's SQL store caps one page at 50,000
+
+
+def search_all_runs(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",
+                    order_by: Sequence[str] = ("attributes.start_time ASC",),
+                    page_size: int = SEARCH_PAGE_SIZE) -> list:
+    """Every run matching the filter, following page tokens until the last page."""
+    runs: list = []
+    token = None
+    while True:
+        page = mlflow.search_runs(list(experiment_ids), filter_string=filter_string, order_by=list(order_by),
+                                  max_results=page_size, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def find_experiment_id(mlflow: MlflowClient, name: str) -> str | None:
+    """The id of an existing experiment (never creates one)."""
+    found = mlflow.get_experiment_by_name(name)
+    return None if found is None else found.experiment_id
+
+
+def find_run(mlflow: MlflowClient, run_id: str):
+    """The run, or None when no run has this id."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.get_run(run_id)
+    except MlflowException:
+        return None
+
+
+def load_artifact_text(mlflow: MlflowClient, run_id: str, artifact_path: str) -> str | None:
+    """Text of one run artifact; None when the run has no such artifact."""
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    with tempfile.TemporaryDirectory(prefix="yolo-mlops-artifact-") as tmp:
+        try:
+            local = mlflow.download_artifacts(run_id, artifact_path, tmp)
+        except (MlflowException, OSError):
+            return None
+        path = Path(local)
+        return path.read_text() if path.is_file() else None
+
+
+def load_run_table(mlflow: MlflowClient, run_id: str, artifact_file: str) -> pd.DataFrame | None:
+    """An MLflow table logged with `log_table` (JSON, pandas 'split' layout); None when absent."""
+    import io
+
+    text = load_artifact_text(mlflow, run_id, artifact_file)
+    if text is None:
+        return None
+    return pd.read_json(io.StringIO(text), orient="split")
+
+
+def log_file(mlflow: MlflowClient, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+    mlflow.log_artifact(run_id, str(path), artifact_path)

@@ -1,0 +1,143 @@
+"""Series identity: what the key includes and excludes, and old-style runs read together with new ones.
+
+The runs here are written into the session's real SQLite MLflow store with the params the pipeline logs
+(`pipeline.run_params` over a hand-made GPU environment, since this machine has no GPU); old-style runs carry
+only the legacy `yolo_mlops.series_key` tag (computed with the old formula, which hashed library versions) and
+lack the params added since (the driver version)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.entities import Metric
+
+from yolo_mlops.run.config import build_run_spec
+from yolo_mlops.run.environment import (
+    Environment,
+    data_identity,
+    series_identity,
+    series_identity_from_params,
+    series_key,
+)
+from yolo_mlops.run.pipeline import run_params
+from yolo_mlops.run.training import TrainingPlan
+from yolo_mlops.tracking import names, store
+from yolo_mlops.trends import history, trend
+
+
+
+DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
+
+
+def gpu_env(**changes) -> Environment:
+    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
+                      torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
+                      device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
+                      git_commit="a" * 40, git_dirty=False)
+    return dataclasses.replace(env, **changes)
+
+
+def spec(**changes):
+    base = {"imgsz": 640, "batch": 16, "workers": 8, "device": "0", "experiment": "series-id",
+            "profiler": {"skip_first": 10, "wait": 5, "warmup": 2, "active": 5}}
+    base.update(changes)
+    return build_run_spec(base)
+
+
+def key(s=None, env=None, device="0") -> str:
+    return series_key(s or spec(), env or gpu_env(), data_identity(DATA_YAML, synthetic=True), device)
+
+
+def test_versions_stay_inside_the_series():
+    base = key()
+    for change in ({"torch": "2.15.0+cu130"}, {"torch_cuda": "13.1"}, {"cudnn": "92500"},
+                   {"ultralytics": "8.4.200"}, {"nvidia_driver": "590.10"}, {"python": "3.12.1"},
+                   {"git_commit": "b" * 40}, {"hostname": "node-2"}, {"gpu_count": 4}):
+        assert key(env=gpu_env(**change)) == base, change
+
+
+def test_workload_and_hardware_define_the_series():
+    base = key()
+    different = [
+        key(spec(batch=32)), key(spec(imgsz=320)), key(spec(workers=4)), key(spec(variant="amp")),
+        key(spec(model="yolo11s.yaml")), key(spec(profiler={"skip_first": 10, "wait": 5, "warmup": 2, "active": 3})),
+        key(env=gpu_env(device_name="NVIDIA A100-SXM4-80GB")), key(device="0,1"),
+        series_key(spec(), gpu_env(), data_identity(DATA_YAML.with_name("x") / "data.yaml", True), "0"),
+        series_key(spec(), gpu_env(), data_identity("/data/coco.yaml", synthetic=False), "0"),
+        key(spec(device="cpu"), gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0), "cpu"),
+    ]
+    assert base not in different
+    assert len(set(different)) == len(different)
+
+
+def test_key_rebuilt_from_logged_params_equals_the_key_of_the_run():
+    s, env = spec(), gpu_env()
+    params, tags = _logged(s, env)
+    identity = series_identity_from_params(params, tags)
+    assert identity == series_identity(s, env, data_identity(DATA_YAML, True), "0")
+    assert identity.key == key(s, env)
+    assert identity.label == "yolo11n.yaml 640px b16 w8 baseline on 1x NVIDIA H200"
+    assert series_identity_from_params({k: v for k, v in params.items() if k != "train.batch"}, tags) is None
+
+
+def old_series_key(s, env: Environment, data_identity_: str) -> str:
+    """The formula runs used before the `yolo_mlops.series` tag: it hashed library versions."""
+    fields = {"model": Path(s.model).name, "data": data_identity_, "imgsz": s.imgsz, "batch": s.batch,
+              "workers": s.workers, "variant": s.variant, "device": env.device_name, "torch": env.torch,
+              "cuda": env.torch_cuda, "ultralytics": env.ultralytics}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _logged(s, env: Environment) -> tuple[dict[str, str], dict[str, str]]:
+    plan = TrainingPlan(spec=s, data_yaml=DATA_YAML, device="0", output_dir=Path("/tmp/unused"), steps_expected=60)
+    params = run_params(s, plan, env)
+    tags = {names.RUN_KIND: "benchmark", names.VARIANT: s.variant, names.DEVICE_TYPE: env.device_type,
+            names.DATASET: "synthetic"}
+    return params, tags
+
+
+def _create(mlflow, experiment_id: str, params, tags, step_ms: float) -> str:
+    run = mlflow.create_run(experiment_id, tags=tags)
+    store.log_values(mlflow, run.info.run_id, params=params)
+    mlflow.log_batch(run.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, int(time.time() * 1000), 0)])
+    mlflow.set_terminated(run.info.run_id)
+    time.sleep(0.005)  # distinct start times order the history
+    return run.info.run_id
+
+
+def test_old_and_new_runs_read_as_one_series(mlflow_client, detector):
+    experiment_id = mlflow_client.create_experiment(f"series-migration-{time.time_ns()}")
+    s = spec()
+    old_env, new_env = gpu_env(torch="2.13.0+cu128", torch_cuda="12.8"), gpu_env()
+    old_ids = []
+    for ms in (100.0, 101.0, 99.5, 100.4, 99.8, 100.2):  # old-style: legacy tag, no driver param
+        params, tags = _logged(s, old_env)
+        params.pop("env.nvidia_driver")
+        tags[names.SERIES_KEY_V1] = old_series_key(s, old_env, data_identity(DATA_YAML, True))
+        old_ids.append(_create(mlflow_client, experiment_id, params, tags, ms))
+    new_ids = []
+    for ms in (111.0, 110.2, 111.5, 110.8, 111.1, 110.5):  # new-style: the series tag; torch upgraded
+        params, tags = _logged(s, new_env)
+        tags[names.SERIES] = key(s, new_env)
+        new_ids.append(_create(mlflow_client, experiment_id, params, tags, ms))
+    other, tags = _logged(spec(batch=32), new_env)  # another workload: must not join
+    _create(mlflow_client, experiment_id, other, {**tags, names.SERIES: key(spec(batch=32), new_env)}, 300.0)
+
+    grouped = history.group_series(history.load_history(mlflow_client, [experiment_id]))
+    assert len(grouped) == 2
+    runs = grouped[key(s, new_env)]
+    assert [r.run_id for r in runs] == old_ids + new_ids
+    assert {r.versions["driver"] for r in runs[:6]} == {"?"} and runs[-1].versions["driver"] == "580.65.06"
+
+    step = trend.series_trend(runs).metric(names.STEP_TIME_P50)
+    (change,) = step.changes
+    assert change.run_id == new_ids[0] and change.direction == "regression"
+    assert change.change_pct == pytest.approx(100 * (110.85 - 100.15) / 100.15, rel=1e-3)
+    changed = {c.name: c for c in change.what_changed}
+    assert set(changed) == {"torch", "cuda", "driver"}  # same commit on both sides: no commit range
+    assert changed["torch"].text() == "torch 2.13.0+cu128 -> 2.14.1+cu130"

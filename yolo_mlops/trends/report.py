@@ -1,0 +1,113 @@
+"""Text and picture of trends: the series list, one series' history and change points, and its plot."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
+from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends.trend import ChangeEvent, MetricTrend, SeriesTrend, latest_status
+
+
+def when(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def series_table(trends: list[SeriesTrend]) -> str:
+    rows = []
+    for t in trends:
+        step = t.metric("perf/step_time_ms_p50")
+        changes = sum(len(m.changes) for m in t.metrics)
+        rows.append((t.series, t.label, len(t.runs), when(t.runs[-1].start_time_ms),
+                     fmt(step.values[-1]) if step else "-", changes, latest_status(t)))
+    return markdown_table(["series", "workload", "runs", "latest run (UTC)", "step ms p50", "change points",
+                           "latest status"], rows)
+
+
+def change_line(change: ChangeEvent, unit: str) -> str:
+    return (f"{change.metric} {change.change_pct:+.1f}% ({fmt(change.mean_before)} -> {fmt(change.mean_after)} "
+            f"{unit}, p={change.pvalue:.2g}) {change.direction} from run {change.run_id} "
+            f"({when(change.start_time_ms)}; {change.what_changed_text()})")
+
+
+def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
+    starts = {c.run_id: c for c in metric.changes}
+    seg_of = {}
+    for i, seg in enumerate(metric.segments):
+        for j in range(seg.start, seg.end):
+            seg_of[j] = i
+    versions = {r.run_id: r.versions for r in trend.runs}
+    rows = []
+    for j, (run_id, t, v) in enumerate(zip(metric.run_ids, metric.times_ms, metric.values)):
+        seg = metric.segments[seg_of[j]] if seg_of else None
+        mark = f"<- {starts[run_id].direction} {starts[run_id].change_pct:+.1f}%" if run_id in starts else ""
+        ver = versions[run_id]
+        rows.append((when(t), run_id, fmt(v), fmt(seg.mean) if seg else "-", ver.get("commit", "?")[:8],
+                     ver.get("torch", "?"), mark))
+    return markdown_table(["time (UTC)", "run", metric.metric, "segment mean", "commit", "torch", "change"], rows)
+
+
+def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attribution], metric_names: list[str] | None = None
+                  ) -> str:
+    """One series: per metric its history table and change points, each with what changed and attribution."""
+    blocks = [f"Series {trend.series}: {trend.label}, {len(trend.runs)} runs, latest status "
+              f"{latest_status(trend)}"]
+    for m in trend.metrics:
+        if metric_names and m.metric not in metric_names:
+            continue
+        blocks.append(f"\n## {m.metric} ({'higher' if m.higher_is_better else 'lower'} is better)")
+        if m.runs_without_metric:
+            blocks.append(f"{m.runs_without_metric} runs of this series did not log {m.metric}; left out")
+        blocks.append(history_table(trend, m))
+        if not m.changes:
+            blocks.append("no change points")
+        for c in m.changes:
+            blocks.append("- " + change_line(c, m.unit))
+            attribution = attributions.get((m.metric, c.run_id))
+            if attribution is not None:
+                blocks.append(attribution_text(attribution))
+    return "\n".join(blocks)
+
+
+def attribution_text(a: Attribution, indent: str = "    ") -> str:
+    if not a.contributions:
+        return indent + (a.note or "no attribution")
+    shift = "-" if a.shift_ms is None else f"{a.shift_ms:+.2f}"
+    head = (f"{indent}attribution: step {fmt(a.step_ms_before)} -> {fmt(a.step_ms_after)} ms ({shift} ms/step), "
+            f"{len(a.before_runs)} runs before vs {len(a.after_runs)} after")
+    if a.runs_without_tables:
+        head += f"; {len(a.runs_without_tables)} runs without key_averages tables left out"
+    rows = [(c.kind, c.name[:70], fmt(c.before_ms), fmt(c.after_ms), f"{c.delta_ms:+.3g}", fmt(c.share_pct, ".0f"),
+             fmt(c.consistency, ".2f"), fmt(c.pvalue, ".2g")) for c in a.contributions]
+    table = markdown_table(["kind", "name", "before ms/step", "after ms/step", "delta", "% of shift",
+                            "consistency", "p (M-W)"], rows)
+    return head + "\n" + "\n".join(indent + line for line in table.splitlines())
+
+
+def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None = None) -> Path:
+    """Per metric: values over time, segment means with +-1 std noise bands, change points marked and
+    labelled with what changed."""
+    metrics = [m for m in trend.metrics if not metric_names or m.metric in metric_names] or list(trend.metrics)
+    fig = new_figure(11, 2.8 * max(len(metrics), 1) + 0.6)
+    axes = fig.subplots(len(metrics), 1, squeeze=False)[:, 0]
+    for ax, m in zip(axes, metrics):
+        times = [dt.datetime.fromtimestamp(t / 1000, tz=dt.timezone.utc) for t in m.times_ms]
+        ax.plot(times, m.values, "o", ms=3.5, color="tab:blue", label="runs")
+        for seg in m.segments:
+            x = times[seg.start:seg.end]
+            ax.hlines(seg.mean, x[0], x[-1], color="black", lw=1.5)
+            ax.fill_between(x, seg.mean - seg.std, seg.mean + seg.std, color="gray", alpha=0.25, lw=0)
+        for c in m.changes:
+            colour = "tab:red" if c.direction == "regression" else "tab:green"
+            ax.axvline(times[c.index], color=colour, ls="--", lw=1)
+            ax.annotate(f"{c.change_pct:+.1f}% {c.direction}\n{c.what_changed_text()[:60]}",
+                        (times[c.index], max(m.values)), fontsize=7, color=colour, va="top",
+                        xytext=(3, 0), textcoords="offset points")
+        ax.set_ylabel(f"{m.metric.split('/', 1)[1]} ({m.unit})", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points (dashed)",
+                      fontsize=9)
+    fig.autofmt_xdate()
+    return save_figure(fig, path)

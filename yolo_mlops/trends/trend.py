@@ -1,0 +1,199 @@
+"""Change points of each watched metric over a series' whole history, what changed at each, and the verdict.
+
+Points are individual runs, ordered by start time. A benchmark night's repeats are kept as separate points
+rather than averaged per night: the detector's significance test then sees the run-to-run noise (a night
+of 3 repeats gives 3 points, so a night has its own noise estimate), short histories still have enough
+points to test, and a change point lands on the first run of the night it started.
+
+The verdict depends only on the history: a series' newest change point is *new* when its after-segment
+starts among tonight's runs. Re-running the detection on the same history gives the same answer, and a
+change point fires on the night it appears, not on every night after it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from yolo_mlops.trends import changepoint
+from yolo_mlops.trends.changepoint import Segment
+from yolo_mlops.trends.history import RunRecord
+
+
+@dataclass(frozen=True)
+class Watched:
+    metric: str
+    higher_is_better: bool
+    unit: str
+
+
+WATCHED = (
+    Watched("perf/step_time_ms_p50", False, "ms"),
+    Watched("perf/images_per_s", True, "img/s"),
+    Watched("perf/data_wait_pct", False, "%"),
+    Watched("gpu/sm_util_pct_mean", True, "%"),
+    Watched("gpu/dram_bw_util_pct_mean", True, "%"),
+    Watched("gpu/mem_used_gib_max", False, "GiB"),
+    Watched("gpu/energy_per_image_j", False, "J"),
+)
+WATCHED_BY_NAME = {w.metric: w for w in WATCHED}
+MIN_HISTORY = 3  # runs before tonight's below which no verdict is given
+STATUS_ORDER = ("regression", "improvement", "stable", "insufficient_history")
+
+
+@dataclass(frozen=True)
+class DetectionSettings:
+    window: int = changepoint.DEFAULT_WINDOW
+    max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE
+    min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE
+
+
+@dataclass(frozen=True)
+class VersionChange:
+    name: str  # commit, torch, cuda, cudnn, ultralytics, driver, python
+    before: tuple[str, ...]  # values in the segment before (most common first)
+    after: tuple[str, ...]
+
+    def text(self) -> str:
+        if self.name == "commit":
+            return f"commit {_short(self.before[-1])}..{_short(self.after[0])}"
+        return f"{self.name} {'/'.join(self.before)} -> {'/'.join(self.after)}"
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    metric: str
+    index: int  # position of the first run after the change in the metric's points
+    run_id: str  # first run after the change
+    start_time_ms: int
+    mean_before: float
+    mean_after: float
+    change_pct: float  # + = the value went up
+    pvalue: float
+    direction: str  # "regression" | "improvement"
+    what_changed: tuple[VersionChange, ...]
+    before_run_ids: tuple[str, ...]  # the segment before (oldest first)
+    after_run_ids: tuple[str, ...]  # the segment after
+
+    def what_changed_text(self) -> str:
+        return ", ".join(c.text() for c in self.what_changed) or "no recorded version changed"
+
+
+@dataclass(frozen=True)
+class MetricTrend:
+    metric: str
+    higher_is_better: bool
+    unit: str
+    run_ids: tuple[str, ...]
+    times_ms: tuple[int, ...]
+    values: tuple[float, ...]
+    segments: tuple[Segment, ...]
+    changes: tuple[ChangeEvent, ...]
+    runs_without_metric: int  # runs of the series that did not log this metric
+
+
+@dataclass(frozen=True)
+class SeriesTrend:
+    series: str
+    label: str
+    runs: tuple[RunRecord, ...]
+    metrics: tuple[MetricTrend, ...]
+
+    def metric(self, name: str) -> MetricTrend | None:
+        return next((m for m in self.metrics if m.metric == name), None)
+
+
+@dataclass(frozen=True)
+class SeriesVerdict:
+    series: str
+    label: str
+    status: str  # regression | improvement | stable | insufficient_history
+    new_changes: tuple[ChangeEvent, ...] = ()  # change points first seen in tonight's runs
+    reason: str = ""
+    per_metric: dict[str, str] = field(default_factory=dict)
+
+
+def what_changed(before: list[RunRecord], after: list[RunRecord]) -> tuple[VersionChange, ...]:
+    """Version dimensions whose values differ between the runs before and after a change point."""
+    changes = []
+    for name in before[0].versions if before else ():
+        b = _ranked([r.versions.get(name, "?") for r in before])
+        a = _ranked([r.versions.get(name, "?") for r in after])
+        if set(b) != set(a):
+            if name == "commit":  # the suspect range: last commit before .. first commit after
+                b, a = (before[-1].versions.get(name, "?"),), (after[0].versions.get(name, "?"),)
+            changes.append(VersionChange(name, b, a))
+    return tuple(changes)
+
+
+def metric_trend(runs: list[RunRecord], watched: Watched, settings: DetectionSettings = DetectionSettings()
+                 ) -> MetricTrend | None:
+    """Segments and change points of one metric over the runs that logged it; None when none did."""
+    points = [r for r in runs if watched.metric in r.metrics and np.isfinite(r.metrics[watched.metric])]
+    if not points:
+        return None
+    values = np.array([r.metrics[watched.metric] for r in points], dtype=float)
+    cps = changepoint.detect(values, window=settings.window, max_pvalue=settings.max_pvalue,
+                             min_magnitude=settings.min_magnitude)
+    segs = changepoint.segments(values, cps)
+    bounds = [0, *[cp.index for cp in cps], len(points)]
+    events = []
+    for i, cp in enumerate(cps):
+        before, after = points[bounds[i]:bounds[i + 1]], points[bounds[i + 1]:bounds[i + 2]]
+        went_up = cp.mean_after > cp.mean_before
+        events.append(ChangeEvent(
+            metric=watched.metric, index=cp.index, run_id=points[cp.index].run_id,
+            start_time_ms=points[cp.index].start_time_ms, mean_before=cp.mean_before, mean_after=cp.mean_after,
+            change_pct=cp.change_pct, pvalue=cp.pvalue,
+            direction="improvement" if went_up == watched.higher_is_better else "regression",
+            what_changed=what_changed(before, after),
+            before_run_ids=tuple(r.run_id for r in before), after_run_ids=tuple(r.run_id for r in after)))
+    return MetricTrend(
+        metric=watched.metric, higher_is_better=watched.higher_is_better, unit=watched.unit,
+        run_ids=tuple(r.run_id for r in points), times_ms=tuple(r.start_time_ms for r in points),
+        values=tuple(float(v) for v in values), segments=tuple(segs), changes=tuple(events),
+        runs_without_metric=len(runs) - len(points))
+
+
+def series_trend(runs: list[RunRecord], settings: DetectionSettings = DetectionSettings(),
+                 metrics: tuple[Watched, ...] = WATCHED) -> SeriesTrend:
+    trends = [t for t in (metric_trend(runs, w, settings) for w in metrics) if t is not None]
+    return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends))
+
+
+def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
+    """The series' verdict for the night whose runs are `tonight`: a metric regressed (or improved) when its
+    newest change point starts among tonight's runs; older change points were reported on their own night."""
+    earlier = [r for r in trend.runs if r.run_id not in tonight]
+    if len(earlier) < MIN_HISTORY:
+        return SeriesVerdict(trend.series, trend.label, "insufficient_history",
+                             reason=f"{len(earlier)} earlier runs (a verdict needs {MIN_HISTORY})")
+    first_tonight = min((i for i, r in enumerate(trend.runs) if r.run_id in tonight), default=len(trend.runs))
+    first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
+    new, per_metric = [], {}
+    for m in trend.metrics:
+        newest = m.changes[-1] if m.changes else None
+        if newest is not None and first_tonight_ms is not None and newest.start_time_ms >= first_tonight_ms:
+            new.append(newest)
+            per_metric[m.metric] = newest.direction
+        else:
+            per_metric[m.metric] = "stable"
+    status = min((c.direction for c in new), key=STATUS_ORDER.index, default="stable")
+    return SeriesVerdict(trend.series, trend.label, status, tuple(new), per_metric=per_metric)
+
+
+def latest_status(trend: SeriesTrend) -> str:
+    """Status of a series as of its newest run, judged as if that run's night were tonight."""
+    last = trend.runs[-1]
+    night = {r.run_id for r in trend.runs if last.night is not None and r.night == last.night} or {last.run_id}
+    return verdict(trend, night).status
+
+
+def _ranked(values: list[str]) -> tuple[str, ...]:
+    return tuple(v for v, _ in Counter(values).most_common())
+
+
+def _short(commit: str) -> str:
+    return commit[:8] if len(commit) >= 16 else commit
