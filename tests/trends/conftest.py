@@ -59,10 +59,23 @@ def segments(values, change_points):
             for s, e in zip(bounds, bounds[1:])]
 
 
+def _use_standin_if_needed(mp: pytest.MonkeyPatch) -> None:
+    if not real_detector_available():
+        mp.setattr(changepoint, "detect", detect)
+        mp.setattr(changepoint, "segments", segments)
+
+
 @pytest.fixture
 def detector(monkeypatch):
     """The real detector when it exists, else this stand-in (patched in for the test's duration)."""
-    if not real_detector_available():
-        monkeypatch.setattr(changepoint, "detect", detect)
-        monkeypatch.setattr(changepoint, "segments", segments)
+    _use_standin_if_needed(monkeypatch)
     return changepoint
+
+
+@pytest.fixture(scope="module")
+def module_detector():
+    """`detector` for module-scoped fixtures (a flow that detects while the fixture builds the history)."""
+    mp = pytest.MonkeyPatch()
+    _use_standin_if_needed(mp)
+    yield changepoint
+    mp.undo()

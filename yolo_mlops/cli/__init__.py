@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from yolo_mlops.cli import analyze, run, sweeps
+from yolo_mlops.cli import analyze, compare, run, sweeps, trends
 from yolo_mlops.cli.run import spec_from_args
 from yolo_mlops.errors import ConfigError
 
-COMMAND_MODULES = (run, analyze, sweeps)
+COMMAND_MODULES = (run, analyze, sweeps, trends, compare)
 
 __all__ = ["build_parser", "main", "spec_from_args"]
 

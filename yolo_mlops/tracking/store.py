@@ -231,8 +231,9 @@ SEARCH_PAGE_SIZE = 1000  # runs per page; MLflow's SQL store caps one page at 50
 
 def search_all_runs(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",
                     order_by: Sequence[str] = ("attributes.start_time ASC",),
-                    page_size: int = SEARCH_PAGE_SIZE) -> list:
+                    page_size: int | None = None) -> list:
     """Every run matching the filter, following page tokens until the last page."""
+    page_size = page_size or SEARCH_PAGE_SIZE
     runs: list = []
     token = None
     while True:
@@ -287,3 +288,10 @@ def load_run_table(mlflow: MlflowClient, run_id: str, artifact_file: str) -> pd.
 
 def log_file(mlflow: MlflowClient, run_id: str, path: Path, artifact_path: str | None = None) -> None:
     mlflow.log_artifact(run_id, str(path), artifact_path)
+
+
+def artifact_url(run_id: str, artifact_path: str) -> str:
+    """URL of one run artifact as served by the MLflow UI/server (`/get-artifact`), for links and images."""
+    uri = tracking_uri()
+    base = uri if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
+    return f"{base.rstrip('/')}/get-artifact?path={artifact_path}&run_uuid={run_id}"

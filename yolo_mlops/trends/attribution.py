@@ -129,7 +129,7 @@ def profile_from_trace(path: str, analysis) -> RunProfile:
     return RunProfile(path, steps, step_ms, entries)
 
 
-def attribute(before: list[RunProfile], after: list[RunProfile], top: int = 15) -> Attribution:
+def attribute(before: list[RunProfile], after: list[RunProfile], top: int | None = 15) -> Attribution:
     """Rank every operator/kernel/phase by the part of the step-time shift its per-step delta explains."""
     b_step = _mean([p.step_ms for p in before])
     a_step = _mean([p.step_ms for p in after])
@@ -151,7 +151,7 @@ def attribute(before: list[RunProfile], after: list[RunProfile], top: int = 15) 
     # merit, so the list interleaves them by how much of the shift they explain
     rows.sort(key=lambda c: (-sign * c.delta_ms, c.kind, c.name))
     return Attribution(tuple(p.run_id for p in before), tuple(p.run_id for p in after), b_step, a_step,
-                       tuple(rows[:top]))
+                       tuple(rows if top is None else rows[:top]))
 
 
 def attribute_runs(mlflow, before: list, after: list, top: int = 15) -> Attribution:

@@ -1,0 +1,126 @@
+"""Full `yolo-mlops trends` report over 20 series x 200 runs in a real SQLite MLflow store.
+
+The history is written once with the project's own store functions (`tracking.store.create_run`,
+`log_values`, `end_run`) and the params the pipeline logs (`pipeline.run_params`), not by training: 20
+series (batch 1..20) x 200 runs, each with the 7 watched metrics (noise 2%, a planted +10% step-time shift at
+run 120 in every other series) and the pipeline's ~50 params and tags. Measured the way a user meets it:
+
+- `cli`: wall time of `python -m yolo_mlops.cli trends --experiment bench-trends` as a fresh subprocess
+  (interpreter start, imports, every page of runs read, detection on every series and metric, the table)
+- `query`: in-process, all pages of the experiment's FINISHED runs into typed records
+- `detect`: in-process, change points of every series and watched metric (140 series-metrics of 200 runs)
+
+Medians of `--repeats` interleaved repeats. The script checks that more than one page of runs was read
+(4,000 runs, 1,000 per page) and that the planted shifts were found.
+
+    .venv/bin/python benchmarks/bench_trends.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SERIES, RUNS, SHIFT_AT, EXPERIMENT = 20, 200, 120, "bench-trends"
+
+
+def _populate(db_dir: Path) -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.run.environment import Environment, data_identity, series_key
+    from yolo_mlops.run.pipeline import run_params
+    from yolo_mlops.run.training import TrainingPlan
+    from yolo_mlops.tracking import names, store
+
+    mlflow = store.client()
+    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
+                      torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
+                      device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
+                      git_commit="a" * 40, git_dirty=False)
+    rng = np.random.default_rng(0)
+    yaml_path = db_dir / "datasets" / "synthetic-0123456789" / "data.yaml"
+    start = time.perf_counter()
+    for run in range(RUNS):  # night by night, every series each night, as the nightly flow writes them
+        run_env = dataclasses.replace(env, torch="2.15.0+cu130") if run >= SHIFT_AT else env
+        for s in range(SERIES):
+            spec = build_run_spec({"batch": s + 1, "device": "0", "experiment": EXPERIMENT, "run_kind": "benchmark"})
+            plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="0", output_dir=db_dir, steps_expected=60)
+            tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cuda",
+                    names.DATASET: "synthetic", names.SERIES: series_key(spec, run_env, data_identity(yaml_path, True), "0")}
+            shift = 1.10 if (s % 2 == 0 and run >= SHIFT_AT) else 1.0
+            step = 50.0 * (1 + s / 10) * shift * (1 + 0.02 * rng.standard_normal())
+            metrics = {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 1000.0 * (s + 1) / step,
+                       names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
+                       "gpu/sm_util_pct_mean": 80 + rng.standard_normal(),
+                       "gpu/dram_bw_util_pct_mean": 40 + rng.standard_normal(),
+                       "gpu/mem_used_gib_max": 10 + 0.01 * rng.standard_normal(),
+                       "gpu/energy_per_image_j": 2 + 0.02 * rng.standard_normal()}
+            run_id = store.create_run(mlflow, EXPERIMENT, None, tags, run_params(spec, plan, run_env))
+            store.log_values(mlflow, run_id, metrics=metrics)
+            store.end_run(mlflow, run_id, "FINISHED")
+        if run % 20 == 19:
+            print(f"  {run + 1}/{RUNS} nights written ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def _in_process() -> tuple[float, float, int, int]:
+    from yolo_mlops import trends
+    from yolo_mlops.tracking import store
+
+    mlflow = store.client()
+    t0 = time.perf_counter()
+    grouped = trends.load_experiment_series(mlflow, EXPERIMENT)
+    t1 = time.perf_counter()
+    found = [trends.series_trend(runs) for runs in grouped.values()]
+    t2 = time.perf_counter()
+    runs = sum(len(r) for r in grouped.values())
+    shifted = sum(1 for t in found if [c.index for c in t.metric("perf/step_time_ms_p50").changes] == [SHIFT_AT])
+    return t1 - t0, t2 - t1, runs, shifted
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dir", type=Path, help="reuse (or create) the store here")
+    args = parser.parse_args()
+    home = args.dir or Path(tempfile.mkdtemp(prefix="bench-trends-"))
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.update(YOLO_MLOPS_HOME=str(home / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+                      YOLO_OFFLINE="1")
+    from yolo_mlops.tracking import store
+
+    if store.find_experiment_id(store.client(), EXPERIMENT) is None:
+        print(f"writing {SERIES} series x {RUNS} runs into {home / 'mlflow.db'}")
+        _populate(home)
+    page = store.SEARCH_PAGE_SIZE
+    cli, query, detect = [], [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "yolo_mlops.cli", "trends", "--experiment", EXPERIMENT],
+                             capture_output=True, text=True, env=os.environ.copy())
+        cli.append(time.perf_counter() - t0)
+        if out.returncode != 0:
+            print(out.stderr, file=sys.stderr)
+            return 1
+        q, d, runs, shifted = _in_process()
+        query.append(q)
+        detect.append(d)
+    assert runs == SERIES * RUNS and runs > page, f"read {runs} runs (page size {page})"
+    print(out.stdout.splitlines()[0])
+    print(f"runs read: {runs} ({-(-runs // page)} pages of {page}); series whose step-time shift at run "
+          f"{SHIFT_AT} was found exactly: {shifted}/{SERIES // 2} planted")
+    print(f"median of {args.repeats}: cli {statistics.median(cli):.2f} s, query {statistics.median(query):.2f} s, "
+          f"detect {statistics.median(detect):.2f} s (cli runs: {', '.join(f'{c:.2f}' for c in cli)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Trend logic over hand-made histories: verdicts, directions, what changed, attribution ranking, pagination,
+and the commands' bad-input messages. Histories here are plain MLflow runs (or typed records) written by the
+test; the detection, queries and commands are real."""
+
+from __future__ import annotations
+
+import io
+import time
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric
+
+from yolo_mlops.tracking import names, store
+from yolo_mlops.trends import attribution, history, trend
+from yolo_mlops.trends.attribution import RunProfile
+from yolo_mlops.trends.history import RunRecord
+
+VERSIONS = {"commit": "c" * 40, "torch": "2.14.1", "cuda": "13.0", "cudnn": "92400", "ultralytics": "8.4.190",
+            "driver": "580.65", "python": "3.11.7"}
+
+
+def record(i: int, metrics: dict[str, float], night: str | None = None, **versions) -> RunRecord:
+    return RunRecord(run_id=f"run{i:03d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * 3_600_000,
+                     series="s1", label="yolo11n.yaml 640px b16", metrics=metrics,
+                     versions={**VERSIONS, **versions}, night=night, profiled_steps=5,
+                     step_time_ms=metrics.get(names.STEP_TIME_P50))
+
+
+def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: float = 1.12) -> list[RunRecord]:
+    rng = np.random.default_rng(seed)
+    runs = []
+    for i in range(n_before + n_after):
+        after = i >= n_before
+        step = 100.0 * (shift if after else 1.0) * (1 + 0.01 * rng.standard_normal())
+        runs.append(record(i, {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 16_000.0 / step},
+                           night=f"n{i // 3}", **({"torch": "2.15.0", "commit": "d" * 40} if after else {})))
+    return runs
+
+
+def test_change_point_is_a_regression_once_with_what_changed(detector):
+    runs = shifted_history()
+    t = trend.series_trend(runs)
+    (change,) = t.metric(names.STEP_TIME_P50).changes
+    assert change.index == 12 and change.run_id == "run012" and change.direction == "regression"
+    assert change.what_changed_text() == "commit cccccccc..dddddddd, torch 2.14.1 -> 2.15.0"
+    (tput,) = t.metric(names.IMAGES_PER_S).changes
+    assert tput.direction == "regression" and tput.change_pct < 0  # throughput fell: higher is better
+    night_of_shift = {r.run_id for r in runs if r.night == "n4"}  # runs 12..14
+    v = trend.verdict(t, night_of_shift)
+    assert v.status == "regression" and [c.run_id for c in v.new_changes] == ["run012", "run012"]
+    for later_night in ("n5", "n6"):  # the same shift is not reported again on later nights
+        assert trend.verdict(t, {r.run_id for r in runs if r.night == later_night}).status == "stable"
+    assert trend.latest_status(t) == "stable"
+
+
+def test_speed_up_is_an_improvement(detector):
+    runs = shifted_history(seed=1, shift=0.85)
+    t = trend.series_trend(runs)
+    assert trend.verdict(t, {r.run_id for r in runs if r.night == "n4"}).status == "improvement"
+
+
+def test_stationary_history_and_short_history(detector):
+    runs = shifted_history(seed=2, shift=1.0)
+    t = trend.series_trend(runs)
+    assert all(not m.changes for m in t.metrics)
+    assert trend.verdict(t, {runs[-1].run_id}).status == "stable"
+    short = runs[:4]
+    assert trend.verdict(trend.series_trend(short), {short[-1].run_id, short[-2].run_id}).status == \
+        "insufficient_history"
+
+
+def test_metric_missing_in_some_runs_is_counted_not_fatal(detector):
+    runs = shifted_history(seed=3)
+    runs = [r if i % 4 else RunRecord(**{**r.__dict__, "metrics": {names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]}})
+            for i, r in enumerate(runs)]
+    t = trend.series_trend(runs)
+    assert t.metric(names.IMAGES_PER_S).runs_without_metric == 6
+    assert len(t.metric(names.IMAGES_PER_S).values) == len(runs) - 6
+    assert t.metric("gpu/sm_util_pct_mean") is None  # no run logged it: not watched here
+
+
+def profile(run_id: str, step: float, ops: dict[str, float], phases: dict[str, float]) -> RunProfile:
+    entries = {("operator", k): v for k, v in ops.items()} | {("phase", k): v for k, v in phases.items()}
+    return RunProfile(run_id, 5, step, entries)
+
+
+def test_attribution_ranks_by_share_of_shift_with_consistency():
+    before = [profile(f"b{i}", 100 + i, {"aten::conv": 40 + i, "aten::mm": 10.0 + 0.1 * i, "aten::add": 5.0},
+                      {"forward_loss": 40.0, "backward": 50.0 + i}) for i in range(4)]
+    after = [profile(f"a{i}", 110 + i, {"aten::conv": 40 + i, "aten::mm": 19.0 + 0.1 * i, "aten::add": 5.5},
+                     {"forward_loss": 49.0, "backward": 50.0 + i}) for i in range(4)]
+    a = attribution.attribute(before, after)
+    assert a.shift_ms == pytest.approx(10.0)
+    first_op = next(c for c in a.contributions if c.kind == "operator")
+    assert first_op.name == "aten::mm" and first_op.delta_ms == pytest.approx(9.0)
+    assert first_op.share_pct == pytest.approx(90.0) and first_op.consistency == 1.0
+    assert first_op.pvalue == pytest.approx(0.0286, abs=1e-3)  # Mann-Whitney, 4 vs 4 fully separated
+    phase = next(c for c in a.contributions if c.kind == "phase")
+    assert phase.name == "forward_loss" and phase.share_pct == pytest.approx(90.0)
+    assert all(c.name != "aten::conv" for c in a.contributions)  # did not move: not listed
+
+
+def _run(mlflow, experiment_id: str, series: str, step_ms: float, **tags) -> str:
+    created = mlflow.create_run(experiment_id, tags={names.SERIES: series, **tags})
+    mlflow.log_batch(created.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, int(time.time() * 1000), 0)])
+    mlflow.set_terminated(created.info.run_id)
+    time.sleep(0.005)
+    return created.info.run_id
+
+
+def test_history_reads_every_page(mlflow_client, monkeypatch):
+    experiment_id = mlflow_client.create_experiment(f"pages-{time.time_ns()}")
+    ids = [_run(mlflow_client, experiment_id, "paged", 100.0 + i) for i in range(7)]
+    monkeypatch.setattr(store, "SEARCH_PAGE_SIZE", 2)  # 7 runs = 4 pages
+    records = history.load_history(mlflow_client, [experiment_id])
+    assert [r.run_id for r in records] == ids
+
+
+def test_runs_without_tables_get_a_note_not_a_crash(mlflow_client, detector):
+    experiment_id = mlflow_client.create_experiment(f"no-tables-{time.time_ns()}")
+    for ms in (100, 101, 99, 100, 130, 131, 129, 130):
+        _run(mlflow_client, experiment_id, "old", float(ms))
+    runs = history.load_history(mlflow_client, [experiment_id])
+    from yolo_mlops import trends
+
+    t = trends.series_trend(runs)
+    (a,) = trends.attributions(mlflow_client, t).values()
+    assert a.contributions == () and "no attribution" in a.note and len(a.runs_without_tables) >= 4
+
+
+def _cli(argv):
+    from yolo_mlops.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_commands_answer_bad_input_in_one_line(mlflow_client, tmp_path, detector):
+    rc, _, err = _cli(["trends", "--experiment", "no-such-experiment-xyz"])
+    assert rc == 2 and err.count("\n") == 1 and "does not exist" in err
+    name = f"empty-{time.time_ns()}"
+    experiment_id = mlflow_client.create_experiment(name)
+    rc, _, err = _cli(["trends", "--experiment", name])
+    assert rc == 2 and err.count("\n") == 1 and "no finished runs" in err
+    only = _run(mlflow_client, experiment_id, "single", 100.0)
+    rc, _, err = _cli(["trends", "--experiment", name, "--series", "single"])
+    assert rc == 2 and err.count("\n") == 1 and f"has one run ({only})" in err
+    rc, _, err = _cli(["trends", "--experiment", name, "--series", "nope"])
+    assert rc == 2 and "no series 'nope'" in err
+    _run(mlflow_client, experiment_id, "single", 101.0)
+    rc, _, err = _cli(["trends", "--experiment", name, "--series", "single", "--metric", "gpu/sm_util_pct_mean"])
+    assert rc == 2 and err.count("\n") == 1 and "no run of series single logged gpu/sm_util_pct_mean" in err
+    rc, _, err = _cli(["trends", "--experiment", name, "--series", "single", "--plot", str(tmp_path / "no" / "x.png")])
+    assert rc == 2 and "does not exist" in err
+    rc, out, _ = _cli(["trends", "--experiment", name, "--series", "single"])
+    assert rc == 0 and "no change points" in out
+    rc, _, err = _cli(["compare", "0123456789abcdef0123456789abcdef", only])
+    assert rc == 2 and err.count("\n") == 1 and "no MLflow run '0123456789abcdef0123456789abcdef'" in err
+    (tmp_path / "t.json").write_text("{}")
+    rc, _, err = _cli(["compare", str(tmp_path / "t.json"), only])
+    assert rc == 2 and err.count("\n") == 1 and "two trace files or two MLflow run ids" in err

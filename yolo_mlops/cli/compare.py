@@ -1,0 +1,115 @@
+"""`yolo-mlops compare A B`: per-step operator / kernel / phase diff of two MLflow runs or two trace files.
+
+Run ids: self times from the runs' key_averages tables and phases from their trace analysis, normalised per
+profiled step; the diff is logged as an MLflow table on run B. Trace files: yolo_mlops.analysis of each trace
+(host operators with inclusive time, kernels, phases), per step. Runs of different series may be compared;
+the output says so first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from yolo_mlops.errors import ConfigError
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    a, b = args.a, args.b
+    as_files = [Path(x).exists() for x in (a, b)]
+    if all(as_files):
+        result, warning, run_b = _compare_traces(a, b), None, None
+    elif any(as_files):
+        raise ConfigError(f"compare needs two trace files or two MLflow run ids; {a if as_files[0] else b} "
+                          f"is a file and {b if as_files[0] else a} is not")
+    else:
+        result, warning = _compare_runs(a, b)
+        run_b = b
+    shown = dataclasses.replace(result, contributions=result.contributions[:args.top])
+    if args.format == "json":
+        print(json.dumps({"a": a, "b": b, "warning": warning, **shown.to_dict()}, indent=2))
+    else:
+        from yolo_mlops.trends.report import attribution_text
+
+        if warning:
+            print(warning + "\n")
+        print(f"A = {a}\nB = {b}")
+        print(attribution_text(shown, indent=""))
+    if run_b is not None and result.contributions:
+        _log_diff(run_b, result)
+        print(f"\ndiff logged on run {run_b} as MLflow table {_table_name()}")
+    return 0
+
+
+def _table_name() -> str:
+    from yolo_mlops.tracking import names
+
+    return names.COMPARE_TABLE
+
+
+def _compare_traces(a: str, b: str):
+    from yolo_mlops.analysis import TraceError, analyze_traces
+    from yolo_mlops.trends.attribution import attribute, profile_from_trace
+
+    profiles = []
+    for path in (a, b):
+        try:
+            analysis = analyze_traces(path)
+        except TraceError as exc:
+            raise ConfigError(str(exc)) from None
+        if not analysis.ranks or not analysis.ranks[0].steps:
+            raise ConfigError(f"{path}: no profiled steps (ProfilerStep spans) to normalise by")
+        profiles.append(profile_from_trace(path, analysis))
+    return attribute(profiles[:1], profiles[1:], top=None)
+
+
+def _compare_runs(a: str, b: str):
+    from yolo_mlops.tracking import store
+    from yolo_mlops.trends.attribution import attribute, profile_from_run
+    from yolo_mlops.trends.history import record_from_run
+
+    mlflow = store.client()
+    records = []
+    for run_id in (a, b):
+        run = store.find_run(mlflow, run_id)
+        if run is None:
+            raise ConfigError(f"no MLflow run {run_id!r} in {store.tracking_uri()}")
+        record = record_from_run(run)
+        if record is None:
+            raise ConfigError(f"run {run_id} is not a yolo-mlops profiled run (no series tag or params)")
+        records.append(record)
+    warning = None
+    if records[0].series != records[1].series:
+        warning = (f"WARNING: DIFFERENT SERIES - A is {records[0].label} [{records[0].series}], "
+                   f"B is {records[1].label} [{records[1].series}]; the diff mixes workload or hardware changes")
+    profiles = []
+    for r in records:
+        profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms)
+        if profile is None:
+            raise ConfigError(f"run {r.run_id} has no key_averages tables (logged before they existed?): "
+                              "nothing to compare per operator")
+        profiles.append(profile)
+    return attribute(profiles[:1], profiles[1:], top=None), warning
+
+
+def _log_diff(run_id: str, result) -> None:
+    import pandas as pd
+
+    from yolo_mlops.tracking import names, store
+
+    frame = pd.DataFrame([{"kind": c.kind, "name": c.name, "a_ms_per_step": c.before_ms,
+                           "b_ms_per_step": c.after_ms, "delta_ms_per_step": c.delta_ms,
+                           "share_of_step_delta_pct": c.share_pct} for c in result.contributions])
+    store.log_table(store.client(), run_id, frame, names.COMPARE_TABLE)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="per-step operator/kernel/phase diff of two runs (MLflow ids) or traces")
+    p.add_argument("a", help="MLflow run id or trace file (the baseline)")
+    p.add_argument("b", help="MLflow run id or trace file (compared with A)")
+    p.add_argument("--top", type=int, default=20, help="rows shown (default 20); the logged table has all")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(handler=cmd_compare)

@@ -1,0 +1,77 @@
+"""`yolo-mlops trends`: the series of an experiment with their latest status, or one series' history,
+change points, what changed and operator attribution; `--plot FILE` writes the picture."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from yolo_mlops.errors import ConfigError
+
+DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
+
+
+def cmd_trends(args: argparse.Namespace) -> int:
+    from yolo_mlops import trends
+    from yolo_mlops.tracking import store
+    from yolo_mlops.trends import history, report
+    from yolo_mlops.trends.trend import WATCHED_BY_NAME
+
+    if args.metric and args.metric not in WATCHED_BY_NAME:
+        raise ConfigError(f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
+    if args.plot is not None and not args.plot.parent.is_dir():
+        raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
+    if args.plot is not None and args.series is None:
+        raise ConfigError("--plot needs --series KEY (one picture per series)")
+    settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
+    mlflow = store.client()
+    grouped = trends.load_experiment_series(mlflow, args.experiment)
+    if args.series is None:
+        series = [trends.series_trend(runs, settings) for runs in grouped.values()]
+        series.sort(key=lambda t: -t.runs[-1].start_time_ms)
+        if args.format == "json":
+            print(json.dumps([{"series": t.series, "label": t.label, "runs": len(t.runs),
+                               "latest_status": trends.latest_status(t),
+                               "change_points": sum(len(m.changes) for m in t.metrics)} for t in series], indent=2))
+        else:
+            print(f"{len(series)} series in experiment {args.experiment!r}\n")
+            print(report.series_table(series))
+        return 0
+    matches = history.find_series(grouped, args.series)
+    if not matches:
+        raise ConfigError(f"no series {args.series!r} in experiment {args.experiment!r} "
+                          f"(series: {', '.join(sorted(grouped))})")
+    if len(matches) > 1:
+        raise ConfigError(f"series {args.series!r} is ambiguous: {', '.join(matches)}")
+    runs = grouped[matches[0]]
+    if len(runs) < 2:
+        raise ConfigError(f"series {matches[0]} has one run ({runs[0].run_id}): no history to analyse yet")
+    trend = trends.series_trend(runs, settings)
+    wanted = [args.metric] if args.metric else None
+    if args.metric and trend.metric(args.metric) is None:
+        raise ConfigError(f"no run of series {matches[0]} logged {args.metric}")
+    attributions = trends.attributions(mlflow, trend)
+    if args.format == "json":
+        print(json.dumps({"series": trend.series, "label": trend.label, "latest_status": trends.latest_status(trend),
+                          "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
+                          "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()}
+                                           for k, a in attributions.items()]}, indent=2, default=str))
+    else:
+        print(report.series_report(trend, attributions, wanted))
+    if args.plot is not None:
+        report.plot_series(trend, args.plot, wanted)
+        print(f"\nplot: {args.plot}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trends", help="series of an experiment, change points over their history, what changed")
+    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment (default {DEFAULT_EXPERIMENT})")
+    p.add_argument("--series", help="one series' history and change points (key, or a unique prefix of it)")
+    p.add_argument("--metric", help="only this watched metric (e.g. perf/step_time_ms_p50)")
+    p.add_argument("--plot", type=Path, help="write the series' picture (PNG) to this file")
+    p.add_argument("--max-pvalue", type=float, default=0.001, help="significance of a change point (default 0.001)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(handler=cmd_trends)
