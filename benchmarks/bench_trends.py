@@ -54,8 +54,9 @@ def _populate(db_dir: Path) -> None:
         for s in range(SERIES):
             spec = build_run_spec({"batch": s + 1, "device": "0", "experiment": EXPERIMENT, "run_kind": "benchmark"})
             plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="0", output_dir=db_dir, steps_expected=60)
+            key = series_key(spec, run_env, data_identity(yaml_path, True), "0")
             tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cuda",
-                    names.DATASET: "synthetic", names.SERIES: series_key(spec, run_env, data_identity(yaml_path, True), "0")}
+                    names.DATASET: "synthetic", names.SERIES: key}
             shift = 1.10 if (s % 2 == 0 and run >= SHIFT_AT) else 1.0
             step = 50.0 * (1 + s / 10) * shift * (1 + 0.02 * rng.standard_normal())
             metrics = {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 1000.0 * (s + 1) / step,

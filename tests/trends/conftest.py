@@ -56,7 +56,7 @@ def segments(values, change_points):
     values = np.asarray(values, dtype=float)
     bounds = [0, *[c.index for c in change_points], len(values)]
     return [Segment(s, e, float(values[s:e].mean()), float(values[s:e].std()), float(np.median(values[s:e])))
-            for s, e in zip(bounds, bounds[1:])]
+            for s, e in zip(bounds, bounds[1:], strict=False)]
 
 
 def _use_standin_if_needed(mp: pytest.MonkeyPatch) -> None:

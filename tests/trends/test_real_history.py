@@ -155,7 +155,8 @@ def test_prefect_artifacts_of_the_nights(nights, series):
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        markdown = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
+        markdown = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
         images = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=[f"benchmark-series-{series[0].series}"])))
     texts = [a.data for a in markdown]

@@ -29,8 +29,6 @@ from yolo_mlops.run.training import TrainingPlan
 from yolo_mlops.tracking import names, store
 from yolo_mlops.trends import history, trend
 
-
-
 DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
 
 

@@ -4,6 +4,7 @@ test; the detection, queries and commands are real."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from contextlib import redirect_stderr, redirect_stdout
@@ -73,7 +74,7 @@ def test_stationary_history_and_short_history(detector):
 
 def test_metric_missing_in_some_runs_is_counted_not_fatal(detector):
     runs = shifted_history(seed=3)
-    runs = [r if i % 4 else RunRecord(**{**r.__dict__, "metrics": {names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]}})
+    runs = [r if i % 4 else dataclasses.replace(r, metrics={names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]})
             for i, r in enumerate(runs)]
     t = trend.series_trend(runs)
     assert t.metric(names.IMAGES_PER_S).runs_without_metric == 6
@@ -163,3 +164,21 @@ def test_commands_answer_bad_input_in_one_line(mlflow_client, tmp_path, detector
     (tmp_path / "t.json").write_text("{}")
     rc, _, err = _cli(["compare", str(tmp_path / "t.json"), only])
     assert rc == 2 and err.count("\n") == 1 and "two trace files or two MLflow run ids" in err
+
+
+def test_the_documented_automation_is_a_valid_prefect_automation():
+    """docs/deploy.md's automation parses as Prefect's own automation model and reacts to a failed run of
+    the nightly deployment (the block id placeholder is replaced by a well-formed id)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+    from prefect.events.schemas.automations import AutomationCore
+
+    text = (Path(__file__).parents[2] / "docs" / "deploy.md").read_text()
+    block = re.search(r"```yaml\n# nightly-regression.yaml\n(.*?)```", text, re.S).group(1)
+    automation = AutomationCore.model_validate(yaml.safe_load(
+        re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', block)))
+    assert automation.trigger.expect == {"prefect.flow-run.Failed"}
+    assert automation.trigger.match_related.root["prefect.resource.name"] == "nightly-benchmark"
+    assert automation.actions[0].type == "send-notification"

@@ -40,7 +40,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(attribution_text(shown, indent=""))
     if run_b is not None and result.contributions:
         _log_diff(run_b, result)
-        print(f"\ndiff logged on run {run_b} as MLflow table {_table_name()}")
+        import sys
+
+        # stderr: with --format json, stdout holds only the JSON document
+        print(f"diff logged on run {run_b} as MLflow table {_table_name()}", file=sys.stderr)
     return 0
 
 
@@ -51,6 +54,8 @@ def _table_name() -> str:
 
 
 def _compare_traces(a: str, b: str):
+    import dataclasses
+
     from yolo_mlops.analysis import TraceError, analyze_traces
     from yolo_mlops.trends.attribution import attribute, profile_from_trace
 
@@ -63,6 +68,11 @@ def _compare_traces(a: str, b: str):
         if not analysis.ranks or not analysis.ranks[0].steps:
             raise ConfigError(f"{path}: no profiled steps (ProfilerStep spans) to normalise by")
         profiles.append(profile_from_trace(path, analysis))
+    # The trace analysis keeps only each trace's top host operators and kernels: one missing from a side's
+    # list is unknown there, not zero, so only those listed on both sides are compared (phases are complete).
+    both = set(profiles[0].entries) & set(profiles[1].entries)
+    profiles = [dataclasses.replace(p, entries={k: v for k, v in p.entries.items() if k[0] == "phase" or k in both})
+                for p in profiles]
     return attribute(profiles[:1], profiles[1:], top=None)
 
 

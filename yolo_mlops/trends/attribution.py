@@ -74,7 +74,7 @@ class Attribution:
         return ", ".join(parts)
 
 
-def profile_from_tables(run_id: str, host: "object | None", device: "object | None", trace_json: str | None,
+def profile_from_tables(run_id: str, host: object | None, device: object | None, trace_json: str | None,
                         profiled_steps: int | None, step_ms: float | None) -> RunProfile | None:
     """A run's profile from its key_averages tables (pandas frames) and trace analysis JSON."""
     if host is None and device is None:

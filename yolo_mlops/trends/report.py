@@ -11,7 +11,7 @@ from yolo_mlops.trends.trend import ChangeEvent, MetricTrend, SeriesTrend, lates
 
 
 def when(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def series_table(trends: list[SeriesTrend]) -> str:
@@ -39,7 +39,7 @@ def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
             seg_of[j] = i
     versions = {r.run_id: r.versions for r in trend.runs}
     rows = []
-    for j, (run_id, t, v) in enumerate(zip(metric.run_ids, metric.times_ms, metric.values)):
+    for j, (run_id, t, v) in enumerate(zip(metric.run_ids, metric.times_ms, metric.values, strict=False)):
         seg = metric.segments[seg_of[j]] if seg_of else None
         mark = f"<- {starts[run_id].direction} {starts[run_id].change_pct:+.1f}%" if run_id in starts else ""
         ver = versions[run_id]
@@ -48,8 +48,8 @@ def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
     return markdown_table(["time (UTC)", "run", metric.metric, "segment mean", "commit", "torch", "change"], rows)
 
 
-def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attribution], metric_names: list[str] | None = None
-                  ) -> str:
+def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attribution],
+                  metric_names: list[str] | None = None) -> str:
     """One series: per metric its history table and change points, each with what changed and attribution."""
     blocks = [f"Series {trend.series}: {trend.label}, {len(trend.runs)} runs, latest status "
               f"{latest_status(trend)}"]
@@ -91,8 +91,8 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
     metrics = [m for m in trend.metrics if not metric_names or m.metric in metric_names] or list(trend.metrics)
     fig = new_figure(11, 2.8 * max(len(metrics), 1) + 0.6)
     axes = fig.subplots(len(metrics), 1, squeeze=False)[:, 0]
-    for ax, m in zip(axes, metrics):
-        times = [dt.datetime.fromtimestamp(t / 1000, tz=dt.timezone.utc) for t in m.times_ms]
+    for ax, m in zip(axes, metrics, strict=False):
+        times = [dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC) for t in m.times_ms]
         ax.plot(times, m.values, "o", ms=3.5, color="tab:blue", label="runs")
         for seg in m.segments:
             x = times[seg.start:seg.end]
