@@ -2,7 +2,9 @@
 
 The reference was written by `python tests/tracking/demo_run_names.py demo_run_names.json`, run with the
 package at commit 16f5716 (the module layout with `yolo_mlops/pipeline.py`, `yolo_mlops/tracking.py` and a
-top-level `flows` package) on PYTHONPATH. The same script runs against any version, because it uses only
+top-level `flows` package) on PYTHONPATH, then rewritten by the same script for the series identity
+(tag `yolo_mlops.series` replaces `yolo_mlops.series_key`, which readers still read; param
+`env.nvidia_driver`). The same script runs against any version, because it uses only
 `yolo_mlops.cli.main(["profile", ...])` and the MLflow client. A name that changes on purpose needs the
 reference rewritten with the script, a row in docs/mlflow.md, and a migration or a reader of both names.
 """

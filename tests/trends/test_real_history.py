@@ -66,7 +66,7 @@ def inject_slow_operator(monkeypatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def nights(prefect_server, module_detector):
+def nights(prefect_server):
     """Night 1: baseline. Night 2: the slowed operator. Returns (night-1 outcome, night-2 exception)."""
     from yolo_mlops.flows.benchmark import RegressionDetected, benchmark
 
@@ -98,7 +98,7 @@ def test_first_night_has_no_verdict_and_second_night_fails_on_the_regression(nig
     assert INJECTED in str(failure)  # the failure message names the operator that moved
 
 
-def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series, detector):
+def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     from yolo_mlops import trends
 
     trend = trends.series_trend(series, SETTINGS)
@@ -116,7 +116,7 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series, detect
     assert trends.verdict(trend, {r.run_id for r in series[4:]}).status == "regression"
 
 
-def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflow_client, detector):
+def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflow_client):
     from yolo_mlops import trends
 
     trend = trends.series_trend(series, SETTINGS)
@@ -183,7 +183,7 @@ def _cli(argv: list[str]) -> tuple[int, str]:
     return rc, out.getvalue()
 
 
-def test_trends_command_lists_and_shows_the_series_with_its_plot(series, tmp_path, detector):
+def test_trends_command_lists_and_shows_the_series_with_its_plot(series, tmp_path):
     rc, text = _cli(["trends", "--experiment", EXPERIMENT, "--max-pvalue", str(MAX_PVALUE)])
     assert rc == 0 and series[0].series in text and "regression" in text
     plot = tmp_path / "series.png"

@@ -108,7 +108,7 @@ def _create(mlflow, experiment_id: str, params, tags, step_ms: float) -> str:
     return run.info.run_id
 
 
-def test_old_and_new_runs_read_as_one_series(mlflow_client, detector):
+def test_old_and_new_runs_read_as_one_series(mlflow_client):
     experiment_id = mlflow_client.create_experiment(f"series-migration-{time.time_ns()}")
     s = spec()
     old_env, new_env = gpu_env(torch="2.13.0+cu128", torch_cuda="12.8"), gpu_env()
@@ -116,7 +116,7 @@ def test_old_and_new_runs_read_as_one_series(mlflow_client, detector):
     for ms in (100.0, 101.0, 99.5, 100.4, 99.8, 100.2):  # old-style: legacy tag, no driver param
         params, tags = _logged(s, old_env)
         params.pop("env.nvidia_driver")
-        tags[names.SERIES_KEY_V1] = old_series_key(s, old_env, data_identity(DATA_YAML, True))
+        tags[names.SERIES_KEY] = old_series_key(s, old_env, data_identity(DATA_YAML, True))
         old_ids.append(_create(mlflow_client, experiment_id, params, tags, ms))
     new_ids = []
     for ms in (111.0, 110.2, 111.5, 110.8, 111.1, 110.5):  # new-style: the series tag; torch upgraded

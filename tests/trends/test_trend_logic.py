@@ -40,7 +40,7 @@ def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: 
     return runs
 
 
-def test_change_point_is_a_regression_once_with_what_changed(detector):
+def test_change_point_is_a_regression_once_with_what_changed():
     runs = shifted_history()
     t = trend.series_trend(runs)
     (change,) = t.metric(names.STEP_TIME_P50).changes
@@ -56,13 +56,13 @@ def test_change_point_is_a_regression_once_with_what_changed(detector):
     assert trend.latest_status(t) == "stable"
 
 
-def test_speed_up_is_an_improvement(detector):
+def test_speed_up_is_an_improvement():
     runs = shifted_history(seed=1, shift=0.85)
     t = trend.series_trend(runs)
     assert trend.verdict(t, {r.run_id for r in runs if r.night == "n4"}).status == "improvement"
 
 
-def test_stationary_history_and_short_history(detector):
+def test_stationary_history_and_short_history():
     runs = shifted_history(seed=2, shift=1.0)
     t = trend.series_trend(runs)
     assert all(not m.changes for m in t.metrics)
@@ -72,7 +72,7 @@ def test_stationary_history_and_short_history(detector):
         "insufficient_history"
 
 
-def test_metric_missing_in_some_runs_is_counted_not_fatal(detector):
+def test_metric_missing_in_some_runs_is_counted_not_fatal():
     runs = shifted_history(seed=3)
     runs = [r if i % 4 else dataclasses.replace(r, metrics={names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]})
             for i, r in enumerate(runs)]
@@ -119,7 +119,7 @@ def test_history_reads_every_page(mlflow_client, monkeypatch):
     assert [r.run_id for r in records] == ids
 
 
-def test_runs_without_tables_get_a_note_not_a_crash(mlflow_client, detector):
+def test_runs_without_tables_get_a_note_not_a_crash(mlflow_client):
     experiment_id = mlflow_client.create_experiment(f"no-tables-{time.time_ns()}")
     for ms in (100, 101, 99, 100, 130, 131, 129, 130):
         _run(mlflow_client, experiment_id, "old", float(ms))
@@ -140,7 +140,7 @@ def _cli(argv):
     return rc, out.getvalue(), err.getvalue()
 
 
-def test_commands_answer_bad_input_in_one_line(mlflow_client, tmp_path, detector):
+def test_commands_answer_bad_input_in_one_line(mlflow_client, tmp_path):
     rc, _, err = _cli(["trends", "--experiment", "no-such-experiment-xyz"])
     assert rc == 2 and err.count("\n") == 1 and "does not exist" in err
     name = f"empty-{time.time_ns()}"

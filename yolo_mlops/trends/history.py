@@ -34,7 +34,7 @@ def record_from_run(run) -> RunRecord | None:
     identity = series_identity_from_params(params, tags)
     series = tags.get(names.SERIES) or (identity.key if identity else None)
     if series is None:
-        legacy = tags.get(names.SERIES_KEY_V1)
+        legacy = tags.get(names.SERIES_KEY)
         if legacy is None:
             return None
         series = "v1-" + legacy  # an old run without the params to rebuild its identity: its old series
