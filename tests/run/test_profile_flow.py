@@ -37,7 +37,7 @@ def test_run_finished_with_contract_tags_and_params(profiled_run):
     assert run.info.status == "FINISHED"
     tags, params = run.data.tags, run.data.params
     assert tags["yolo_mlops.run_kind"] == "profile" and tags["yolo_mlops.variant"] == "baseline"
-    assert len(tags["yolo_mlops.series_key"]) == 16
+    assert len(tags["yolo_mlops.series"]) == 16
     assert len(tags["mlflow.source.git.commit"]) == 40
     assert tags["yolo_mlops.profiler_activities"] == "cpu"
     # no GPU here: the run says so, and logs no gpu/* number at all (never zeros as if measured)
