@@ -31,8 +31,8 @@ class Environment:
     torch_cuda: str | None  # CUDA version torch was built with
     cudnn: str | None
     ultralytics: str
-    mlflow: str
-    prefect: str
+    mlflow: str | None
+    prefect: str | None
     device_type: str  # "cuda" or "cpu"
     device_name: str
     gpu_count: int
@@ -48,9 +48,17 @@ class Environment:
         return json.dumps(asdict(self), indent=2)
 
 
+def _installed_version(distribution: str) -> str | None:
+    """A package's version from its metadata, without importing it (prefect's import alone takes seconds)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def capture_environment(device: str) -> Environment:
-    import mlflow
-    import prefect
     import torch
     import ultralytics
 
@@ -66,8 +74,8 @@ def capture_environment(device: str) -> Environment:
         torch_cuda=torch.version.cuda,
         cudnn=str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
         ultralytics=ultralytics.__version__,
-        mlflow=mlflow.__version__,
-        prefect=prefect.__version__,
+        mlflow=_installed_version("mlflow") or _installed_version("mlflow-skinny"),
+        prefect=_installed_version("prefect"),
         device_type="cuda" if cuda else "cpu",
         device_name=torch.cuda.get_device_name(index) if cuda else cpu_model(),
         gpu_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
