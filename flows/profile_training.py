@@ -46,7 +46,7 @@ def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock
     shared Prefect server; None when the caller, e.g. a sweep, already holds it)."""
     prepared = prepare(spec)
     mlflow = tracking.client()
-    with tracking.run_guard(mlflow, prepared.run_id, salvage=lambda: pipeline.upload_run_folder(mlflow, prepared)):
+    with tracking.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         with gpu_lock.hold(gpu_lock.limit_name(prepared.plan.device, gpu_limit)):
             outcome = train(prepared)
         analysis = analyse(prepared, outcome)

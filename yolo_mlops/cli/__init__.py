@@ -2,20 +2,68 @@
 
 Each command lives in its own module and imports what it needs when it runs, so the parser itself
 (and `--help`) stays cheap.
+
+SIGTERM (docker stop, Kubernetes, a Prefect cancellation), SIGINT (Ctrl-C) and SIGHUP (terminal closed)
+become `Interrupted`, a KeyboardInterrupt: the stack unwinds through every `finally` (the MLflow run ends
+KILLED with what it captured, the GPU concurrency slot is released) and atexit runs (it stops the temporary
+Prefect server, which the default SIGTERM action would leave running; the server runs in a session of its
+own, so a terminal's Ctrl-C reaches only the command: yolo_mlops/run/prefect_session.py). The user gets one
+line; the exit code is 128 + the signal number (130 for SIGINT, 143 for SIGTERM). Any other failure is one
+line too, exit code 1; its traceback stays in the run folder (`error.log`).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 
-from yolo_mlops.cli import analyze, compare, run, sweeps, trends
+from yolo_mlops.cli import analyze, compare, run, sweeps, trends, upload
 from yolo_mlops.cli.run import spec_from_args
 from yolo_mlops.errors import ConfigError
 
-COMMAND_MODULES = (run, analyze, sweeps, trends, compare)
+COMMAND_MODULES = (run, analyze, sweeps, trends, compare, upload)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FLOW_COMMANDS = ("demo", "profile", "sweep", "optimize")  # commands that run a Prefect flow
 
-__all__ = ["build_parser", "main", "spec_from_args"]
+__all__ = ["Interrupted", "build_parser", "main", "spec_from_args"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """A termination signal raised as an exception; `signal` is its number (as in Prefect's TerminationSignal)."""
+
+    def __init__(self, signal_number: int) -> None:
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal = signal_number
+
+
+def _raise_interrupted(signal_number: int, frame) -> None:
+    # Later signals are ignored while the run is wound down (its waits are bounded): a second Ctrl-C or a
+    # repeated SIGTERM must not cut the upload of what was captured short.
+    for handled in HANDLED_SIGNALS:
+        signal.signal(handled, signal.SIG_IGN)
+    raise Interrupted(signal_number)
+
+
+class _NoTraceback(logging.Filter):
+    """Prefect's engine logs a failing flow's whole traceback to the console; the CLI reports the failure
+    in one line and keeps the traceback in the run folder, and Prefect's API log handler (which runs
+    before the console one) still sends it to the Prefect UI."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.name.startswith("prefect"):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_prefect_tracebacks() -> None:
+    """Drop tracebacks from Prefect's console output (call after importing prefect, which sets up logging)."""
+    for handler in logging.getLogger().handlers:
+        if type(handler).__name__ == "PrefectConsoleHandler" and not any(
+                isinstance(f, _NoTraceback) for f in handler.filters):
+            handler.addFilter(_NoTraceback())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,17 +80,56 @@ def main(argv: list[str] | None = None) -> int:
     from yolo_mlops.run.config import data_home
 
     prefect_server.configure(data_home())  # before any command imports prefect
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, _raise_interrupted) for s in HANDLED_SIGNALS}
     try:
+        if args.command in FLOW_COMMANDS:
+            from yolo_mlops.run.prefect_session import detach_temporary_server
+
+            detach_temporary_server()  # Ctrl-C reaches the command, not its temporary Prefect server
         return args.handler(args)
     except ConfigError as exc:
         print(f"yolo-mlops: error: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
+    except BaseException as exc:
         line = prefect_server.startup_failure(exc)
-        if line is None:
-            raise
-        print(f"yolo-mlops: error: {line}", file=sys.stderr)
-        return 2
+        if line is not None:
+            print(f"yolo-mlops: error: {line}", file=sys.stderr)
+            return 2
+        number = _signal_number(exc)
+        if number is None and not isinstance(exc, Exception):
+            raise  # SystemExit, GeneratorExit: not ours to report
+        print(f"yolo-mlops: {_failure_line(exc, number)}", file=sys.stderr)
+        return 128 + number if number is not None else 1
+    finally:
+        for handled, handler in previous.items():
+            signal.signal(handled, handler)
+
+
+def _signal_number(exc: BaseException) -> int | None:
+    number = getattr(exc, "signal", None)
+    if isinstance(number, int):
+        return number
+    return int(signal.SIGINT) if isinstance(exc, KeyboardInterrupt) else None
+
+
+def _failure_line(exc: BaseException, number: int | None) -> str:
+    """The reason, what happened to the MLflow run, and where the rest is: one line."""
+    store = sys.modules.get("yolo_mlops.tracking.store")
+    end = store.ended_by(exc) if store is not None else None
+    if end is None:
+        if number is not None:
+            return f"interrupted by {signal.Signals(number).name}"
+        plain = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return "error: " + (store.failure_line(exc) if store is not None else plain)
+    line = (end.reason or str(exc)) if number is not None else f"error: {end.reason or exc}"
+    line += f"; {end.summary()}"
+    if (end.pending or end.failures) and end.folder:
+        line += f"; the run folder is kept: send it later with `yolo-mlops upload {end.folder}`"
+    elif end.folder and number is None:
+        line += f" (traceback: {end.folder}/error.log)"
+    return line
 
 
 if __name__ == "__main__":

@@ -83,8 +83,10 @@ def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None
 
     spec = spec_from_args(args, defaults)
     preflight.check(spec)  # bad input fails here, in one line, before Prefect or MLflow start
+    from yolo_mlops.cli import quiet_prefect_tracebacks
     from yolo_mlops.flows.profile_training import profile_training
 
+    quiet_prefect_tracebacks()
     result = profile_training(spec)
     print(f"\nMLflow run {result.run_id} ({tracking.tracking_uri()})")
     for key in sorted(result.metrics):

@@ -43,17 +43,25 @@ class StepTimes:
         mask[:discard_first] = False
         return mask
 
-    def save_csv(self, path: Path) -> Path:
+    def save_csv(self, path: Path, first: int = 0) -> Path:
+        """Write the steps from `first` on; `first` > 0 appends them to a file holding the earlier ones."""
         header = "step,start_ns,batch_ns,end_ns,step_ms,data_wait_ms,profiled,images"
-        rows = np.column_stack([np.arange(len(self)), self.start_ns, self.batch_ns, self.end_ns,
-                                self.step_ms, self.data_wait_ms, self.profiled, self.images])
-        np.savetxt(path, rows, delimiter=",", header=header, comments="",
-                   fmt=["%d", "%d", "%d", "%d", "%.4f", "%.4f", "%d", "%d"])
+        part = slice(first, None)
+        rows = np.column_stack([np.arange(len(self))[part], self.start_ns[part], self.batch_ns[part],
+                                self.end_ns[part], self.step_ms[part], self.data_wait_ms[part],
+                                self.profiled[part], self.images[part]])
+        with open(path, "a" if first else "w") as out:
+            np.savetxt(out, rows, delimiter=",", header="" if first else header, comments="",
+                       fmt=["%d", "%d", "%d", "%d", "%.4f", "%.4f", "%d", "%d"])
         return path
 
     @classmethod
     def load_csv(cls, path: Path) -> StepTimes:
-        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+        return cls.from_rows(np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64))
+
+    @classmethod
+    def from_rows(cls, table: np.ndarray) -> StepTimes:
+        """From the CSV's rows as a float array (one row per step, the columns of `save_csv`)."""
         ints = table.astype(np.int64)
         return cls(start_ns=ints[:, 1], batch_ns=ints[:, 2], end_ns=ints[:, 3],
                    profiled=ints[:, 6].astype(bool), images=ints[:, 7])
@@ -70,6 +78,16 @@ class StepTimer:
         self._images: list[int] = []
         self._iteration_start: int | None = None
         self._batch_at: int | None = None
+        self._saved = 0  # steps already in the CSV written by flush_csv
+
+    def flush_csv(self, path: Path) -> None:
+        """Append the steps timed since the last flush to `path` (called between epochs and when training
+        ends or is interrupted, never inside a step: the per-step cost stays three clock reads)."""
+        if self._saved == len(self._end) and (self._saved or path.exists()):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.result().save_csv(path, first=self._saved)
+        self._saved = len(self._end)
 
     @property
     def steps(self) -> int:

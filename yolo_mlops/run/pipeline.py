@@ -14,20 +14,21 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from yolo_mlops import tracking
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
-from yolo_mlops.profiling.step_timer import perf_metrics
+from yolo_mlops.profiling.step_timer import StepTimes, perf_metrics
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, data_identity, series_key
 from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import names, upload
 
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
@@ -95,12 +96,16 @@ def prepare(spec: RunSpec) -> PreparedRun:
         tags[names.GIT_COMMIT_TAG] = env.git_commit
     if spec.parent_run_id:
         tags[names.PARENT_RUN_TAG] = spec.parent_run_id
+    params = run_params(spec, plan, env)
     try:
-        run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, run_params(spec, plan, env))
+        run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, params)
     except BaseException:
         output_dir.rmdir()  # still empty: a store that refuses the run leaves no run folder behind
         raise
     experiment_id = mlflow.get_run(run_id).info.experiment_id
+    # the folder records where its run lives: `yolo-mlops upload` can send what the store missed there later
+    upload.write_tracking_info(output_dir, upload.TrackingInfo(tracking.tracking_uri(), spec.experiment, run_id,
+                                                               spec.run_name, tags, params))
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return PreparedRun(spec, plan, dataset, env, key, run_id, experiment_id)
@@ -127,6 +132,7 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     profiler_dir = prepared.plan.output_dir / "profiler"
     for table in outcome.tables:
         (profiler_dir / f"{table.name}.txt").write_text(table.text)
+        upload.save_table(prepared.plan.output_dir, table.name, table.frame)
     return outcome
 
 
@@ -235,7 +241,11 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
         params[names.SAMPLER_EFFECTIVE_INTERVAL] = f"{outcome.nvml.interval_s * 1000:g}"
     # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
     summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
-    tracking.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params)
+    record = upload.RunRecord(status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags,
+                              params=params)
+    upload.write_record(prepared.plan.output_dir, record)  # first: if the store fails now, `upload` sends it
+    tracking.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params,
+                        timestamp_ms=record.timestamp_ms)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:
         tracking.log_table(mlflow, run_id, table.frame, names.profiler_table(table.name))
@@ -252,16 +262,76 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
 
 def upload_run_folder(mlflow, prepared: PreparedRun) -> None:
     """Everything the run wrote, in the contract's layout; also used to salvage a failed run."""
-    out = prepared.plan.output_dir
-    for name in names.RUN_FOLDERS:
-        tracking.log_folder(mlflow, prepared.run_id, out / name, name)
-    for name in (names.ENV_JSON, names.RUN_SPEC_YAML):
-        if (out / name).exists():
-            mlflow.log_artifact(prepared.run_id, str(out / name))
-    ultra = out / names.ULTRALYTICS_DIR
-    for name in names.ULTRALYTICS_FILES:
-        if (ultra / name).exists():
-            mlflow.log_artifact(prepared.run_id, str(ultra / name), names.ULTRALYTICS_DIR)
+    upload.upload_artifacts(mlflow, prepared.run_id, prepared.plan.output_dir)
+
+
+def captured_step_times(folder: Path) -> StepTimes | None:
+    """The step times written so far (between epochs, and when training ended or was interrupted); a last
+    line cut short (a full disk) is left out."""
+    path = folder / names.STEP_TIMES_CSV
+    if not path.is_file():
+        return None
+    lines = path.read_text(errors="replace").splitlines()
+    if not lines:
+        return None
+    whole = [line for line in lines[1:] if line.count(",") == lines[0].count(",") and not line.endswith(",")]
+    if not whole:
+        return None
+    return StepTimes.from_rows(np.loadtxt(whole, delimiter=",", ndmin=2, dtype=np.float64))
+
+
+class RunSalvage:
+    """The end of a profiled run that did not finish (tracking.Salvage): a one-line reason, a local record of
+    what the store should hold (perf/* from the step times so far), the uploads, and the folder's markers."""
+
+    def __init__(self, mlflow, prepared: PreparedRun) -> None:
+        self.mlflow, self.prepared = mlflow, prepared
+        self.folder = prepared.plan.output_dir
+        self._record: upload.RunRecord | None = None
+
+    def reason(self, exc: BaseException, status: str) -> str:
+        times = captured_step_times(self.folder)
+        progress = f"after {len(times) if times is not None else 0} of {self.prepared.plan.steps_expected} steps"
+        signal_name = tracking.interruption_signal(exc)
+        if signal_name:
+            return f"{'interrupted' if signal_name == 'SIGINT' else 'terminated'} by {signal_name} {progress}"
+        return f"{tracking.failure_line(exc, self.mlflow.tracking_uri)} ({progress})"
+
+    def record(self, status: str, reason: str) -> None:
+        existing = upload.read_record(self.folder)
+        if existing is not None and existing.status == "FINISHED":
+            self._record = existing  # training and analysis completed; only the store missed (part of) it
+            return
+        record = upload.RunRecord(status=status, reason=reason)
+        times = captured_step_times(self.folder)
+        if times is not None:
+            record.metrics = perf_metrics(times, DISCARD_FIRST_STEPS)
+            record.histories = {names.STEP_TIME_MS: list(enumerate(times.step_ms.tolist())),
+                                names.DATA_WAIT_MS: list(enumerate(times.data_wait_ms.tolist()))}
+        self._record = record
+        upload.write_record(self.folder, record)
+
+    def steps(self, status: str, reason: str):
+        record = self._record
+        steps = []
+        if record is not None and (record.metrics or record.histories or record.tags):
+            summary = {k: v for k, v in record.metrics.items() if k not in record.histories}
+            steps.append(("metrics", lambda: tracking.log_values(
+                self.mlflow, self.prepared.run_id, metrics=summary, histories=record.histories, tags=record.tags,
+                timestamp_ms=record.timestamp_ms)))
+        steps.append(("artifacts", lambda: upload_run_folder(self.mlflow, self.prepared)))
+        steps.append(("tables", lambda: upload.upload_tables(self.mlflow, self.prepared.run_id, self.folder)))
+        return steps
+
+    def ended(self, end, exc: BaseException | None) -> None:
+        if end.pending or end.failures:  # the store misses part of the run: `yolo-mlops upload` finishes it
+            upload.mark_pending(self.folder, end.status, end.reason, end.failures)
+        else:
+            upload.mark_uploaded(self.folder)
+        if exc is not None:  # the user gets one line; the whole story stays with the run
+            import traceback
+
+            (self.folder / upload.ERROR_LOG).write_text("".join(traceback.format_exception(exc)))
 
 
 def summary_markdown(result: RunResult, spec: RunSpec) -> str:

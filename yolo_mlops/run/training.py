@@ -131,6 +131,7 @@ class _Instrumentation:
         self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
         self.snapshot: CudaMemorySnapshot | None = None  # follows the profiler window
         self.train_images: ImageCounts | None = None
+        self.steps_csv: Path | None = None  # where step times are appended between epochs and at the end
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -183,6 +184,8 @@ class _Instrumentation:
 
     def on_train_epoch_end(self, trainer) -> None:
         self.close_all()  # the data_wait opened after the epoch's last step would otherwise span validation
+        if self.steps_csv is not None:  # step times so far survive a kill (SIGKILL, OOM) of a later epoch
+            self.timer.flush_csv(self.steps_csv)
 
     def on_train_end(self, trainer) -> None:
         self.close_all()
@@ -327,6 +330,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
                                 with_cuda=cuda_profiling_possible(plan.device))
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
+    inst.steps_csv = plan.output_dir / names.STEP_TIMES_CSV
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
     inst.snapshot = CudaMemorySnapshot(profiler.trace_dir, plan.device)  # beside the traces: uploaded with them
@@ -337,6 +341,14 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     try:
         with sampler:  # a background thread; it never raises into training
             trainer.train()
+    except BaseException:
+        try:  # a failure or a signal must not lose the steps timed so far; the original error is the news
+            inst.timer.flush_csv(inst.steps_csv)
+        except Exception:
+            pass
+        raise
+    else:
+        inst.timer.flush_csv(inst.steps_csv)
     finally:
         inst.close_all()
         inst.snapshot.close()

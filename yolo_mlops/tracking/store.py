@@ -11,8 +11,9 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -33,6 +34,7 @@ def default_artifact_root() -> Path:
 
 
 def client() -> MlflowClient:
+    bound_http_retries()
     return MlflowClient(tracking_uri=tracking_uri())
 
 
@@ -127,9 +129,12 @@ def create_run(mlflow: MlflowClient, experiment: str, run_name: str | None, tags
 
 def log_values(mlflow: MlflowClient, run_id: str, *, params: Mapping[str, str] = {},
                metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
-               histories: Mapping[str, Sequence[tuple[int, float]]] = {}) -> None:
-    """One batched write: params, summary metrics, tags, and per-step metric histories ((step, value) pairs)."""
-    now = int(time.time() * 1000)
+               histories: Mapping[str, Sequence[tuple[int, float]]] = {}, timestamp_ms: int | None = None) -> None:
+    """One batched write: params, summary metrics, tags, and per-step metric histories ((step, value) pairs).
+
+    `timestamp_ms` pins every row's timestamp: a row sent again with it is an exact duplicate, which MLflow drops.
+    """
+    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     metric_rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
     for key, points in histories.items():
         metric_rows.extend(Metric(key, float(v), now, int(step)) for step, v in points)
@@ -158,22 +163,214 @@ def end_run(mlflow: MlflowClient, run_id: str, status: str) -> None:
     mlflow.set_terminated(run_id, status=status)
 
 
+# end of a run ------------------------------------------------------------------------------------------------
+
+# MLflow's own HTTP defaults retry for minutes (7 retries, backoff factor 2, 120 s timeout): with the server
+# gone, one call took 4.4 min. These bound one call to about 3 s when the server refuses connections and
+# about 3 x 15 s when it hangs; a user's own settings win.
+HTTP_RETRY_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
+
+def bound_http_retries() -> None:
+    """Set bounded MLflow HTTP retry defaults for this process where the user has not set them."""
+    for key, value in HTTP_RETRY_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+def server_reachable(uri: str | None = None, timeout_s: float = 5.0) -> bool:
+    """One short /health request for an HTTP tracking server; other stores are local (True)."""
+    uri = uri or tracking_uri()
+    if urlparse(uri).scheme not in ("http", "https"):
+        return True
+    import requests
+
+    try:
+        return requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).status_code < 500
+    except requests.RequestException:
+        return False
+
+
+def interruption_signal(exc: BaseException) -> str | None:
+    """'SIGTERM'/'SIGINT' when `exc` is how a signal ended the run (KeyboardInterrupt, Prefect's
+    TerminationSignal, the CLI's Interrupted, all carry or imply the signal), else None."""
+    import signal as signals
+
+    number = getattr(exc, "signal", None)
+    if isinstance(number, int):
+        try:
+            return signals.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
+    return "SIGINT" if isinstance(exc, KeyboardInterrupt) else None
+
+
+def exception_line(exc: BaseException) -> str:
+    """One line naming the cause: 'OSError: [Errno 28] No space left on device: '/x''."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def failure_line(exc: BaseException, uri: str | None = None) -> str:
+    """`exception_line`, except that a tracking server that stopped answering is said so in a few words
+    instead of MLflow's 400-character 'Max retries exceeded ... NewConnectionError(...)'."""
+    import re
+
+    text = str(exc)
+    uri = uri or tracking_uri()
+    if ("Max retries exceeded" in text or "ConnectionError" in text or "Read timed out" in text) and \
+            urlparse(uri).scheme in ("http", "https") and not server_reachable(uri):
+        cause = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text) or re.search(r"(Read timed out)", text)
+        return f"MLflow tracking server {uri} unreachable ({cause.group(1) if cause else type(exc).__name__})"
+    return exception_line(exc)
+
+
+@dataclass
+class RunEnd:
+    """How a run ended: its status, the one-line reason, and the end-of-run steps that failed."""
+
+    run_id: str
+    status: str
+    reason: str = ""
+    failures: list[str] = field(default_factory=list)  # "step: cause", one per failed or skipped step
+    pending: bool = False  # the tracking store missed part of the run: `yolo-mlops upload` can finish it
+    folder: str = ""  # the local run folder, when the run has one
+    # id() of the exception that ended it: the CLI matches the exception it is handling (alive, so its id is
+    # unique then) without this record keeping the exception's frames, and the training state in them, alive
+    error_id: int | None = field(default=None, repr=False)
+
+    def summary(self) -> str:
+        if self.pending:
+            return f"MLflow run {self.run_id} is incomplete: the tracking store could not take the end of the run"
+        text = f"MLflow run {self.run_id} ended {self.status}"
+        steps = list(dict.fromkeys(f.split(":")[0] for f in self.failures))  # causes: upload_pending, error.log
+        return text + (f"; not recorded: {', '.join(steps)}" if steps else "")
+
+
+class Salvage(Protocol):
+    """What the owner of a run does when it ends (pipeline.RunSalvage for a profiled run)."""
+
+    folder: Path  # the local run folder
+
+    def reason(self, exc: BaseException, status: str) -> str: ...
+
+    def record(self, status: str, reason: str) -> None: ...  # local: what the store should receive
+
+    def steps(self, status: str, reason: str) -> list[tuple[str, Callable[[], None]]]: ...
+
+    def ended(self, end: RunEnd, exc: BaseException | None) -> None: ...
+
+
+_ENDED: list[RunEnd] = []  # the last 100 runs this process could not end cleanly FINISHED (see ended_by)
+
+
+def ended_runs() -> list[RunEnd]:
+    return list(_ENDED)
+
+
+def ended_by(exc: BaseException) -> RunEnd | None:
+    """The run that `exc` (or an exception it was raised from or while handling) ended, most recent first."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 20:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for end in reversed(_ENDED):
+        if any(end.error_id == id(e) for e in chain):
+            return end
+    return None
+
+
+def _attempt(end: RunEnd, what: str, call: Callable[[], None], uri: str) -> None:
+    """Run one end-of-run step; a failure is recorded and, if the server has gone, later steps are skipped
+    (each would wait out its retries) and the run is marked pending for `yolo-mlops upload`."""
+    if end.pending:
+        end.failures.append(f"{what}: skipped, tracking server unreachable")
+        return
+    try:
+        call()
+    except Exception as exc:
+        end.failures.append(f"{what}: {exception_line(exc)}"[:500])
+        if not server_reachable(uri):
+            end.pending = True
+
+
+def finish_failed_run(mlflow: MlflowClient, run_id: str, status: str, reason: str,
+                      salvage: Salvage | None = None) -> RunEnd:
+    """Salvage, error tag, terminal status: each step in its own try, so no failing call skips another;
+    the terminal status is always attempted (unless the server is known to be gone)."""
+    end = RunEnd(run_id, status, reason)
+    uri = mlflow.tracking_uri
+    if salvage is not None:
+        try:
+            salvage.record(status, reason)
+        except Exception as exc:
+            end.failures.append(f"run folder: {exception_line(exc)}"[:500])
+    if not server_reachable(uri):
+        end.pending = True
+    for what, call in (salvage.steps(status, reason) if salvage is not None else []):
+        _attempt(end, what, call, uri)
+    _attempt(end, "error tag", lambda: log_values(mlflow, run_id, tags={names.ERROR: reason[:names.TAG_MAX_CHARS]}),
+             uri)
+    if end.pending:  # the status too: one more wait on a server known to be gone would only delay the user
+        end.failures.append("status: skipped, tracking server unreachable")
+    else:
+        try:
+            end_run(mlflow, run_id, status)
+        except Exception as exc:
+            end.failures.append(f"status: {exception_line(exc)}"[:500])
+            end.pending = True
+    return end
+
+
 @contextmanager
-def run_guard(mlflow: MlflowClient, run_id: str, salvage: Callable[[], None] | None = None) -> Iterator[None]:
-    """End the run FINISHED, or FAILED/KILLED with whatever was captured: no run is left RUNNING."""
+def run_guard(mlflow: MlflowClient, run_id: str, salvage: Salvage | None = None) -> Iterator[None]:
+    """End the run FINISHED, or FAILED/KILLED with whatever was captured: no run is left RUNNING.
+
+    A signal (SIGTERM, SIGINT) ends it KILLED; anything else FAILED, with a one-line reason in the
+    `yolo_mlops.error` tag. When the tracking store cannot take the end of the run, `salvage.ended` marks the
+    local run folder so `yolo-mlops upload` can finish it.
+    """
     try:
         yield
     except BaseException as exc:
-        status = RunStatus.to_string(RunStatus.KILLED if isinstance(exc, KeyboardInterrupt) else RunStatus.FAILED)
-        try:
-            log_values(mlflow, run_id, tags={names.ERROR: f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]})
-            if salvage is not None:
-                salvage()  # upload whatever the run captured before it failed
-        finally:
-            end_run(mlflow, run_id, status)
+        status = RunStatus.to_string(RunStatus.KILLED if interruption_signal(exc) else RunStatus.FAILED)
+        reason = failure_line(exc, mlflow.tracking_uri)
+        if salvage is not None:
+            try:
+                reason = salvage.reason(exc, status)
+            except Exception:
+                pass  # the plain exception line is still a reason
+        end = finish_failed_run(mlflow, run_id, status, reason, salvage)
+        end.folder = str(salvage.folder) if salvage is not None else ""
+        end.error_id = id(exc)
+        _ENDED[:] = _ENDED[-99:] + [end]
+        if salvage is not None:
+            try:
+                salvage.ended(end, exc)
+            except Exception as marker_error:  # the folder itself cannot be written (disk full): say so
+                end.failures.append(f"run folder: {exception_line(marker_error)}"[:500])
         raise
-    else:
+    end = RunEnd(run_id, "FINISHED", folder=str(salvage.folder) if salvage is not None else "")
+    try:
         end_run(mlflow, run_id, "FINISHED")
+    except Exception as exc:
+        end.failures.append(f"status: {exception_line(exc)}"[:500])
+        end.pending = True
+        end.reason = failure_line(exc, mlflow.tracking_uri)
+        end.error_id = id(exc)
+        _ENDED[:] = _ENDED[-99:] + [end]
+        if salvage is not None:
+            salvage.ended(end, exc)
+        raise
+    if salvage is not None:
+        try:
+            salvage.ended(end, None)
+        except Exception:
+            pass  # the run is complete in the store; a missing local marker only makes `upload` re-check
 
 
 def log_text(mlflow: MlflowClient, run_id: str, text: str, artifact_file: str) -> None:
