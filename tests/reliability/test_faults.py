@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -303,11 +304,12 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
 
 @pytest.fixture
 def small_filesystem():
-    """A 48 MiB tmpfs (root only): room for the dataset and the run, not for a filler file beside them."""
+    """A 256 MiB tmpfs (root only): room for the dataset, the temporary Prefect server's database (kept under
+    the data home) and the run, not for a filler file beside them."""
     if os.geteuid() != 0:
         pytest.skip("mounting a size-limited tmpfs needs root")
     mount = Path(tempfile.mkdtemp(prefix="yolo-mlops-small-fs-"))
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True,
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
                           text=True)
     if done.returncode != 0:
         mount.rmdir()
@@ -343,7 +345,8 @@ def test_disk_full_mid_run_fails_the_run_in_one_line(tmp_path, prefect_home, sma
     proc = start_profile(run_config(tmp_path, epochs, "disk-full"), cli_env(home, uri, prefect_home), log)
     try:
         wait_for(lambda: steps_written(home) >= STEPS_PER_EPOCH, STARTUP_WAIT_S, proc, "the first epoch")
-        assert fill(small_filesystem) > 0
+        fill(small_filesystem)
+        assert shutil.disk_usage(small_filesystem).free < 1 << 20
         proc.wait(600)
     finally:
         stop_group(proc)
