@@ -113,9 +113,18 @@ def yolo_lines(log: Path) -> list[str]:
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    """Kill a command a test gave up on, with its children: the temporary Prefect server runs in a session of
+    its own (so a terminal's Ctrl-C reaches only the command), so killing the group alone would orphan it."""
+    import psutil
+
+    if proc.poll() is not None:
+        return
+    children = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    for child in children:
+        if child.is_running():
+            child.kill()
 
 
 def mlflow_client(uri: str):
