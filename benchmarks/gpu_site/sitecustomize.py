@@ -1,7 +1,8 @@
 """Start-up hook of the GPU checks (on PYTHONPATH only while `benchmarks/run_gpu_checks.sh` runs).
 
-polars (a 52 MiB wheel) is not carried to the GPU machine, but ultralytics imports it on the training path
-in exactly one place: `BaseTrainer.read_results_csv`, which copies results.csv into the last checkpoint
+polars (a 52 MiB wheel) is not carried to the GPU machine. The project's trainer reads results.csv with
+pandas, but the plain (uninstrumented) arm of the overhead benchmark uses ultralytics' own trainer, which
+imports polars in exactly one place: `BaseTrainer.read_results_csv`, which copies results.csv into the last checkpoint
 when training ends. When polars is missing, this hook replaces that one method, as soon as
 `ultralytics.engine.trainer` is imported, by the same read done with pandas (column -> list of values,
 `{}` when the file cannot be read, as the original returns). Nothing else changes; with polars installed

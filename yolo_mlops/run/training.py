@@ -232,6 +232,16 @@ def _make_trainer_class():
 
         instrumentation: _Instrumentation
 
+        def read_results_csv(self):
+            """results.csv as column -> values, read with pandas (a dependency already) rather than polars,
+            which ultralytics imports only here, when it writes the last checkpoint; {} when unreadable."""
+            import pandas as pd
+
+            try:
+                return pd.read_csv(self.csv).to_dict(orient="list")
+            except Exception:  # as ultralytics: no (or an unreadable) results.csv is no results
+                return {}
+
         def preprocess_batch(self, batch):
             inst = self.instrumentation
             self._last_batch_images = int(batch["img"].shape[0])
