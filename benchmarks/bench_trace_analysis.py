@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from yolo_mlops.render import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 HTA_VENV = REPO / ".bench-venv-hta"
 HTA_VERSION = "0.5.0"
@@ -245,14 +247,13 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "Command (repository root; HTA is installed into `.bench-venv-hta` on first run): "
         f"`{command}`",
         "",
-        "| trace | HTA process s | `yolo-mlops analyze` process s | speed-up (goal >= 10x) "
-        "| HTA peak RSS MiB | analyze peak RSS MiB |",
-        "|---|---|---|---|---|---|",
+        markdown_table(
+            ("trace", "HTA process s", "`yolo-mlops analyze` process s", "speed-up (goal >= 10x)",
+             "HTA peak RSS MiB", "analyze peak RSS MiB"),
+            [(row["trace"], f"{row['hta']['wall_s']:.2f}", f"{row['cli']['wall_s']:.3f}",
+              f"{row['hta']['wall_s'] / row['cli']['wall_s']:.1f}x", f"{row['hta']['rss_mib']:.0f}",
+              f"{row['cli']['rss_mib']:.0f}") for row in compare]),
     ]
-    for row in compare:
-        h, c = row["hta"], row["cli"]
-        lines.append(f"| {row['trace']} | {h['wall_s']:.2f} | {c['wall_s']:.3f} | {h['wall_s'] / c['wall_s']:.1f}x "
-                     f"| {h['rss_mib']:.0f} | {c['rss_mib']:.0f} |")
     lines += [
         "",
         f"CLI start, `yolo-mlops --help` (median of {HELP_REPEATS}): **{help_s:.3f} s** (goal <= 0.15 s).",
@@ -260,13 +261,12 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "In-process (imports excluded), same child: analysis = load + breakdowns + attribution + diagnosis + JSON;",
         "gunzip = reading and decompressing the file, nothing else (goal: analysis within 3x of gunzip).",
         "",
-        "| trace | HTA in-process s | ours in-process s | speed-up | gunzip s | ours / gunzip |",
-        "|---|---|---|---|---|---|",
+        markdown_table(
+            ("trace", "HTA in-process s", "ours in-process s", "speed-up", "gunzip s", "ours / gunzip"),
+            [(row["trace"], f"{row['hta']['inner_s']:.2f}", f"{row['ours']['inner_s']:.3f}",
+              f"{row['hta']['inner_s'] / row['ours']['inner_s']:.1f}x", f"{row['ours']['gunzip_s']:.3f}",
+              f"{row['ours']['inner_s'] / row['ours']['gunzip_s']:.1f}x") for row in compare]),
     ]
-    for row in compare:
-        h, o = row["hta"], row["ours"]
-        lines.append(f"| {row['trace']} | {h['inner_s']:.2f} | {o['inner_s']:.3f} | {h['inner_s'] / o['inner_s']:.1f}x "
-                     f"| {o['gunzip_s']:.3f} | {o['inner_s'] / o['gunzip_s']:.1f}x |")
     if not big:
         return "\n".join(lines) + "\n"
     lines += [
@@ -274,15 +274,14 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "Generated traces (Kineto-shaped: ProfilerSteps of cpu_op + cudaLaunchKernel + kernel + `[memory]` events;",
         "HTA only with --hta-generated, on the smaller one, once):",
         "",
-        "| events | JSON MiB (gz MiB) | ours wall s | ours in-process s | ours peak RSS MiB "
-        "| HTA wall s | HTA peak RSS MiB |",
-        "|---|---|---|---|---|---|---|",
+        markdown_table(
+            ("events", "JSON MiB (gz MiB)", "ours wall s", "ours in-process s", "ours peak RSS MiB", "HTA wall s",
+             "HTA peak RSS MiB"),
+            [(f"{row['events']:,}", f"{row['json_mib']:.0f} ({row['gz_mib']:.0f})", f"{row['ours']['wall_s']:.2f}",
+              f"{row['ours']['inner_s']:.2f}", f"{row['ours']['rss_mib']:.0f}",
+              f"{row['hta']['wall_s']:.2f}" if row.get("hta") else "-",
+              f"{row['hta']['rss_mib']:.0f}" if row.get("hta") else "-") for row in big]),
     ]
-    for row in big:
-        o, h = row["ours"], row.get("hta")
-        hta_cells = f"{h['wall_s']:.2f} | {h['rss_mib']:.0f}" if h else "- | -"
-        lines.append(f"| {row['events']:,} | {row['json_mib']:.0f} ({row['gz_mib']:.0f}) | {o['wall_s']:.2f} "
-                     f"| {o['inner_s']:.2f} | {o['rss_mib']:.0f} | {hta_cells} |")
     if len(big) == 2:
         (small, large) = big
         per_event = (large["ours"]["rss_mib"] - small["ours"]["rss_mib"]) * 2**20 / (large["events"] - small["events"])
