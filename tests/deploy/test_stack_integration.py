@@ -258,7 +258,7 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
             view = "mlflow-run-report"  # the markdown report, which the viewer renders
             page.get_by_text("report.md", exact=True).first.click()
             expect(page.get_by_role("heading", name="Profiling report")).to_be_visible(timeout=30_000)
-            expect(page.get_by_role("heading", name="Step time")).to_be_visible()
+            expect(page.get_by_role("heading", name="Step time", exact=True)).to_be_visible()
             page.screenshot(path=str(CI_OUTPUT / f"{view}.png"))
 
             view = "mlflow-run-plot"  # the step-time plot, as an image the browser actually decoded
