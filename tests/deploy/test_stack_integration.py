@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from yolo_mlops.tracking import names
+
 from .conftest import REPO, VENV_BIN, MlflowServer, PrefectServer, base_env, start, stop
 
 pytestmark = pytest.mark.integration
@@ -235,7 +237,9 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it, see deploy/ci-system-packages.txt)")
     client, run = mlflow_run
-    url = f"{mlflow_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/artifacts"
+    # the link the project prints (tracking.run_url), on the artifacts tab
+    url = (f"{mlflow_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/artifacts"
+           f"?{names.UI_TRAINING_VIEW_QUERY}")
     CI_OUTPUT.mkdir(exist_ok=True)
 
     with sync_playwright() as playwright:
@@ -253,6 +257,9 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
             analysis = page.get_by_text("analysis", exact=True).first
             expect(analysis).to_be_visible(timeout=60_000)  # the artifact tree, loaded through basic auth
             expect(page.get_by_text("env.json", exact=True).first).to_be_visible()
+            # the model-training view (its sidebar has the model registry), not the GenAI "Evaluation runs"
+            expect(page.get_by_text("Model registry", exact=True).first).to_be_visible()
+            expect(page.get_by_text("Evaluation runs", exact=True)).to_have_count(0)
             analysis.click()
 
             view = "mlflow-run-report"  # the markdown report, which the viewer renders

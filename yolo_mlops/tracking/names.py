@@ -14,6 +14,8 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 # experiment tag: MLflow 3's UI opens an experiment without it in the GenAI view ("Evaluation runs")
 EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TRAINING = "custom_model_development"  # the model-training view (runs, metrics, charts)
+# MLflow 3.17's UI picks the view from its GenAI / Model training switch, which a link sets with this query
+UI_TRAINING_VIEW_QUERY = "workflowType=machine_learning"
 
 RUN_KIND = TAG_PREFIX + "run_kind"
 VARIANT = TAG_PREFIX + "variant"

@@ -409,7 +409,7 @@ def run_url(run_id: str, experiment_id_: str) -> str:
     """Link to the run in the MLflow UI (served by `mlflow ui` for local stores)."""
     uri = tracking_uri()
     base = uri if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id_}/runs/{run_id}?{names.UI_TRAINING_VIEW_QUERY}"
 
 
 def ui_command() -> str:
