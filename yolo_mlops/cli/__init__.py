@@ -77,9 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from yolo_mlops.run import prefect_server
-    from yolo_mlops.run.config import data_home
 
-    prefect_server.configure(data_home())  # before any command imports prefect
+    if args.command in FLOW_COMMANDS:  # the commands that import prefect; the others stay light (analyze)
+        from yolo_mlops.run.config import data_home
+
+        prefect_server.configure(data_home())  # before prefect is imported
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, _raise_interrupted) for s in HANDLED_SIGNALS}

@@ -22,7 +22,6 @@ to Prefect), so a sweep's child flows reuse the server its parent started.
 from __future__ import annotations
 
 import os
-from importlib.metadata import version
 from pathlib import Path
 from typing import IO
 
@@ -80,6 +79,8 @@ def _take_slot(folder: Path) -> Path | None:
     if folder in _slots:
         return _slots[folder]
     folder.mkdir(parents=True, exist_ok=True)
+    from importlib.metadata import version
+
     prefix = f"server-{version('prefect')}"  # a database migrated by another Prefect release is not reused
     for slot in range(SLOTS):
         lock = open(folder / f"{prefix}-{slot}.lock", "a")  # held open until the process exits
