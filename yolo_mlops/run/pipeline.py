@@ -102,7 +102,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     except BaseException:
         output_dir.rmdir()  # still empty: a store that refuses the run leaves no run folder behind
         raise
-    experiment_id = mlflow.get_run(run_id).info.experiment_id
+    experiment_id = tracking.experiment_of(mlflow, run_id)
     # the folder records where its run lives: `yolo-mlops upload` can send what the store missed there later
     upload.write_tracking_info(output_dir, upload.TrackingInfo(tracking.tracking_uri(), spec.experiment, run_id,
                                                                spec.run_name, tags, params))
