@@ -68,8 +68,8 @@ class CauseTime:
     cause: str
     time_us: float
     pct: float  # GPU idle: of the GPU's kernel-time span (rows sum to gpu.idle_pct); phases: of step time
-    step_pct: float  # of the step time of the steps it was measured over
-    ms_per_step: float
+    step_pct: float | None  # of the step time of the steps it was measured over; None: the trace has no steps
+    ms_per_step: float | None  # None: the trace has no ProfilerStep ranges, so there is no "per step"
 
 
 Intervals = tuple[np.ndarray, np.ndarray]
@@ -196,8 +196,8 @@ def _cause_time(cause: str, time_us: float, whole_us: float, steps: int, step_us
         cause=cause,
         time_us=time_us,
         pct=100.0 * time_us / whole_us if whole_us > 0 else 0.0,
-        step_pct=100.0 * time_us / step_us if step_us > 0 else 0.0,
-        ms_per_step=time_us / 1000 / steps if steps > 0 else 0.0,
+        step_pct=100.0 * time_us / step_us if step_us > 0 else None,
+        ms_per_step=time_us / 1000 / steps if steps > 0 else None,
     )
 
 

@@ -84,13 +84,14 @@ class Finding:
     evidence: dict[str, float | str]
     recommended_variants: list[str] = field(default_factory=list)
     saving: Saving | None = None  # None: the trace holds no time this finding accounts for
+    no_saving_reason: str | None = None  # why there is no saving, when the finding costs no step time
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
         """One line: severity, title, what it could save, what to try."""
-        saving = self.saving.text() if self.saving else "saving not estimable from the trace"
+        saving = self.saving.text() if self.saving else (self.no_saving_reason or "saving not estimable from the trace")
         variants = ", ".join(self.recommended_variants) or "a code change"
         return f"[{self.severity}] {self.title}; {saving}; try: {variants}"
 
@@ -152,7 +153,7 @@ def _step_ms(inp: DiagnosisInput, rank: RankAnalysis | None = None) -> float | N
 
 def _idle_saving(rank: RankAnalysis, cause: str, assumption: str) -> Saving | None:
     row = rank.idle_cause(cause)
-    if row is None:
+    if row is None or row.ms_per_step is None or row.step_pct is None:  # no steps: no per-step saving
         return None
     return Saving(row.ms_per_step, row.step_pct, assumption)
 
@@ -395,7 +396,7 @@ def memory_growth(inp: DiagnosisInput) -> Finding | None:
         evidence={"rank": str(rank.rank), "device": rank.memory.device,
                   "growth_mib_per_step": round((rank.memory.growth_bytes_per_step or 0.0) / 2**20, 2)},
         recommended_variants=[],
-        saving=Saving(0.0, 0.0, "(no step time: growing memory ends in an out-of-memory error, not a slower step)"),
+        no_saving_reason="no step time to save: growing memory ends in an out-of-memory error, not a slower step",
     )
 
 
@@ -421,7 +422,7 @@ def memory_near_capacity(inp: DiagnosisInput) -> Finding | None:
         evidence={"peak_memory_gib": round(peak, 3), "gpu_memory_total_gib": round(total, 3),
                   "memory_pct": round(pct, 2), "source": source, "threshold_pct": MEMORY_NEAR_CAPACITY_PCT},
         recommended_variants=variants,
-        saving=Saving(0.0, 0.0, "(no step time: it is a risk of running out of memory, not a cost per step)"),
+        no_saving_reason="no step time to save: it is a risk of running out of memory, not a cost per step",
     )
 
 

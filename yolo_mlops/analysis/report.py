@@ -195,7 +195,7 @@ def _host_blocks(analysis: TraceAnalysis) -> list[Block]:
         blocks.append(Table(["rank", "category", "ms", "% of step time", "events"], rows))
     else:
         blocks.append(Paragraph("No data-loader, phase-label, optimizer or sync events inside profiled steps."))
-    phase_rows = [[str(r.rank), c.cause, _ms(c.time_us), f"{c.ms_per_step:.2f}", f"{c.step_pct:.1f}"]
+    phase_rows = [[str(r.rank), c.cause, _ms(c.time_us), fmt(c.ms_per_step, ".2f"), fmt(c.step_pct, ".1f")]
                   for r in analysis.ranks for c in r.step_by_phase]
     if phase_rows:
         blocks += [Heading("Step time by phase", 3),
@@ -227,7 +227,8 @@ def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
         Heading("GPU idle by host cause", 3),
         Paragraph("Each GPU idle interval matched with what the host was doing meanwhile (docs/analysis.md)."),
         Table(["cause", "ms/step", "% of kernel-time span", "% of step time"],
-              [[c.cause, f"{c.ms_per_step:.2f}", f"{c.pct:.1f}", f"{c.step_pct:.1f}"] for c in rank.gpu_idle_by_cause]),
+              [[c.cause, fmt(c.ms_per_step, ".2f"), f"{c.pct:.1f}", fmt(c.step_pct, ".1f")]
+               for c in rank.gpu_idle_by_cause]),
         Heading("Idle time per stream (HTA)", 3),
         Table(["stream", "category", "ms", "share of stream idle"],
               [[str(i.stream), i.idle_category, _ms(i.idle_time_us), f"{100 * i.idle_ratio:.1f}%"]

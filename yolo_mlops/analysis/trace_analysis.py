@@ -22,6 +22,7 @@ from yolo_mlops.analysis.host import (
 )
 from yolo_mlops.analysis.memory import MemoryProfile, memory_profile
 from yolo_mlops.analysis.trace_loader import RankTrace, load_traces
+from yolo_mlops.render import fmt
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
 GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
@@ -194,7 +195,7 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
             gpu_summary.layout_conversion_time_us = gpu_summary.layout_conversion_kernel_pct / 100 * durations
 
     # the steps the GPU window covers (HTA drops the last one when there are two or more)
-    window_steps = steps.count - 1 if window_end is not None else max(steps.count, 1)
+    window_steps = steps.count - 1 if window_end is not None else steps.count
     window_step_us = float(steps.duration[:window_steps].sum()) if steps.count else 0.0
     return RankAnalysis(
         rank=trace.rank,
@@ -216,7 +217,7 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         gpu_idle_by_cause=gpu_idle_by_cause(trace, host, steps, window_acts, window_steps, window_step_us)
         if has_gpu else [],
         step_by_phase=step_time_by_phase(trace, host, steps),
-        window_steps=window_steps if steps.count else 0,
+        window_steps=window_steps,
         window_step_us=window_step_us,
     )
 
@@ -357,7 +358,7 @@ def _render_rank(r: RankAnalysis) -> list[str]:
         lines += [f"  {c.category:<28} {c.time_us / 1000:10.2f} ms {c.pct:6.1f}%  ({c.count} events)" for c in r.host]
     if r.step_by_phase:
         lines.append("step time by phase (each instant counted once):")
-        lines += [f"  {_phase_name(c.cause):<28} {c.ms_per_step:10.2f} ms/step {c.step_pct:6.1f}%"
+        lines += [f"  {_phase_name(c.cause):<28} {fmt(c.ms_per_step, '.2f'):>10} ms/step {fmt(c.step_pct, '.1f'):>6}%"
                   for c in r.step_by_phase]
     if r.gpu is None:
         lines.append("gpu: none (CPU-only trace)")
@@ -372,7 +373,7 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             "  kernel types:",
             *(f"    {k.kernel_type:<55} {k.time_us / 1000:10.2f} ms {k.pct:6.1f}%" for k in r.kernel_types),
             "  GPU idle by host cause (share of kernel-time span; of step time):",
-            *(f"    {c.cause:<16} {c.ms_per_step:10.2f} ms/step {c.pct:6.1f}% {c.step_pct:6.1f}%"
+            *(f"    {c.cause:<16} {fmt(c.ms_per_step, '.2f'):>10} ms/step {c.pct:6.1f}% {fmt(c.step_pct, '.1f'):>6}%"
               for c in r.gpu_idle_by_cause),
             "  idle time per stream:",
             *(

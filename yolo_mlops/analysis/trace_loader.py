@@ -421,7 +421,7 @@ def _column(buffer: array, dtype) -> np.ndarray:
 def _as_int(value) -> int:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
         return -1
 
 
@@ -456,6 +456,8 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
         raise TraceError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from exc
     except ijson.JSONError as exc:
         raise TraceError(f"{path}: invalid or truncated JSON ({str(exc).splitlines()[0][:120]})") from exc
+    except OverflowError as exc:  # an id or timestamp beyond what the columns hold (int64 / int32 streams)
+        raise TraceError(f"{path}: a value out of range for a trace field ({exc})") from exc
     finally:
         if collecting:
             gc.enable()

@@ -75,4 +75,7 @@ class CudaMemorySnapshot:
         except Exception as exc:
             self.status = f"skipped: dump failed ({type(exc).__name__}: {exc})"
         finally:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            try:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            except Exception:  # a diagnostic never stops training; the status already says what happened
+                pass
