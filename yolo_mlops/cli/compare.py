@@ -18,6 +18,8 @@ from yolo_mlops.errors import ConfigError
 def cmd_compare(args: argparse.Namespace) -> int:
     import dataclasses
 
+    if args.top < 1:
+        raise ConfigError(f"--top {args.top}: must be at least 1")
     a, b = args.a, args.b
     as_files = [Path(x).exists() for x in (a, b)]
     if all(as_files):

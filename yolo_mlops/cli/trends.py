@@ -23,6 +23,8 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError(f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
+    if not 0 < args.max_pvalue <= 1:
+        raise ConfigError(f"--max-pvalue {args.max_pvalue}: must be in (0, 1]")
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)

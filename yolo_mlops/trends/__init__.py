@@ -50,6 +50,7 @@ def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUT
                  ) -> dict[tuple[str, str], Attribution]:
     """Operator attribution of each change point of the given metrics, keyed by (metric, first run after)."""
     by_id = {r.run_id: r for r in trend.runs}
+    profiles: dict = {}  # run id -> profile: change points of several metrics share their runs
     found = {}
     for m in trend.metrics:
         if m.metric not in metrics:
@@ -57,5 +58,5 @@ def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUT
         for c in m.changes:
             before = [by_id[i] for i in c.before_run_ids]
             after = [by_id[i] for i in c.after_run_ids]
-            found[(m.metric, c.run_id)] = attribute_runs(mlflow, before, after)
+            found[(m.metric, c.run_id)] = attribute_runs(mlflow, before, after, cache=profiles)
     return found

@@ -154,14 +154,21 @@ def attribute(before: list[RunProfile], after: list[RunProfile], top: int | None
                        tuple(rows if top is None else rows[:top]))
 
 
-def attribute_runs(mlflow, before: list, after: list, top: int = 15) -> Attribution:
+def attribute_runs(mlflow, before: list, after: list, top: int = 15,
+                   cache: dict[str, RunProfile | None] | None = None) -> Attribution:
     """Attribution between two groups of RunRecords (nearest MAX_RUNS_PER_SIDE to the change on each side);
-    runs without key_averages tables are left out and named; too few on a side: the note says so."""
+    runs without key_averages tables are left out and named; too few on a side: the note says so.
+    `cache` (run id -> profile) is shared by the change points of one report, so each run is read once."""
     before, after = before[-MAX_RUNS_PER_SIDE:], after[:MAX_RUNS_PER_SIDE]
+    cache = {} if cache is None else cache
     profiles_b, profiles_a, missing = [], [], []
     for records, profiles in ((before, profiles_b), (after, profiles_a)):
+        if records is after and not profiles_b:
+            break  # nothing to compare the after side with: do not download it
         for r in records:
-            profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms)
+            if r.run_id not in cache:
+                cache[r.run_id] = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms)
+            profile = cache[r.run_id]
             (profiles.append(profile) if profile is not None else missing.append(r.run_id))
     if not profiles_b or not profiles_a:
         side = "before" if not profiles_b else "after"
