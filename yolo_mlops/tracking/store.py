@@ -20,7 +20,8 @@ import pandas as pd
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
-from yolo_mlops.run.config import ConfigError, data_home
+from yolo_mlops.errors import ConfigError
+from yolo_mlops.run.config import data_home
 from yolo_mlops.tracking import names
 
 
@@ -103,9 +104,9 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
 
 
 def experiment_id(mlflow: MlflowClient, name: str) -> str:
-    found = mlflow.get_experiment_by_name(name)
+    found = find_experiment_id(mlflow, name)
     if found is not None:
-        return found.experiment_id
+        return found
     kind = {names.EXPERIMENT_KIND: names.EXPERIMENT_KIND_TRAINING}
     location = None
     if urlparse(mlflow.tracking_uri).scheme not in ("http", "https"):
@@ -449,13 +450,15 @@ def find_experiment_id(mlflow: MlflowClient, name: str) -> str | None:
 
 
 def find_run(mlflow: MlflowClient, run_id: str):
-    """The run, or None when no run has this id."""
+    """The run, or None when no run has this id (any other failure, e.g. the server, is raised)."""
     from mlflow.exceptions import MlflowException
 
     try:
         return mlflow.get_run(run_id)
-    except MlflowException:
-        return None
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):  # unknown or malformed id
+            return None
+        raise
 
 
 def load_artifact_text(mlflow: MlflowClient, run_id: str, artifact_path: str) -> str | None:

@@ -84,9 +84,13 @@ def read_record(folder: Path) -> RunRecord | None:
     path = folder / RUN_RECORD_JSON
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    data["histories"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in data["histories"].items()}
-    return RunRecord(**data)
+    try:
+        data = json.loads(path.read_text())
+        data["histories"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in data["histories"].items()}
+        return RunRecord(**data)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged or partial record
+        raise ConfigError(f"{path} is not readable ({type(exc).__name__}: {exc}); the run cannot be "
+                          "uploaded from it") from None
 
 
 def mark_pending(folder: Path, status: str, reason: str, failures: list[str]) -> None:
@@ -120,11 +124,11 @@ def upload_artifacts(mlflow, run_id: str, folder: Path) -> None:
         store.log_folder(mlflow, run_id, folder / name, name)
     for name in (names.ENV_JSON, names.RUN_SPEC_YAML):
         if (folder / name).exists():
-            mlflow.log_artifact(run_id, str(folder / name))
+            store.log_file(mlflow, run_id, folder / name)
     ultra = folder / names.ULTRALYTICS_DIR
     for name in names.ULTRALYTICS_FILES:
         if (ultra / name).exists():
-            mlflow.log_artifact(run_id, str(ultra / name), names.ULTRALYTICS_DIR)
+            store.log_file(mlflow, run_id, ultra / name, names.ULTRALYTICS_DIR)
 
 
 def save_table(folder: Path, name: str, frame) -> None:
@@ -174,13 +178,15 @@ def upload(folder: Path) -> UploadResult:
     if not store.server_reachable(info.tracking_uri):
         raise ConfigError(f"MLflow tracking server {info.tracking_uri} is unreachable; {folder} stays pending")
     created = False
-    if info.run_id is None or not _run_exists(mlflow, info.run_id):
+    existing = None if info.run_id is None else store.find_run(mlflow, info.run_id)
+    if existing is None:
         info.run_id = store.create_run(mlflow, info.experiment, info.run_name, info.tags, info.params)
         write_tracking_info(folder, info)  # recorded before anything else: a retry goes to this run
         created = True
     if record is None:  # the run ended before it recorded anything (e.g. killed during preparation)
         record = RunRecord(status="FAILED", reason=pending_reason(folder) or "the run recorded no result")
-    params = {k: v for k, v in record.params.items() if k not in _logged_params(mlflow, info.run_id)}
+    logged = dict(info.params) if existing is None else existing.data.params  # params are written once only
+    params = {k: v for k, v in record.params.items() if k not in logged}
     tags = dict(record.tags)
     if record.status != "FINISHED" and record.reason:
         tags[names.ERROR] = record.reason[:names.TAG_MAX_CHARS]
@@ -192,18 +198,3 @@ def upload(folder: Path) -> UploadResult:
     mark_uploaded(folder)
     return UploadResult(info.run_id, record.status, created=created, already=False)
 
-
-def _run_exists(mlflow, run_id: str) -> bool:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        mlflow.get_run(run_id)
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return False
-        raise
-    return True
-
-
-def _logged_params(mlflow, run_id: str) -> dict[str, str]:
-    return mlflow.get_run(run_id).data.params
