@@ -1,7 +1,8 @@
 """`yolo-mlops` command line. Every run command builds one RunSpec and hands it to a Prefect flow.
 
-Each command lives in its own module and imports what it needs when it runs, so the parser itself
-(and `--help`) stays cheap.
+Each command lives in its own module and imports what it needs when it runs. A command line that names a
+command builds only that command's parser (`COMMANDS` maps each command to its module), so `analyze`
+imports nothing of the run, sweep or trends commands; `--help` and unknown commands build them all.
 
 SIGTERM (docker stop, Kubernetes, a Prefect cancellation), SIGINT (Ctrl-C) and SIGHUP (terminal closed)
 become `Interrupted`, a KeyboardInterrupt: the stack unwinds through every `finally` (the MLflow run ends
@@ -15,16 +16,17 @@ line too, exit code 1; its traceback stays in the run folder (`error.log`).
 from __future__ import annotations
 
 import argparse
-import logging
+import importlib
 import signal
 import sys
 import threading
 
-from yolo_mlops.cli import analyze, compare, run, sweeps, trends, upload
-from yolo_mlops.cli.run import spec_from_args
 from yolo_mlops.errors import ConfigError
 
-COMMAND_MODULES = (run, analyze, sweeps, trends, compare, upload)
+COMMAND_MODULES = ("run", "analyze", "sweeps", "trends", "compare", "upload")  # yolo_mlops.cli.<name>, help order
+# command -> its module (a test checks this against what each module registers)
+COMMANDS = {"demo": "run", "profile": "run", "analyze": "analyze", "variants": "sweeps", "sweep": "sweeps",
+            "optimize": "sweeps", "trends": "trends", "compare": "compare", "upload": "upload"}
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FLOW_COMMANDS = ("demo", "profile", "sweep", "optimize")  # commands that run a Prefect flow
 
@@ -47,38 +49,51 @@ def _raise_interrupted(signal_number: int, frame) -> None:
     raise Interrupted(signal_number)
 
 
-class _NoTraceback(logging.Filter):
+def __getattr__(name: str):
+    if name == "spec_from_args":  # re-exported without importing the run command for every command line
+        from yolo_mlops.cli.run import spec_from_args
+
+        return spec_from_args
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _drop_prefect_traceback(record) -> bool:
     """Prefect's engine logs a failing flow's whole traceback to the console; the CLI reports the failure
     in one line and keeps the traceback in the run folder, and Prefect's API log handler (which runs
     before the console one) still sends it to the Prefect UI."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.name.startswith("prefect"):
-            record.exc_info, record.exc_text = None, None
-        return True
+    if record.exc_info and record.name.startswith("prefect"):
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 def quiet_prefect_tracebacks() -> None:
     """Drop tracebacks from Prefect's console output (call after importing prefect, which sets up logging)."""
+    import logging
+
     for handler in logging.getLogger().handlers:
-        if type(handler).__name__ == "PrefectConsoleHandler" and not any(
-                isinstance(f, _NoTraceback) for f in handler.filters):
-            handler.addFilter(_NoTraceback())
+        if type(handler).__name__ == "PrefectConsoleHandler" and _drop_prefect_traceback not in handler.filters:
+            handler.addFilter(_drop_prefect_traceback)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for `command` alone when it is one of COMMANDS; otherwise for every command."""
     parser = argparse.ArgumentParser(prog="yolo-mlops", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    for name in [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES:
+        importlib.import_module(f"yolo_mlops.cli.{name}").register(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from yolo_mlops.run import prefect_server
+def _command_word(argv: list[str]) -> str | None:
+    """The command a command line names: its first word, when it is not an option (`-h`)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_word(argv)).parse_args(argv)
     if args.command in FLOW_COMMANDS:  # the commands that import prefect; the others stay light (analyze)
+        from yolo_mlops.run import prefect_server
         from yolo_mlops.run.config import data_home
 
         prefect_server.configure(data_home())  # before prefect is imported
@@ -95,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"yolo-mlops: error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:
-        line = prefect_server.startup_failure(exc)
+        prefect_server = sys.modules.get("yolo_mlops.run.prefect_server")  # imported by the flow commands
+        line = prefect_server.startup_failure(exc) if prefect_server is not None else None
         if line is not None:
             print(f"yolo-mlops: error: {line}", file=sys.stderr)
             return 2
