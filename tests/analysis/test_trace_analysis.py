@@ -228,10 +228,10 @@ def test_gzip_and_plain_json_agree(tmp_path, cpu_trace_file):
 
 
 def _columns_equal(a, b) -> None:
-    for column in ("ts", "dur", "stream", "correlation", "name_id", "cat_id", "thread_id"):
+    for column in ("ts", "dur", "stream", "correlation", "name_id", "cat_id", "pid_id"):
         assert list(getattr(a, column)) == list(getattr(b, column)), column
     assert a.names.values == b.names.values
-    assert a.threads.values == b.threads.values
+    assert a.pids.values == b.pids.values
     assert list(a.mem_allocated) == list(b.mem_allocated)
     assert a.seen_events == b.seen_events
 
@@ -243,7 +243,7 @@ def test_chunked_decoder_matches_streaming_parser(cpu_trace_file, gpu_traces_dir
     for path in (cpu_trace_file, gpu_traces_dir / "small_comm_rank0.json.gz"):
         fast = loader._ColumnBuilder()
         with loader._open_binary(path) as fh:
-            assert loader._decode_events_chunked(fh, fast)
+            assert loader._decode_events_chunked(loader._read_blocks(fh), fast)
         slow = loader._ColumnBuilder()
         with loader._open_binary(path) as fh:
             loader._stream_events_ijson(fh, slow)
@@ -256,6 +256,7 @@ def test_any_json_layout_gives_the_same_analysis(tmp_path, trace_builder, layout
     from yolo_mlops.analysis import trace_loader as loader
 
     monkeypatch.setattr(loader, "READ_BUFFER_BYTES", 512)  # many blocks even for a small trace
+    monkeypatch.setattr(loader, "METADATA_HEAD_BYTES", 512)  # the head is the first block
     doc = _two_step_gpu_trace(trace_builder, rank=0).document()
     reference = analyze_traces(_two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "ref.json"))
     if layout == "compact":

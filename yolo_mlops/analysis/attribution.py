@@ -36,8 +36,8 @@ from yolo_mlops.analysis.host import (
     DATA_LOADER_CATEGORY,
     OPTIMIZER_CATEGORY,
     PHASE_LABEL_PREFIX,
+    PHASE_ORDER,
     Steps,
-    host_category,
 )
 from yolo_mlops.analysis.trace_loader import RankTrace
 
@@ -46,8 +46,6 @@ DATA_LOADER, PREPROCESS, OPTIMIZER, CUDA_SYNC, LAUNCH_OVERHEAD, OTHER = (
 # Every cause, in the order the host layers are matched (other last); the JSON/metrics list all of them.
 IDLE_CAUSES = (DATA_LOADER, CUDA_SYNC, OPTIMIZER, PREPROCESS, LAUNCH_OVERHEAD, OTHER)
 BETWEEN_PHASES = "between_phases"
-# The training code's phases in the order they happen within a step.
-PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 # Host events that are the work of launching: operators and runtime/driver calls. Not python_function
 # (with_stack traces): the outermost Python frames span whole steps, whatever the host does in them.
 LAUNCH_EVENT_CATEGORIES = frozenset({"cpu_op", "operator", "cuda_runtime", "cuda_driver", "runtime", "driver"})
@@ -119,15 +117,13 @@ def _union(*sets: Intervals) -> Intervals:
     return _merged(np.concatenate([s for s, _ in sets]), np.concatenate([e for _, e in sets]))
 
 
-def _host_layers(trace: RankTrace, host: np.ndarray) -> tuple[dict[str, Intervals], Intervals]:
+def _host_layers(trace: RankTrace, host: np.ndarray,
+                 category_by_name: list[str | None]) -> tuple[dict[str, Intervals], Intervals]:
     """Merged host intervals per cause, and those of every launching host event."""
-    cause_by_name = []
-    for name in trace.names:
-        cause = _CAUSE_LABELS.get(name)
-        if cause is None:
-            category = host_category(name)
-            cause = _CAUSE_CATEGORIES.get(category) if category is not None else None
-        cause_by_name.append(cause)
+    cause_by_name = [
+        _CAUSE_LABELS.get(category) or _CAUSE_CATEGORIES.get(category) if category is not None else None
+        for category in category_by_name
+    ]
     causes = sorted({c for c in cause_by_name if c is not None})
     code_by_name = np.array([causes.index(c) if c is not None else -1 for c in cause_by_name], dtype=np.int32)
     code = code_by_name[trace.name_id] if trace.name_id.size else np.zeros(0, np.int32)
@@ -147,7 +143,8 @@ def _empty() -> Intervals:
 
 
 def gpu_idle_by_cause(trace: RankTrace, host: np.ndarray, steps: Steps, acts: GpuActivities,
-                      window_steps: int, window_step_us: float) -> list[CauseTime]:
+                      window_steps: int, window_step_us: float,
+                      category_by_name: list[str | None]) -> list[CauseTime]:
     """GPU idle time of the window's activities by host cause (rows for every cause, in IDLE_CAUSES order)."""
     if acts.count == 0:
         return []
@@ -165,7 +162,7 @@ def gpu_idle_by_cause(trace: RankTrace, host: np.ndarray, steps: Steps, acts: Gp
     totals[OTHER] += float((gap_e[~host_caused] - gap_s[~host_caused]).sum())
     hs, he = gap_s[host_caused], gap_e[host_caused]
     if hs.size:
-        layers, launching = _host_layers(trace, host)
+        layers, launching = _host_layers(trace, host, category_by_name)
         sync = layers.get(CUDA_SYNC, _empty())
         began_in_sync = _covered(sync, hs) if sync[0].size else np.zeros(hs.size, dtype=bool)
         sync = _union(sync, (hs[began_in_sync], he[began_in_sync]))
@@ -201,13 +198,14 @@ def _cause_time(cause: str, time_us: float, whole_us: float, steps: int, step_us
     )
 
 
-def step_time_by_phase(trace: RankTrace, host: np.ndarray, steps: Steps) -> list[CauseTime]:
+def step_time_by_phase(trace: RankTrace, host: np.ndarray, steps: Steps,
+                       category_by_name: list[str | None]) -> list[CauseTime]:
     """Each instant of every step assigned to one phase label (or built-in category), the rest to
     `between_phases`. Rows in step order; labels that never occur are left out."""
     if steps.count == 0:
         return []
     total = float(steps.duration.sum())
-    code_by_name = {i: host_category(n) for i, n in enumerate(trace.names)}
+    code_by_name = dict(enumerate(category_by_name))
     present = {c for c in code_by_name.values() if c is not None}
     labels = [PHASE_LABEL_PREFIX + p for p in PHASE_ORDER if PHASE_LABEL_PREFIX + p in present]
     labels += sorted(c for c in present if c.startswith(PHASE_LABEL_PREFIX) and c not in labels)

@@ -40,9 +40,10 @@ _MEMORY_KERNEL_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NON_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 # Kernels computing in 16-bit floats (cuBLAS/cutlass/cuDNN/ATen naming), and NCHW<->NHWC layout
-# conversions (cuDNN inserts them when tensors are not channels_last).
-_REDUCED_PRECISION_RE = re.compile(r"fp16|f16|bf16|half|bfloat16|hgemm|h884|h1688|h16816", re.IGNORECASE)
-_LAYOUT_CONVERSION_RE = re.compile(r"nchwToNhwc|nhwcToNchw", re.IGNORECASE)
+# conversions (cuDNN inserts them when tensors are not channels_last). Matched against the lower-cased
+# name: ~8x faster than re.IGNORECASE on long templated kernel names.
+_REDUCED_PRECISION_RE = re.compile(r"fp16|f16|bf16|half|bfloat16|hgemm|h884|h1688|h16816")
+_LAYOUT_CONVERSION_RE = re.compile(r"nchwtonhwc|nhwctonchw")
 
 # HTA's default `consecutive_kernel_delay` (trace time unit: microseconds).
 KERNEL_WAIT_THRESHOLD_US = 30.0
@@ -170,8 +171,10 @@ def select_gpu_activities(trace: RankTrace) -> GpuActivities:
     keep = trace.gpu_mask()
     launch_ts = np.ceil(_launch_ts_by_correlation(trace, keep))  # whole us, as HTA compares them
     start, end = hta_rounded_interval(trace.ts[keep], trace.dur[keep])
-    type_by_name = np.array([kernel_type(n) for n in trace.names], dtype=object)
     name_id = trace.name_id[keep]
+    type_by_name = np.full(len(trace.names), OTHER, dtype=object)
+    for i in unique(name_id).tolist():  # GPU names only: a trace has far more host names
+        type_by_name[i] = kernel_type(trace.names[i])
     return GpuActivities(
         start=start,
         end=end,
@@ -283,11 +286,11 @@ def top_kernels(acts: GpuActivities, names: list[str], limit: int = TOP_KERNELS)
 
 
 def is_reduced_precision_kernel(name: str) -> bool:
-    return bool(_REDUCED_PRECISION_RE.search(name))
+    return _REDUCED_PRECISION_RE.search(name.lower()) is not None
 
 
 def is_layout_conversion_kernel(name: str) -> bool:
-    return bool(_LAYOUT_CONVERSION_RE.search(name))
+    return _LAYOUT_CONVERSION_RE.search(name.lower()) is not None
 
 
 def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> float | None:

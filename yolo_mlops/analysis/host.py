@@ -18,6 +18,8 @@ from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace
 # Prefix of the training code's record_function phase labels. Defined here (torch-free) and imported
 # by yolo_mlops.profiling.torch_profiler as PHASE_PREFIX, so analysis never imports torch.
 PHASE_LABEL_PREFIX = "yolo_mlops/"
+# The training code's phases (labels PHASE_LABEL_PREFIX + phase) in the order they happen within a step.
+PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 DATA_LOADER_CATEGORY = "data_loader"
 OPTIMIZER_CATEGORY = "optimizer"
 CUDA_SYNC_CATEGORY = "cuda_sync"
@@ -58,6 +60,11 @@ def host_category(name: str) -> str | None:
     if is_sync_call(name):
         return CUDA_SYNC_CATEGORY
     return None
+
+
+def categories_by_name(names: list[str]) -> list[str | None]:
+    """host_category of each name of a trace's name table (computed once per rank, read by every analysis)."""
+    return [host_category(n) for n in names]
 
 
 @dataclass
@@ -120,9 +127,9 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
     )
 
 
-def host_category_times(trace: RankTrace, host: np.ndarray, steps: Steps) -> dict[str, np.ndarray]:
+def host_category_times(trace: RankTrace, host: np.ndarray, steps: Steps,
+                        category_by_name: list[str | None]) -> dict[str, np.ndarray]:
     """Per category, an array with the category's time in each step (us) and one with event counts."""
-    category_by_name = [host_category(n) for n in trace.names]
     categories = sorted({c for c in category_by_name if c is not None})
     result: dict[str, np.ndarray] = {}
     if steps.count == 0:

@@ -21,7 +21,13 @@ from yolo_mlops.analysis.diagnosis import (
     headline,
     host_wait_share_of_idle,
 )
-from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
+from yolo_mlops.analysis.host import (
+    CUDA_SYNC_CATEGORY,
+    DATA_LOADER_CATEGORY,
+    OPTIMIZER_CATEGORY,
+    PHASE_LABEL_PREFIX,
+    PHASE_ORDER,
+)
 from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.tracking import names
@@ -29,8 +35,6 @@ from yolo_mlops.tracking import names
 STEP_PLOT = "step_time_breakdown.png"
 KERNEL_PLOT = "kernel_mix.png"
 NVML_PLOT = "nvml.png"
-# The training code's phases in the order they happen within a step (plot stacking order).
-PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 
 
 # ----------------------------------------------------------------------------- headline metrics

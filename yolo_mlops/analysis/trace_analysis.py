@@ -15,6 +15,7 @@ from yolo_mlops.analysis.host import (
     PHASE_LABEL_PREFIX,
     CategoryTime,
     Steps,
+    categories_by_name,
     find_steps,
     host_category_times,
     host_event_mask,
@@ -167,7 +168,8 @@ def _json_default(value):
 def analyze_rank(trace: RankTrace) -> RankAnalysis:
     host = host_event_mask(trace)
     steps = find_steps(trace, host)
-    category_times = host_category_times(trace, host, steps)
+    category_by_name = categories_by_name(trace.names)
+    category_times = host_category_times(trace, host, steps, category_by_name)
     total_step_us = float(steps.duration.sum())
     host_summary = [
         CategoryTime(category, float(v[0].sum()), _pct(float(v[0].sum()), total_step_us), int(v[1].sum()))
@@ -214,9 +216,10 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         top_host_ops=[HostOp(*op) for op in top_host_ops(trace, host)],
         memory=memory,
         steps=_step_summaries(all_acts, steps, category_times, memory),
-        gpu_idle_by_cause=gpu_idle_by_cause(trace, host, steps, window_acts, window_steps, window_step_us)
+        gpu_idle_by_cause=gpu_idle_by_cause(trace, host, steps, window_acts, window_steps, window_step_us,
+                                           category_by_name)
         if has_gpu else [],
-        step_by_phase=step_time_by_phase(trace, host, steps),
+        step_by_phase=step_time_by_phase(trace, host, steps, category_by_name),
         window_steps=window_steps,
         window_step_us=window_step_us,
     )
@@ -273,7 +276,7 @@ def _device_properties(trace: RankTrace) -> tuple[str | None, float | None, floa
     if not trace.device_properties:
         return None, None, None
     gpu = trace.gpu_mask()
-    device_id = trace.threads[int(trace.thread_id[gpu].min())][0] if gpu.any() else None
+    device_id = trace.pids[int(trace.pid_id[gpu].min())] if gpu.any() else None
     chosen = next((d for d in trace.device_properties if str(d.get("id")) == device_id), trace.device_properties[0])
     memory = chosen.get("totalGlobalMem")
     major, minor = chosen.get("computeMajor"), chosen.get("computeMinor")

@@ -3,7 +3,7 @@
 The decompressed file is streamed in blocks; each block's complete events are decoded by a typed
 msgspec decoder that builds only the fields we use, appended to typed `array.array` columns and
 dropped. Memory therefore grows with the number of events (~80 bytes each), not with the JSON
-size, and no per-event Python object outlives its block. Names, categories and threads are
+size, and no per-event Python object outlives its block. Names, categories and process ids are
 interned into small tables. Layouts the block decoder does not handle fall back to ijson
 streaming. docs/analysis.md has the measurements that picked this design.
 """
@@ -16,6 +16,7 @@ import io
 import re
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -58,12 +59,12 @@ class RankTrace:
     categories: list[str]
     name_id: np.ndarray  # int32 index into names
     cat_id: np.ndarray  # int32 index into categories
-    thread_id: np.ndarray  # int32 index into threads ((pid, tid) as strings)
+    pid_id: np.ndarray  # int32 index into pids (Kineto: the device id for GPU activities)
     ts: np.ndarray  # float64 microseconds
     dur: np.ndarray  # float64 microseconds
     stream: np.ndarray  # int32, -1 when the event has no CUDA stream
     correlation: np.ndarray  # int64, -1 when absent
-    threads: list[tuple[str, str]]
+    pids: list[str]
     memory: MemoryEvents
     device_properties: list[dict] = field(default_factory=list)
 
@@ -128,10 +129,8 @@ def _metadata_before_events(head: bytes) -> dict | None:
     return meta
 
 
-def _read_metadata(path: Path) -> dict:
-    """Top-level keys other than traceEvents found in the file head (bounded read)."""
-    with _open_binary(path) as fh:
-        head = fh.read(METADATA_HEAD_BYTES)
+def _read_metadata(path: Path, head: bytes) -> dict:
+    """Top-level keys other than traceEvents found in the file's head (its first decompressed bytes)."""
     if not head.strip():
         raise TraceError(f"{path}: empty file")
     first = head.lstrip()[:1]
@@ -189,7 +188,6 @@ class _TypedEvent(msgspec.Struct, gc=False):
     cat: Any = ""
     name: Any = ""
     pid: Any = ""
-    tid: Any = ""
     ts: float | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
@@ -208,81 +206,90 @@ class _FastPathUnavailable(Exception):
     """The chunked decoder met a layout it does not handle; the caller falls back to ijson."""
 
 
-def _decode_events_chunked(fh, columns: _ColumnBuilder) -> bool:
-    """Decode traceEvents in blocks with msgspec; False when the file has no traceEvents key.
+def _read_blocks(fh) -> Iterator[bytes]:
+    """The rest of fh, READ_BUFFER_BYTES at a time."""
+    return iter(lambda: fh.read(READ_BUFFER_BYTES), b"")
+
+
+def _decode_events_chunked(blocks: Iterator[bytes], columns: _ColumnBuilder, pending: bytes = b"") -> bool:
+    """Decode traceEvents in blocks with msgspec, starting with `pending` (the bytes before `blocks`);
+    False when the file has no traceEvents key.
 
     Blocks are cut after a `},` and validated by decoding `[` + block + `]`: a cut that falls
     inside an event leaves unbalanced JSON, which the decoder rejects, so we retry at an earlier
     `},`. Raises _FastPathUnavailable for anything else (odd types, no cut in 64 MiB, bad tail).
+    The text waits in one bytearray, `[` + what is not decoded yet, and is decoded in place (through
+    a memoryview, with the `,` after the cut briefly made a `]`): each byte is copied once, on arrival.
     """
-    pending = b""
     while True:  # find the start of the traceEvents array
-        block = fh.read(READ_BUFFER_BYTES)
-        pending += block
         match = _TRACE_EVENTS_KEY_RE.search(pending)
         if match:
-            pending = pending[match.end() :]
             break
+        block = next(blocks, b"")
         if not block:
             return False
-        if len(pending) > _MAX_PENDING_BYTES:
+        pending = pending[-64:] + block  # keep enough to match a key split across blocks
+    buffer = bytearray(b"[")
+    buffer += memoryview(pending)[match.end() :]
+    for block in blocks:
+        buffer += block
+        _decode_complete_prefix(buffer, columns)
+        if len(buffer) > _MAX_PENDING_BYTES:
             raise _FastPathUnavailable
-        pending = pending[-64:]  # keep enough to match a key split across blocks
-    eof = False
-    while not eof:
-        block = fh.read(READ_BUFFER_BYTES)
-        eof = not block
-        pending += block
-        if eof:
-            break
-        pending = _decode_complete_prefix(pending, columns)
-        if len(pending) > _MAX_PENDING_BYTES:
-            raise _FastPathUnavailable
-    pending = _decode_complete_prefix(pending, columns)
-    _decode_tail(pending, columns)
+    _decode_complete_prefix(buffer, columns)
+    _decode_tail(buffer, columns)
     return True
 
 
-def _decode_complete_prefix(pending: bytes, columns: _ColumnBuilder) -> bytes:
-    """Decode the longest run of whole events at the start of pending; return what is left."""
-    end = len(pending)
+def _decode_complete_prefix(buffer: bytearray, columns: _ColumnBuilder) -> None:
+    """Decode the longest run of whole events at the start of buffer (`[` + text); leave `[` + the rest."""
+    end = len(buffer)
     for _ in range(_CUT_ATTEMPTS):
-        cut = pending.rfind(_EVENT_BOUNDARY, 0, end)
+        cut = buffer.rfind(_EVENT_BOUNDARY, 1, end)
         if cut < 0:
-            return pending
-        try:
-            events = _CHUNK_DECODER.decode(b"[" + pending[: cut + 1] + b"]")
-        except msgspec.ValidationError as exc:
-            raise _FastPathUnavailable from exc
-        except msgspec.DecodeError:
+            return
+        events = _decode_array(buffer, cut + 1)
+        if events is None:
             end = cut  # the cut was inside an event: try an earlier one
             continue
         columns.add_events(events)
-        return pending[cut + 2 :]
-    return pending
+        del buffer[1 : cut + 2]
+        return
 
 
-def _decode_tail(pending: bytes, columns: _ColumnBuilder) -> None:
+def _decode_tail(buffer: bytearray, columns: _ColumnBuilder) -> None:
     """The last event(s) and the array's closing `]`.
 
     Exactly one `]` closes a valid array; scan from the left, since after the last event can come
     top-level metadata with many `]` (Kineto's "INFO" log lines), while the events left here
     (after _decode_complete_prefix) hold few.
     """
-    close = -1
+    close = 0
     for _ in range(_TAIL_ATTEMPTS):
-        close = pending.find(b"]", close + 1)
+        close = buffer.find(b"]", close + 1)
         if close < 0:
             break
-        try:
-            events = _CHUNK_DECODER.decode(b"[" + pending[:close] + b"]")
-        except msgspec.ValidationError as exc:
-            raise _FastPathUnavailable from exc
-        except msgspec.DecodeError:
-            continue
-        columns.add_events(events)
-        return
+        events = _decode_array(buffer, close)
+        if events is not None:
+            columns.add_events(events)
+            return
     raise _FastPathUnavailable
+
+
+def _decode_array(buffer: bytearray, close: int) -> list | None:
+    """Decode buffer[: close + 1] with the byte at `close` read as `]`; None when that is not complete
+    JSON (an earlier cut may be); _FastPathUnavailable when an event has odd types."""
+    original = buffer[close]
+    buffer[close] = 0x5D  # "]"
+    try:
+        with memoryview(buffer) as whole, whole[: close + 1] as text:
+            return _CHUNK_DECODER.decode(text)
+    except msgspec.ValidationError as exc:
+        raise _FastPathUnavailable from exc
+    except msgspec.DecodeError:
+        return None
+    finally:
+        buffer[close] = original
 
 
 def _stream_events_ijson(fh, columns: _ColumnBuilder) -> None:
@@ -316,7 +323,6 @@ def _event_from_dict(event) -> _TypedEvent:
         cat=_hashable(event.get("cat", "")),
         name=_hashable(event.get("name", "")),
         pid=_hashable(event.get("pid", "")),
-        tid=_hashable(event.get("tid", "")),
         ts=None if ts != ts else ts,  # NaN (missing or unreadable) -> None
         dur=None if dur != dur else dur,
         args=args,
@@ -327,11 +333,11 @@ def _hashable(value):
     return value if isinstance(value, (str, int, float)) else str(value)
 
 
-def _parse_events(path: Path) -> _ColumnBuilder:
+def _parse_events(path: Path, fh, head: bytes) -> _ColumnBuilder:
+    """Events of the open file fh, whose first bytes (`head`) are already read."""
     columns = _ColumnBuilder()
     try:
-        with _open_binary(path) as fh:
-            _decode_events_chunked(fh, columns)
+        _decode_events_chunked(_read_blocks(fh), columns, head)
         return columns
     except _FastPathUnavailable:
         pass
@@ -342,7 +348,7 @@ def _parse_events(path: Path) -> _ColumnBuilder:
 
 
 _TS, _DUR, _NAME, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "cat"))
-_THREAD = attrgetter("pid", "tid")
+_PID = attrgetter("pid")
 _ARGS, _STREAM, _CORRELATION = attrgetter("args"), attrgetter("stream"), attrgetter("correlation")
 
 
@@ -352,10 +358,10 @@ class _ColumnBuilder:
     def __init__(self) -> None:
         self.names = _Interner()
         self.categories = _Interner()
-        self.threads = _Interner()
+        self.pids = _Interner()
         self.name_id = array("i")
         self.cat_id = array("i")
-        self.thread_id = array("i")
+        self.pid_id = array("i")
         self.ts = array("d")
         self.dur = array("d")
         self.stream = array("i")
@@ -374,7 +380,7 @@ class _ColumnBuilder:
         self.dur.fromlist(list(map(_DUR, complete)))
         self.name_id.fromlist(self.names.many(list(map(_NAME, complete))))
         self.cat_id.fromlist(self.categories.many(list(map(_CAT, complete))))
-        self.thread_id.fromlist(self.threads.many(list(map(_THREAD, complete))))
+        self.pid_id.fromlist(self.pids.many(list(map(_PID, complete))))
         args = list(map(_ARGS, complete))
         self.stream.fromlist(list(map(_STREAM, args)))
         self.correlation.fromlist(list(map(_CORRELATION, args)))
@@ -400,12 +406,12 @@ class _ColumnBuilder:
             categories=self.categories.values,
             name_id=_column(self.name_id, np.int32),
             cat_id=_column(self.cat_id, np.int32),
-            thread_id=_column(self.thread_id, np.int32),
+            pid_id=_column(self.pid_id, np.int32),
             ts=_column(self.ts, np.float64),
             dur=_column(self.dur, np.float64),
             stream=_column(self.stream, np.int32),
             correlation=_column(self.correlation, np.int64),
-            threads=[(str(pid), str(tid)) for pid, tid in self.threads.values],
+            pids=[str(pid) for pid in self.pids.values],
             memory=memory,
             device_properties=device_properties if isinstance(device_properties, list) else [],
         )
@@ -447,8 +453,10 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
     collecting = gc.isenabled()
     gc.disable()  # decoding makes ~100k short-lived objects, none in a cycle: collections would only re-scan them
     try:
-        meta = _read_metadata(path)
-        columns = _parse_events(path)
+        with _open_binary(path) as fh:  # one pass: the head gives the metadata, then the events
+            head = fh.read(METADATA_HEAD_BYTES)
+            meta = _read_metadata(path, head)
+            columns = _parse_events(path, fh, head)
     except TraceError:
         raise
     except (OSError, EOFError, zlib.error) as exc:
