@@ -270,3 +270,33 @@ def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_clien
     assert "00001.png" in warnings and "00002.png" in warnings
     printed = [line for line in capsys.readouterr().out.splitlines() if "skipped 2 of 8 training images" in line]
     assert len(printed) == 1
+
+
+def test_http_tracking_uri_checked_with_one_health_request(tmp_path):
+    """No server on the port: unreachable; something that is not `mlflow server` (404 on /health): refused
+    up front; once a run is under way, any answer below 500 counts as a live server."""
+    import socket
+    import threading
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    from yolo_mlops import tracking
+    from yolo_mlops.errors import ConfigError
+
+    with socket.socket() as probe:  # a port nothing listens on once the probe closes
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(ConfigError, match=r"is unreachable: ConnectionError"):
+        tracking.check_reachable(closed)
+    assert not tracking.server_reachable(closed)
+
+    handler = lambda *a: SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_port}"
+        with pytest.raises(ConfigError, match=r"answered /health with HTTP 404"):
+            tracking.check_reachable(uri)
+        assert tracking.server_reachable(uri)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -53,15 +53,11 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
                               f"refuses; use sqlite:///{folder / 'mlflow.db'} or an http(s) server "
                               "(or set MLFLOW_ALLOW_FILE_STORE=true)")
     elif scheme in ("http", "https"):
-        import requests
-
-        try:
-            # /health is served by `mlflow server`; one short request instead of MLflow's minutes of retries
-            response = requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
-        except requests.RequestException as exc:
-            raise ConfigError(f"MLflow tracking server {uri} is unreachable: {type(exc).__name__}") from None
-        if response.status_code >= 500 or response.status_code == 404:
-            raise ConfigError(f"MLflow tracking server {uri} answered /health with HTTP {response.status_code}")
+        status = _health_status(uri, timeout_s)
+        if isinstance(status, str):
+            raise ConfigError(f"MLflow tracking server {uri} is unreachable: {status}")
+        if status >= 500 or status == 404:  # 404: something answers, but not `mlflow server` (wrong URL)
+            raise ConfigError(f"MLflow tracking server {uri} answered /health with HTTP {status}")
     elif scheme == "sqlite":
         db = Path(uri.removeprefix("sqlite:///"))
         try:
@@ -183,17 +179,25 @@ def bound_http_retries() -> None:
         os.environ.setdefault(key, value)
 
 
-def server_reachable(uri: str | None = None, timeout_s: float = 5.0) -> bool:
-    """One short /health request for an HTTP tracking server; other stores are local (True)."""
-    uri = uri or tracking_uri()
-    if urlparse(uri).scheme not in ("http", "https"):
-        return True
+def _health_status(uri: str, timeout_s: float) -> int | str:
+    """HTTP status of the server's /health (served by `mlflow server`), or why there was no answer: one
+    short request instead of MLflow's minutes of retries."""
     import requests
 
     try:
-        return requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).status_code < 500
-    except requests.RequestException:
-        return False
+        return requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).status_code
+    except requests.RequestException as exc:
+        return type(exc).__name__
+
+
+def server_reachable(uri: str | None = None, timeout_s: float = 5.0) -> bool:
+    """Whether an HTTP tracking server still answers (a run is under way: any answer below 500 is a live
+    server, unlike check_reachable's up-front test of the URL); other stores are local (True)."""
+    uri = uri or tracking_uri()
+    if urlparse(uri).scheme not in ("http", "https"):
+        return True
+    status = _health_status(uri, timeout_s)
+    return isinstance(status, int) and status < 500
 
 
 def interruption_signal(exc: BaseException) -> str | None:
