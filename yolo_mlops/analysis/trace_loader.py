@@ -196,6 +196,7 @@ class _TypedEvent(msgspec.Struct, gc=False):
 _CHUNK_DECODER = msgspec.json.Decoder(list[_TypedEvent])
 _TRACE_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_BOUNDARY = b"},"
+_NEXT_EVENT_RE = re.compile(rb"\s*\{")
 # Give up on the fast path (and stream with ijson instead) when this much text has no decodable cut.
 _MAX_PENDING_BYTES = 64 << 20
 _CUT_ATTEMPTS = 8
@@ -246,6 +247,10 @@ def _decode_complete_prefix(buffer: bytearray, columns: _ColumnBuilder) -> None:
     end = len(buffer)
     for _ in range(_CUT_ATTEMPTS):
         cut = buffer.rfind(_EVENT_BOUNDARY, 1, end)
+        # a `},` inside a string (C++ kernel names hold `{lambda()#1}, ...`) is not followed by the next
+        # event's `{`: skip it without the failed decode of a whole block
+        while cut >= 0 and not _NEXT_EVENT_RE.match(buffer, cut + 2):
+            cut = buffer.rfind(_EVENT_BOUNDARY, 1, cut)
         if cut < 0:
             return
         events = _decode_array(buffer, cut + 1)
