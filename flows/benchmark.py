@@ -28,7 +28,6 @@ from yolo_mlops.render import markdown_table
 from yolo_mlops.run.config import ProfilerSettings, RunSpec
 from yolo_mlops.tracking import names, store
 from yolo_mlops.trends import report
-from yolo_mlops.trends.history import load_history
 
 
 def default_suite() -> list[RunSpec]:
@@ -55,20 +54,19 @@ class JudgedSeries(BaseModel):
     runs_tonight: list[str]
     history_runs: int
     new_changes: list[str]  # one line per new change point: metric, magnitude, run, what changed, attribution
-    plot_run_id: str | None = None  # the run whose trends/series.png shows the series
+    plot_run_id: str  # the run whose trends/series.png shows the series (tonight's last in it)
 
 
 @task(cache_policy=NO_CACHE, persist_result=False)
 def judge_series(experiment: str, run_ids: list[str], max_pvalue: float) -> list[JudgedSeries]:
     """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs."""
     mlflow = store.client()
-    experiment_id = store.find_experiment_id(mlflow, experiment)
-    records = load_history(mlflow, [experiment_id])
     tonight = set(run_ids)
-    series_keys = sorted({r.series for r in records if r.run_id in tonight})
     judged = []
-    for key in series_keys:
-        runs = [r for r in records if r.series == key]
+    for key, runs in sorted(trends.load_experiment_series(mlflow, experiment).items()):
+        mine = [r.run_id for r in runs if r.run_id in tonight]
+        if not mine:  # a series no run of tonight belongs to: judged on the nights it runs
+            continue
         trend = trends.series_trend(runs, trends.DetectionSettings(max_pvalue=max_pvalue))
         verdict = trends.verdict(trend, tonight)
         attributions = trends.attributions(mlflow, trend)
@@ -80,7 +78,6 @@ def judge_series(experiment: str, run_ids: list[str], max_pvalue: float) -> list
             if attribution is not None:
                 line += "; moved: " + attribution.summary()
             lines.append(line)
-        mine = [r.run_id for r in runs if r.run_id in tonight]
         _log_on_runs(mlflow, mine, trend, verdict, attributions)
         judged.append(JudgedSeries(series=key, label=trend.label, status=verdict.status, runs_tonight=mine,
                                    history_runs=len(runs), new_changes=lines, plot_run_id=mine[-1]))
@@ -128,9 +125,8 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
     create_markdown_artifact(_markdown(judged, failures), key="benchmark-trends",
                              description="Verdict per series of tonight's benchmark runs")
     for j in judged:
-        if j.plot_run_id:
-            create_image_artifact(store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG),
-                                  key=f"benchmark-series-{j.series}", description=f"{j.label}: history")
+        create_image_artifact(store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG),
+                              key=f"benchmark-series-{j.series}", description=f"{j.label}: history")
     regressions = [j for j in judged if j.status == "regression"]
     if failures or (regressions and suite.fail_on_regression):
         raise RegressionDetected("; ".join([f"new regression in {j.label} [{j.series}]: {' | '.join(j.new_changes)}"
@@ -141,7 +137,7 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
 def _markdown(judged: list[JudgedSeries], failures: list[str]) -> str:
     rows = [(f"`{j.series}`", j.label, f"**{j.status}**", len(j.runs_tonight), j.history_runs,
              "<br>".join(j.new_changes) or "-",
-             f"[picture]({store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})" if j.plot_run_id else "-")
+             f"[picture]({store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})")
             for j in judged]
     table = markdown_table(["series", "workload", "verdict", "runs tonight", "runs in history", "new change points",
                             "plot"], rows)
