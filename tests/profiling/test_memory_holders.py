@@ -131,3 +131,26 @@ def test_a_layout_torch_no_longer_writes_is_a_layout_error():
         memory_holders.split_at_peak([[1], [[0] * (len(labels) + 1)]], labels, "cpu")
     with pytest.raises(memory_holders.LayoutError, match="no memory events"):
         memory_holders.split_at_peak([[], []], labels, "cuda:0")
+
+
+def test_a_failing_export_is_a_one_line_status_not_an_error(tmp_path):
+    # a recorder told that stacks are on, given a real profile recorded without them: torch refuses
+    with torch.profiler.profile(record_shapes=True, profile_memory=True, with_stack=False) as prof:
+        small_model()(torch.randn(2, 3, 16, 16)).sum().backward()
+    recorder = memory_holders.MemoryByHolderRecorder(tmp_path, "cpu", True, True, True)
+    recorder.record(prof)
+    assert recorder.status.startswith("skipped: ValueError: ") and "with_stack" in recorder.status
+    assert "\n" not in recorder.status
+    assert recorder.result is None
+
+
+def test_report_section_lists_every_holder_largest_first(recorded):
+    _, profiler = recorded
+    split = profiler.memory.result
+    section = memory_holders.markdown_section(split.metrics())
+    lines = section.splitlines()
+    assert lines[0] == "## Peak memory by holder"
+    rows = [line.split(" | ") for line in lines if line.startswith("| ") and not line.startswith("| holder")]
+    assert [r[0].strip("| ") for r in rows[:-1]] == [h for h, _, _ in split.rows()]
+    assert rows[-1][0] == "| total" and float(rows[-1][1]) == pytest.approx(split.peak_total_bytes / MIB, abs=0.01)
+    assert memory_holders.markdown_section({names.STEP_TIME_MEAN: 1.0}) is None  # not recorded: no section
