@@ -299,6 +299,30 @@ def judge_overhead(ch: Checks, run: StepRun, output: str) -> None:
     run.note = f"instrumented/plain step time {ratio:.4f} (goal <= {OVERHEAD_GOAL})"
 
 
+def cmd_memory_by_holder(ch: Checks) -> list[str]:
+    size = ["--imgsz", "64", "--batch", "4"] if _tiny(ch) else ["--imgsz", "640", "--batch", "16"]
+    return [ch.py, str(BENCH / "bench_memory_by_holder.py"), "--device", ch.device, "--models", "yolo11n",
+            "--repeats", "1", *size, "--result", str(ch.work / "memory_by_holder.json")]
+
+
+def judge_memory_by_holder(ch: Checks, run: StepRun, output: str) -> None:
+    """Peak memory of the training device split by holder (torch's memory profiler, with_stack on)."""
+    path = ch.work / "memory_by_holder.json"
+    arms = json.loads(path.read_text()) if path.exists() else {}
+    arm = next(iter(arms.values()), {})
+    split = arm.get("last", {})
+    run.result = {"split_s": arm.get("split_s_median"), "window_s": arm.get("window_s_median"), "split": split}
+    want = "cpu" if ch.device == "cpu" else f"cuda:{ch.device.removeprefix('cuda:')}"
+    if run.rc != 0 or not split:
+        run.status, run.note = "failed", f"no split (exit {run.rc}): {_last_line(output)}"
+        return
+    held = {k.removeprefix("memory/peak_").removesuffix("_mib"): v for k, v in split.items() if k.startswith("memory/")}
+    ok = split.get("device") == want and held.get("parameter", 0) > 0 and held.get("total", 0) > 0
+    run.status = ("ran" if _tiny(ch) else "passed") if ok else "failed"
+    run.note = (f"{split.get('device')} peak MiB " + ", ".join(f"{k} {v}" for k, v in held.items())
+                + f"; split took {arm.get('split_s_median', float('nan')):.2f} s")
+
+
 def _sweep_cmd(ch: Checks, variants: str, name: str, warmup: int) -> list[str]:
     if _tiny(ch):
         size = ["--imgsz", "64", "--batch", "4", "--workers", "0", "--images", "32", "--repeats", "1",
@@ -412,6 +436,8 @@ STEPS: list[Step] = [
     Step("instrumentation_overhead", True, 150, 60, cmd_overhead, judge_overhead, dry_help("instrumentation_overhead")),
     Step("gpu_sweep", True, 200, 60, cmd_sweep, judge_sweep("gpu_sweep"), dry_script("gpu_sweep")),
     Step("trace_analysis", False, 60, 20, cmd_trace_analysis, judge_trace_analysis, dry_trace_analysis),
+    Step("memory_by_holder", True, 60, 20, cmd_memory_by_holder, judge_memory_by_holder,
+         dry_help("memory_by_holder")),
     # the same script as gpu_sweep, whose --dry-run covers its imports and plan: only its arguments are parsed
     Step("gpu_sweep_compile", True, 240, 0, cmd_sweep_compile, judge_sweep("gpu_sweep_compile")),
 ]

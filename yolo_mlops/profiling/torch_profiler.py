@@ -27,6 +27,7 @@ from torch.profiler import (
 )
 
 from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
+from yolo_mlops.profiling.memory_holders import MemoryByHolderRecorder
 from yolo_mlops.run.config import ProfilerSettings
 from yolo_mlops.tracking import names
 
@@ -34,11 +35,14 @@ _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECOR
 
 
 class TrainingProfiler(AbstractContextManager):
-    def __init__(self, settings: ProfilerSettings, trace_dir: Path, with_cuda: bool) -> None:
+    def __init__(self, settings: ProfilerSettings, trace_dir: Path, with_cuda: bool, device: str = "cpu") -> None:
         self.settings = settings
         self.trace_dir = Path(trace_dir)
         self.with_cuda = with_cuda
-        self.export_s = 0.0  # time spent writing traces, kept out of the step timings
+        self.export_s = 0.0  # time spent writing traces (and the memory split), kept out of the step timings
+        # peak memory by holder, from the first cycle only (building torch's memory profile is not cheap)
+        self.memory = MemoryByHolderRecorder(self.trace_dir, device, settings.record_shapes,
+                                             settings.profile_memory, settings.with_stack)
         self._prof: profile | None = None
         self._running = False
         worker = f"{socket.gethostname()}_{os.getpid()}"
@@ -71,6 +75,7 @@ class TrainingProfiler(AbstractContextManager):
     def _on_trace_ready(self, prof: profile) -> None:
         started = time.perf_counter()
         self._write_trace(prof)
+        self.memory.record(prof)
         self.export_s += time.perf_counter() - started
 
     def step(self) -> None:

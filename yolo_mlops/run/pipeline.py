@@ -21,6 +21,7 @@ from yolo_mlops import tracking
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
+from yolo_mlops.profiling import memory_holders
 from yolo_mlops.profiling.step_timer import StepTimes, perf_metrics
 from yolo_mlops.run import preflight
 from yolo_mlops.run.config import RunSpec, data_home
@@ -155,6 +156,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     result = RunAnalysis(metrics=metrics, histories=histories)
     _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
+    _memory_by_holder(outcome, result)
     tags = result.tags
     try:
         _analyse_trace(prepared, outcome, result)
@@ -195,6 +197,13 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
     write_timeline(aligned, prepared.plan.output_dir / "nvml")
 
 
+def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """memory/* metrics only when torch's memory profiler measured them; the tag says either way."""
+    result.tags[names.MEMORY_BY_HOLDER] = outcome.memory_by_holder_status[:names.TAG_MAX_CHARS]
+    if outcome.memory_by_holder is not None:
+        result.metrics.update(outcome.memory_by_holder.metrics())
+
+
 def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """Trace breakdown, diagnosis and report of the last profiler cycle (the most warmed-up one)."""
     result.tags[names.CUDA_MEMORY_SNAPSHOT] = outcome.memory_snapshot
@@ -226,7 +235,11 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
     headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}
     write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None)
-    result.report_markdown = (folder / "report.md").read_text()
+    memory = memory_holders.markdown_section(m)
+    if memory is not None:  # report.md only; report.html is the analyzer's own rendering
+        with (folder / names.REPORT_MD).open("a") as f:
+            f.write("\n" + memory + "\n")
+    result.report_markdown = (folder / names.REPORT_MD).read_text()
 
 
 # track ------------------------------------------------------------------------------------------------------
@@ -345,5 +358,8 @@ def summary_markdown(result: RunResult, spec: RunSpec) -> str:
     if result.findings:
         lines += ["", "## Findings", "", findings_headline(result.findings), ""] + [
             f"- {f.line()}" for f in result.findings]
+    memory = memory_holders.markdown_section(m)
+    if memory is not None:
+        lines += ["", memory]
     lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import torch
 
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
+from yolo_mlops.profiling.memory_holders import MemoryByHolder
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
 from yolo_mlops.run.config import RunSpec, TorchSettings
@@ -99,6 +100,8 @@ class TrainingOutcome:
     nvml: Timeline  # empty (backend "none") without a GPU: nothing is logged as if measured
     applied: AppliedSettings
     memory_snapshot: str = ""  # CudaMemorySnapshot.status: "recorded" or "skipped: <why>"
+    memory_by_holder_status: str = ""  # MemoryByHolderRecorder.status: "recorded" or "skipped: <why>"
+    memory_by_holder: MemoryByHolder | None = None  # peak memory split by holder, when recorded
     train_images: ImageCounts | None = None  # images the train loader kept / skipped
 
 
@@ -338,7 +341,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     _apply_torch_settings(plan.spec.torch)
     applied_flags = _torch_flags()
     profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
-                                with_cuda=cuda_profiling_possible(plan.device))
+                                with_cuda=cuda_profiling_possible(plan.device), device=plan.device)
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
     inst.steps_csv = plan.output_dir / names.STEP_TIMES_CSV
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
@@ -378,6 +381,8 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
                                 channels_last_effective=inst.effective.get("channels_last_effective", False),
                                 pin_memory=plan.spec.torch.pin_memory),
         memory_snapshot=inst.snapshot.status or "skipped: the profiler window never opened",
+        memory_by_holder_status=profiler.memory.status or "skipped: no profiler cycle completed",
+        memory_by_holder=profiler.memory.result,
         train_images=inst.train_images,
     )
 

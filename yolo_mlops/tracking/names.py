@@ -31,6 +31,7 @@ NVML_REASON = TAG_PREFIX + "nvml_reason"
 ANALYSIS_STATUS = TAG_PREFIX + "analysis_status"
 ANALYSIS_ERROR = TAG_PREFIX + "analysis_error"
 CUDA_MEMORY_SNAPSHOT = TAG_PREFIX + "cuda_memory_snapshot"  # "recorded" or "skipped: <why>"
+MEMORY_BY_HOLDER = TAG_PREFIX + "memory_by_holder"  # "recorded" or "skipped: <why>"
 DATA_WARNINGS = TAG_PREFIX + "data_warnings"  # ultralytics' scan warnings when it skipped training images
 TREND = TAG_PREFIX + "trend"
 TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
@@ -96,6 +97,8 @@ SWEEP_CHILDREN_TOTAL = "sweep/children_total"
 DATA = "data/"
 TRAIN_IMAGES_USED = "data/train_images_used"  # images the train loader kept
 TRAIN_IMAGES_SKIPPED = "data/train_images_skipped"  # dropped by ultralytics: corrupt image or label
+MEMORY = "memory/"  # peak memory of the training device by holder (torch's memory profiler)
+MEMORY_PEAK_TOTAL = "memory/peak_total_mib"
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------
@@ -124,6 +127,8 @@ KEY_AVERAGES_BY_SHAPE = "key_averages_by_shape"
 KEY_AVERAGES_TABLES = (KEY_AVERAGES_SELF_DEVICE, KEY_AVERAGES_SELF_CPU, KEY_AVERAGES_MEMORY, KEY_AVERAGES_BY_SHAPE)
 SWEEP_DIR = "sweep"
 CUDA_MEMORY_SNAPSHOT_FILE = "cuda_memory_snapshot.pickle"  # file of PROFILER_DIR: PyTorch memory visualiser input
+# file of PROFILER_DIR: gzipped JSON [times, sizes by holder]; not *.json.gz, so the folder stays a trace folder
+MEMORY_TIMELINE_FILE = "memory_timeline.gz"
 SWEEP_COMPARISON_TABLE = "sweep/comparison.json"
 SWEEP_COMPARISON_MD = "sweep/comparison.md"
 SWEEP_COMPARISON_CSV = "sweep/comparison.csv"
@@ -138,6 +143,11 @@ COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-st
 def gpu_idle_cause_metric(cause: str) -> str:
     """`trace/gpu_idle_<cause>_pct`: GPU idle attributed to one host cause, % of the GPU's kernel-time span."""
     return f"{TRACE}gpu_idle_{cause}_pct"
+
+
+def memory_peak_metric(holder: str) -> str:
+    """`memory/peak_<holder>_mib`: bytes one holder (parameter, gradient, ...) kept at the peak, in MiB."""
+    return f"{MEMORY}peak_{holder}_mib"
 
 
 def profiler_table(name: str) -> str:
