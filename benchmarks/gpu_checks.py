@@ -268,6 +268,16 @@ def cmd_nvml_tests(ch: Checks) -> list[str]:
     return [ch.py, "-m", "pytest", "tests/nvml", "-q", "-p", "no:cacheprovider"]
 
 
+# The diagnosis tests that only a GPU can run: a planted `.item()` every step must be the sync finding, and
+# the CUDA allocator snapshot must cover the profiled window (their CPU siblings in the files run too).
+DIAGNOSIS_GPU_TESTS = ("tests/analysis/test_planted_bottlenecks.py::test_sync_every_step_is_the_sync_finding",
+                       "tests/analysis/test_cuda_memory_snapshot.py")
+
+
+def cmd_diagnosis_tests(ch: Checks) -> list[str]:
+    return [ch.py, "-m", "pytest", *DIAGNOSIS_GPU_TESTS, "-q", "-s", "-p", "no:cacheprovider"]
+
+
 def judge_pytest(ch: Checks, run: StepRun, output: str) -> None:
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|errors?|skipped)", _last_line(output, 3))}
     run.result = {"counts": counts, "tail": output.strip().splitlines()[-15:]}
@@ -438,6 +448,8 @@ STEPS: list[Step] = [
     Step("trace_analysis", False, 60, 20, cmd_trace_analysis, judge_trace_analysis, dry_trace_analysis),
     Step("memory_by_holder", True, 60, 20, cmd_memory_by_holder, judge_memory_by_holder,
          dry_help("memory_by_holder")),
+    Step("diagnosis_tests", True, 120, 40, cmd_diagnosis_tests, judge_pytest,
+         lambda ch: [*cmd_diagnosis_tests(ch), "--collect-only"]),
     # the same script as gpu_sweep, whose --dry-run covers its imports and plan: only its arguments are parsed
     Step("gpu_sweep_compile", True, 240, 0, cmd_sweep_compile, judge_sweep("gpu_sweep_compile")),
 ]

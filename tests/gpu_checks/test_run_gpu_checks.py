@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
 STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
-         "memory_by_holder", "gpu_sweep_compile"]
+         "memory_by_holder", "diagnosis_tests", "gpu_sweep_compile"]
 
 
 def _run(tmp_path: Path, *args: str,
