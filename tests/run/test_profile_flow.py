@@ -115,8 +115,9 @@ def test_memory_split_by_holder_recorded_with_stacks(profiled_run, mlflow_client
     # profiler counts a little more as parameter in an ultralytics run: 11.1 MiB here), never a second copy
     assert 9.88 <= m["memory/peak_parameter_mib"] < 2 * 9.88
     assert "profiler/memory_timeline.gz" in {a.path for a in mlflow_client.list_artifacts(run_id, "profiler")}
-    report = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="analysis/report.md"))
-    assert "## Peak memory by holder" in report.read_text()
+    for name, heading in (("report.md", "## Peak memory by holder"), ("report.html", "Peak memory by holder</h2>")):
+        report = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"analysis/{name}"))
+        assert heading in report.read_text(), name
 
 
 def test_run_needed_no_internet_and_opened_no_second_run(profiled_run, blocked_connections, mlflow_client):

@@ -9,11 +9,11 @@ compile, amp_bf16, amp_fp16, cudnn_benchmark, channels_last, tf32).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from yolo_mlops.analysis import attribution as at
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, PHASE_LABEL_PREFIX
-from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
+from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis, to_builtins
 
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 
@@ -87,7 +87,7 @@ class Finding:
     no_saving_reason: str | None = None  # why there is no saving, when the finding costs no step time
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return to_builtins(self)
 
     def line(self) -> str:
         """One line: severity, title, what it could save, what to try."""

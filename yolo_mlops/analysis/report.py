@@ -141,7 +141,7 @@ def _ms(us: float) -> str:
 
 
 def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict | None,
-                   images: list[Image]) -> list[Block]:
+                   images: list[Image], sections: list[Block]) -> list[Block]:
     summary = f"Trace: {analysis.source}, {len(analysis.ranks)} rank(s)."
     blocks: list[Block] = [Heading("Profiling report", 1), Paragraph(summary)]
     blocks += _findings_blocks(findings)
@@ -152,6 +152,7 @@ def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict
     for rank in analysis.ranks:
         blocks += _gpu_blocks(rank, multi=len(analysis.ranks) > 1)
     blocks += _memory_blocks(analysis)
+    blocks += sections
     if images:
         blocks.append(Heading("Plots"))
         blocks += images
@@ -347,8 +348,9 @@ def render_html(blocks: list[Block], out_dir: Path) -> str:
 
 
 def write_report(out_dir: str | Path, analysis: TraceAnalysis, findings: list[Finding], extra: dict | None = None,
-                 nvml_plot: Path | None = None) -> list[Path]:
-    """Write report.md, report.html and the plots into out_dir; return every file written."""
+                 nvml_plot: Path | None = None, sections: list[Block] | None = None) -> list[Path]:
+    """Write report.md, report.html and the plots into out_dir; return every file written. `sections`: blocks
+    of what the trace cannot say (the run's own measurements), placed before the plots."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -366,7 +368,7 @@ def write_report(out_dir: str | Path, analysis: TraceAnalysis, findings: list[Fi
             shutil.copyfile(nvml_plot, out_dir / NVML_PLOT)
         written.append(out_dir / NVML_PLOT)
         images.append(Image(NVML_PLOT, "NVML timeline"))
-    blocks = _report_blocks(analysis, findings, extra, images)
+    blocks = _report_blocks(analysis, findings, extra, images, sections or [])
     md_path, html_path = out_dir / "report.md", out_dir / "report.html"
     md_path.write_text(render_markdown(blocks))
     html_path.write_text(render_html(blocks, out_dir))

@@ -325,7 +325,7 @@ def analyze_command(path: str, fmt: str = "text", context=None) -> str:
     findings = diagnose(replace(context or DiagnosisInput(), analysis=analysis))
     if fmt == "json":
         doc = analysis.to_dict()
-        doc["findings"] = [to_builtins(f) for f in findings]
+        doc["findings"] = [f.to_dict() for f in findings]
         doc["headline"] = headline(findings)
         return json_text(doc) + "\n"
     lines = [render_text(analysis), "findings (largest estimated saving first):"]

@@ -167,16 +167,28 @@ def timeline_device(training_device: str) -> str:
     return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
 
 
-def markdown_section(metrics: Mapping[str, float]) -> str | None:
-    """'Peak memory by holder' for a run summary or report, from a run's metrics; None when not recorded."""
+SECTION_TITLE = "Peak memory by holder"
+SECTION_TEXT = ("Training device at its peak in the first profiler cycle (torch's memory profiler; "
+                f"timeline `{names.profiler_file(TIMELINE_FILE)}`).")
+TABLE_HEADERS = ["holder", "MiB", "% of peak"]
+
+
+def table_rows(metrics: Mapping[str, float]) -> list[list[str]] | None:
+    """Rows of the 'Peak memory by holder' table (largest first, then the total) from a run's metrics;
+    None when the split was not recorded."""
     total = metrics.get(names.MEMORY_PEAK_TOTAL)
     if total is None:
         return None
     held = [(h, metrics[names.memory_peak_metric(h)]) for h in HOLDERS if names.memory_peak_metric(h) in metrics]
-    rows = [(h, fmt(mib, ".2f"), fmt(100.0 * mib / total if total else None, ".1f"))
+    rows = [[h, fmt(mib, ".2f"), fmt(100.0 * mib / total if total else None, ".1f")]
             for h, mib in sorted(held, key=lambda kv: -kv[1])]
-    rows.append(("total", fmt(total, ".2f"), fmt(100.0 if total else None, ".1f")))
-    return "\n".join(["## Peak memory by holder", "",
-                      "Training device at its peak in the first profiler cycle (torch's memory profiler; "
-                      f"timeline `{names.profiler_file(TIMELINE_FILE)}`).", "",
-                      markdown_table(["holder", "MiB", "% of peak"], rows)])
+    rows.append(["total", fmt(total, ".2f"), fmt(100.0 if total else None, ".1f")])
+    return rows
+
+
+def markdown_section(metrics: Mapping[str, float]) -> str | None:
+    """The section in Markdown, for the run summary; None when the split was not recorded."""
+    rows = table_rows(metrics)
+    if rows is None:
+        return None
+    return "\n".join([f"## {SECTION_TITLE}", "", SECTION_TEXT, "", markdown_table(TABLE_HEADERS, rows)])

@@ -20,6 +20,7 @@ import yaml
 from yolo_mlops import tracking
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
+from yolo_mlops.analysis.report import Heading, Paragraph, Table
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
 from yolo_mlops.profiling import memory_holders
 from yolo_mlops.profiling.step_timer import StepTimes, perf_metrics
@@ -234,11 +235,12 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
     headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}
-    write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None)
-    memory = memory_holders.markdown_section(m)
-    if memory is not None:  # report.md only; report.html is the analyzer's own rendering
-        with (folder / names.REPORT_MD).open("a") as f:
-            f.write("\n" + memory + "\n")
+    memory_rows = memory_holders.table_rows(m)
+    sections = [] if memory_rows is None else [
+        Heading(memory_holders.SECTION_TITLE), Paragraph(memory_holders.SECTION_TEXT),
+        Table(memory_holders.TABLE_HEADERS, memory_rows)]
+    write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None,
+                 sections=sections)
     result.report_markdown = (folder / names.REPORT_MD).read_text()
 
 
