@@ -16,6 +16,7 @@ On a CPU device the CUDA checks are recorded as not applicable (ok = null), neve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -125,7 +126,7 @@ def main() -> int:
 
     prepared = pipeline.prepare(spec)
     mlflow = tracking.client()
-    with tracking.run_guard(mlflow, prepared.run_id, salvage=lambda: pipeline.upload_run_folder(mlflow, prepared)):
+    with tracking.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         outcome = pipeline.train(prepared)
         analysis = pipeline.analyse(prepared, outcome)
         result = pipeline.track(prepared, outcome, analysis)
@@ -142,7 +143,7 @@ def main() -> int:
         "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
         "findings": [{"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
                      for f in result.findings],
-        "applied": {k: str(v) for k, v in outcome.applied.items()},
+        "applied": {k: str(v) for k, v in dataclasses.asdict(outcome.applied).items()},
     })
     if outcome.trace_files:
         record["trace_source"] = str(outcome.trace_files[0])

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
 STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
@@ -59,6 +61,30 @@ def test_dry_run_stops_before_cuda_and_checks_every_step(tmp_path):
     assert files == ["checks.log", "summary.json", "summary.md"]
     assert "Not a GPU measurement" in (out / "summary.md").read_text()
     assert "stops before the first CUDA step" in proc.stdout
+
+
+@pytest.mark.slow
+def test_cpu_rehearsal_runs_every_step_to_its_end(tmp_path):
+    """Every step really run, at tiny sizes on the CPU: the dry run stops before a step's body, so only this
+    catches a step script that no longer fits the library (a changed signature inside the profiled run)."""
+    proc, out = _run(tmp_path, "--rehearse-on-cpu", env_extra={"GPU_CHECKS_TOTAL_S": "3000"})
+    summary = json.loads((out / "summary.json").read_text())
+    steps = {s["name"]: s for s in summary["steps"]}
+    assert proc.returncode == 0, {n: (s["status"], s.get("note")) for n, s in steps.items()}
+    assert summary["mode"] == "cpu-rehearsal"
+    assert summary["verified_on_gpu"] is False
+    assert list(steps) == STEPS
+    statuses = {n: s["status"] for n, s in steps.items()}
+    # CPU timings are not judged against GPU goals ("ran"); only the CUDA-only compile sweep is skipped
+    assert statuses == {"environment": "passed", "gpu_smoke": "passed", "nvml_tests": "passed",
+                        "instrumentation_overhead": "ran", "gpu_sweep": "passed", "trace_analysis": "passed",
+                        "memory_by_holder": "ran", "diagnosis_tests": "passed", "gpu_sweep_compile": "skipped"}
+    smoke_checks = steps["gpu_smoke"]["result"]["checks"]
+    # on a CPU the CUDA and NVML checks are not applicable (None), never passed; the rest really passed
+    assert {c["name"] for c in smoke_checks if c["ok"] is True} == {
+        "trace files", "perf/step_time_ms_p50", "perf/images_per_s"}
+    assert not [c for c in smoke_checks if c["ok"] is False]
+    assert "Not a GPU measurement" in (out / "summary.md").read_text()
 
 
 def _copy_tree(dest: Path) -> Path:
