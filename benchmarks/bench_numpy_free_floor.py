@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "gpu_traces"
-TRACES = ("v100_compute_rank0.json.gz", "a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz")
+from bench_trace_analysis import FIXTURES as TRACES  # run as a script: its folder is on sys.path
+from bench_trace_analysis import shared_dir
 
 
 class Args(msgspec.Struct, gc=False):
@@ -74,12 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
+    fixtures = shared_dir() / "fixtures" / "gpu_traces"
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in TRACES}
     starts = []
     for _ in range(repeats):  # interleaved: every trace and the interpreter start in each repeat
         starts.append(interpreter_with_msgspec())
         for name in TRACES:
-            samples[name].append(one_repeat(FIXTURES / name))
+            samples[name].append(one_repeat(fixtures / name))
     start_s = statistics.median(starts)
     print(f"interpreter + import msgspec.json: {start_s:.3f} s (median of {repeats})")
     print("| trace | events | gunzip s | typed decode s | one bare pass s | start + gunzip + decode + pass s |")
