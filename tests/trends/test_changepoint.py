@@ -122,6 +122,24 @@ def test_short_excursion_is_two_change_points_unless_min_segment_is_longer():
         assert min(np.diff(bounds)) >= 5
 
 
+def test_a_large_step_between_short_quiet_levels_is_never_missed():
+    """Step times of a real two-night history (4 runs of 63 ms, then 4 of 1068 ms with an injected 1 s
+    operator): the split step also cuts each quiet level into single runs, and a t test against a one-point
+    segment has no degrees of freedom (p = 1). The merge must not read that as "no change" and drop the
+    step first: segments too short are resolved by how far each point moves the mean."""
+    real = np.array([62.710658, 63.2094135, 62.853096, 65.042858, 1067.5219035, 1069.866224, 1069.0701025,
+                     1068.9345945])
+    assert [c.index for c in detect(real, max_pvalue=0.01)] == [4]
+    missed = []
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        for n in (3, 4, 5, 6):  # n runs a side: 1% noise before, 0.1% after a 17x step
+            z = np.r_[63.0 * (1 + 0.01 * rng.standard_normal(n)), 1068.0 * (1 + 0.001 * rng.standard_normal(n))]
+            if n not in [c.index for c in detect(z, max_pvalue=0.01)]:
+                missed.append((seed, n))
+    assert missed == []
+
+
 def test_constant_series_has_no_change_point_and_a_noise_free_step_has_one():
     assert detect(np.full(120, 42.0)) == []
     assert detect(np.zeros(120)) == []

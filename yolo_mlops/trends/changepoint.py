@@ -17,8 +17,10 @@ The method, in two steps (the two steps of Otava's `compute_change_points`):
    between the two parts of its interval gives p <= 10 x max_pvalue (a looser screen), and the search
    recurses; it stops at the first candidate that fails. The union over all windows: the *weak* points.
 2. **Merge.** Every weak change point is re-tested against the whole segments on each side of it.
-   Repeatedly the weakest is dropped and its neighbours re-tested, while any has p > max_pvalue, bounds a
-   segment shorter than `min_segment` points, or moves the mean by less than `min_magnitude`.
+   Repeatedly one is dropped and its neighbours re-tested: first, while any segment is shorter than
+   `min_segment` points, the point bounding one that moves the mean least (a t test against a one-point
+   segment has no degrees of freedom, so its p-value cannot rank them); then the weakest while any has
+   p > max_pvalue or moves the mean by less than `min_magnitude`.
 
 Two departures from Otava, both measured in docs/trends.md against Otava 0.8.0 itself:
 
@@ -229,15 +231,18 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
 
     stats = [test(k) for k in range(len(cps))]
     while cps:
-        pvals = [s.pvalue if s.pvalue == s.pvalue else 1.0 for s in stats]  # NaN: not significant
-        drop = int(np.argmax(pvals))
-        if passes(pvals[drop]):
-            bounds = [0, *cps, n]  # change point k ends segment k and starts segment k + 1
-            short = [k for k in range(len(cps))
-                     if min(bounds[k + 1] - bounds[k], bounds[k + 2] - bounds[k + 1]) < rules.min_segment]
-            if short:
-                drop = max(short, key=lambda k: (pvals[k], k))
-            else:
+        bounds = [0, *cps, n]  # change point k ends segment k and starts segment k + 1
+        short = [k for k in range(len(cps))
+                 if min(bounds[k + 1] - bounds[k], bounds[k + 2] - bounds[k + 1]) < rules.min_segment]
+        if short:
+            # segments too short come first, whatever the p-values: next to a one-point segment the t test
+            # has no degrees of freedom (p = 1), which says nothing about the change; the mean still does,
+            # so of the points bounding a short segment the one that moves it least goes
+            drop = min(short, key=lambda k: (stats[k].magnitude(symmetric=True), -k))
+        else:
+            pvals = [s.pvalue if s.pvalue == s.pvalue else 1.0 for s in stats]  # NaN: not significant
+            drop = int(np.argmax(pvals))
+            if passes(pvals[drop]):
                 mags = [s.magnitude(symmetric=rules.otava) for s in stats]
                 drop = int(np.argmin(mags))
                 small = mags[drop] <= rules.min_magnitude if rules.otava else mags[drop] < rules.min_magnitude
