@@ -16,7 +16,6 @@ On a CPU device the CUDA checks are recorded as not applicable (ok = null), neve
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
 import json
 import os
@@ -143,7 +142,7 @@ def main() -> int:
         "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
         "findings": [{"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
                      for f in result.findings],
-        "applied": {k: str(v) for k, v in dataclasses.asdict(outcome.applied).items()},
+        "applied": outcome.applied.tags(),
     })
     if outcome.trace_files:
         record["trace_source"] = str(outcome.trace_files[0])
