@@ -18,30 +18,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from bench_trace_analysis import FIXTURES as TRACES  # run as a script: its folder is on sys.path
 from bench_trace_analysis import shared_dir
 
-
-class Args(msgspec.Struct, gc=False):
-    stream: Any = -1
-    correlation: Any = -1
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = ""
-    ts: Any = None
-    dur: Any = None
-    args: Args | None = None
+from yolo_mlops.analysis.trace_loader import _TypedEvent
 
 
 class Trace(msgspec.Struct, gc=False):
-    traceEvents: list[Event]
+    traceEvents: list[_TypedEvent]  # the loader's own event type: the same fields, decoded the same way
 
 
 DECODER = msgspec.json.Decoder(Trace)
