@@ -238,7 +238,7 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
             # segments too short come first, whatever the p-values: next to a one-point segment the t test
             # has no degrees of freedom (p = 1), which says nothing about the change; the mean still does,
             # so of the points bounding a short segment the one that moves it least goes
-            drop = min(short, key=lambda k: (stats[k].magnitude(symmetric=True), -k))
+            drop = min(short, key=lambda k: (abs(stats[k].mean_after - stats[k].mean_before), -k))
         else:
             pvals = [s.pvalue if s.pvalue == s.pvalue else 1.0 for s in stats]  # NaN: not significant
             drop = int(np.argmax(pvals))
