@@ -36,7 +36,7 @@ def gpu_env(**changes) -> Environment:
     env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
                       torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
                       device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
-                      git_commit="a" * 40, git_dirty=False)
+                      git_commit="a" * 40, git_dirty=False, machine="node-1")
     return dataclasses.replace(env, **changes)
 
 
@@ -68,6 +68,7 @@ def test_workload_and_hardware_define_the_series():
         series_key(spec(), gpu_env(), data_identity(DATA_YAML.with_name("x") / "data.yaml", True), "0"),
         series_key(spec(), gpu_env(), data_identity("/data/coco.yaml", synthetic=False), "0"),
         key(spec(device="cpu"), gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0), "cpu"),
+        key(env=gpu_env(machine="node-2")),
     ]
     assert base not in different
     assert len(set(different)) == len(different)
@@ -79,7 +80,7 @@ def test_key_rebuilt_from_logged_params_equals_the_key_of_the_run():
     identity = series_identity_from_params(params, tags)
     assert identity == series_identity(s, env, data_identity(DATA_YAML, True), "0")
     assert identity.key == key(s, env)
-    assert identity.label == "yolo11n.yaml 640px b16 w8 baseline on 1x NVIDIA H200"
+    assert identity.label == "yolo11n.yaml 640px b16 w8 baseline on 1x NVIDIA H200 @ node-1"
     assert series_identity_from_params({k: v for k, v in params.items() if k != "train.batch"}, tags) is None
 
 
@@ -116,12 +117,17 @@ def test_old_and_new_runs_read_as_one_series(mlflow_client):
     for ms in (100.0, 101.0, 99.5, 100.4, 99.8, 100.2):  # old-style: legacy tag, no driver param
         params, tags = _logged(s, old_env)
         params.pop("env.nvidia_driver")
+        params.pop(names.ENV_MACHINE)
         tags[names.SERIES_KEY] = old_series_key(s, old_env, data_identity(DATA_YAML, True))
         old_ids.append(_create(mlflow_client, experiment_id, params, tags, ms))
     new_ids = []
-    for ms in (111.0, 110.2, 111.5, 110.8, 111.1, 110.5):  # new-style: the series tag; torch upgraded
+    for i, ms in enumerate((111.0, 110.2, 111.5, 110.8, 111.1, 110.5)):  # the series tag; torch upgraded
         params, tags = _logged(s, new_env)
-        tags[names.SERIES] = key(s, new_env)
+        if i < 3:  # logged before the machine was in the key: no env.machine, the machine-less series tag
+            params.pop(names.ENV_MACHINE)
+            tags[names.SERIES] = series_identity(s, new_env, data_identity(DATA_YAML, True), "0").workload_key
+        else:
+            tags[names.SERIES] = key(s, new_env)
         new_ids.append(_create(mlflow_client, experiment_id, params, tags, ms))
     other, tags = _logged(spec(batch=32), new_env)  # another workload: must not join
     _create(mlflow_client, experiment_id, other, {**tags, names.SERIES: key(spec(batch=32), new_env)}, 300.0)
@@ -139,3 +145,48 @@ def test_old_and_new_runs_read_as_one_series(mlflow_client):
     changed = {c.name: c for c in change.what_changed}
     assert set(changed) == {"torch", "cuda", "driver"}  # same commit on both sides: no commit range
     assert changed["torch"].text() == "torch 2.13.0+cu128 -> 2.14.1+cu130"
+
+
+def test_machine_is_in_the_series_but_not_in_the_workload():
+    s = spec()
+    here = series_identity(s, gpu_env(), data_identity(DATA_YAML, True), "0")
+    there = series_identity(s, gpu_env(machine="node-2", hostname="c0ffee"), data_identity(DATA_YAML, True), "0")
+    assert here.key != there.key
+    assert here.workload_key == there.workload_key
+    assert here.workload_label == there.workload_label and here.label != there.label
+
+
+def test_machine_name_comes_from_the_variable_else_the_host_name(monkeypatch):
+    import socket
+
+    from yolo_mlops.errors import ConfigError
+    from yolo_mlops.run.environment import MACHINE_VAR, check_machine_name, machine_name
+
+    monkeypatch.setenv(MACHINE_VAR, "gpu-host-07")
+    assert machine_name() == "gpu-host-07"
+    monkeypatch.delenv(MACHINE_VAR)
+    assert machine_name() == socket.gethostname()
+    for bad in ("two words", "a/b", "-dash-first", "x" * 64, ""):
+        with pytest.raises(ConfigError, match="cannot name a machine"):
+            check_machine_name(bad)
+    monkeypatch.setenv(MACHINE_VAR, "no/slash")
+    with pytest.raises(ConfigError, match="YOLO_MLOPS_MACHINE 'no/slash'"):
+        machine_name()
+
+
+def test_machines_are_judged_together_only_on_request(mlflow_client):
+    experiment_id = mlflow_client.create_experiment(f"series-machines-{time.time_ns()}")
+    s = spec()
+    ids = {}
+    for machine in ("node-1", "node-2"):
+        env = gpu_env(machine=machine)
+        params, tags = _logged(s, env)
+        tags[names.SERIES] = key(s, env)
+        ids[machine] = [_create(mlflow_client, experiment_id, params, tags, ms) for ms in (100.0, 101.0)]
+    records = history.load_history(mlflow_client, [experiment_id])
+    apart = history.group_series(records)
+    assert sorted(len(v) for v in apart.values()) == [2, 2]
+    assert {r.machine for r in records} == {"node-1", "node-2"}
+    (together,) = history.group_series(records, across_machines=True).values()
+    assert sorted(r.run_id for r in together) == sorted(ids["node-1"] + ids["node-2"])
+    assert together[0].label.endswith("@ all machines")

@@ -29,7 +29,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
     mlflow = store.client()
-    grouped = trends.load_experiment_series(mlflow, args.experiment)
+    grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
     if args.series is None:
         series = [trends.series_trend(runs, settings) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
@@ -75,5 +75,7 @@ def register(sub) -> None:
     p.add_argument("--metric", help="only this watched metric (e.g. perf/step_time_ms_p50)")
     p.add_argument("--plot", type=Path, help="write the series' picture (PNG) to this file")
     p.add_argument("--max-pvalue", type=float, default=0.001, help="significance of a change point (default 0.001)")
+    p.add_argument("--across-machines", action="store_true",
+                   help="judge every machine's runs of a workload as one history (a series is one machine's)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_trends)

@@ -12,13 +12,20 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.config import RunSpec
 from yolo_mlops.tracking import names
+
+MACHINE_VAR = "YOLO_MLOPS_MACHINE"
+# A machine name becomes part of Prefect concurrency-limit names (gpu-<machine>-<index>) and work-queue names:
+# letters, digits, '.', '_' and '-', starting with a letter or digit (every DNS host name qualifies).
+_MACHINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class Environment:
     python: str
     platform: str
     hostname: str
+    machine: str  # the machine's name in series keys and limit names (YOLO_MLOPS_MACHINE, else the host name)
     cpu_count: int
     torch: str
     torch_cuda: str | None  # CUDA version torch was built with
@@ -69,6 +77,7 @@ def capture_environment(device: str) -> Environment:
         python=platform.python_version(),
         platform=platform.platform(),
         hostname=socket.gethostname(),
+        machine=machine_name(),
         cpu_count=os.cpu_count() or 0,
         torch=torch.__version__,
         torch_cuda=torch.version.cuda,
@@ -83,6 +92,21 @@ def capture_environment(device: str) -> Environment:
         git_commit=commit,
         git_dirty=dirty,
     )
+
+
+def machine_name() -> str:
+    """This machine's name: `YOLO_MLOPS_MACHINE`, else the host name. A container's host name is its id, so
+    the Docker pool and the compose worker pass the host's name in through the variable."""
+    name = os.environ.get(MACHINE_VAR, "").strip() or socket.gethostname()
+    return check_machine_name(name, source=MACHINE_VAR if os.environ.get(MACHINE_VAR, "").strip() else "host name")
+
+
+def check_machine_name(name: str, source: str = "machine name") -> str:
+    """`name` if it can be part of a concurrency-limit name; ConfigError (one line) otherwise."""
+    if not _MACHINE_NAME.fullmatch(name):
+        raise ConfigError(f"{source} {name!r} cannot name a machine: use 1-63 letters, digits, '.', '_' or '-', "
+                          f"starting with a letter or digit (set {MACHINE_VAR})")
+    return name
 
 
 def resolve_device(requested: str | None) -> str:
@@ -172,18 +196,39 @@ class SeriesIdentity:
     device_type: str  # "cuda" or "cpu"
     device_name: str  # GPU model, or CPU model on CPU
     device_count: int  # GPUs the run trained on (0 on CPU)
+    machine: str  # host-to-host differences (clocks, power caps, cooling, PCIe, CPU) stay out of one history
 
     @property
     def key(self) -> str:
+        """The series: this workload on this machine."""
+        return _hash(self._fields(with_machine=True))
+
+    @property
+    def workload_key(self) -> str:
+        """The same workload on any machine of the same hardware kind: what a fleet view compares across
+        machines, and what `trends --across-machines` judges as one history."""
+        return _hash(self._fields(with_machine=False))
+
+    def _fields(self, with_machine: bool) -> dict:
         fields = asdict(self)
         fields["profiler_window"] = list(self.profiler_window)
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        if not with_machine:
+            del fields["machine"]
+        return fields
+
+    @property
+    def workload_label(self) -> str:
+        device = self.device_name if self.device_type == "cpu" else f"{self.device_count}x {self.device_name}"
+        return f"{self.model} {self.imgsz}px b{self.batch} w{self.workers} {self.variant} on {device}"
 
     @property
     def label(self) -> str:
         """Short human-readable name of the series."""
-        device = self.device_name if self.device_type == "cpu" else f"{self.device_count}x {self.device_name}"
-        return f"{self.model} {self.imgsz}px b{self.batch} w{self.workers} {self.variant} on {device}"
+        return f"{self.workload_label} @ {self.machine}"
+
+
+def _hash(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def data_identity(yaml_path: Path | str, synthetic: bool) -> str:
@@ -205,6 +250,7 @@ def series_identity(spec: RunSpec, env: Environment, data_identity_: str, device
         device_type=env.device_type,
         device_name=env.device_name,
         device_count=len(cuda_indices(device)) if cuda else 0,
+        machine=env.machine,
     )
 
 
@@ -230,6 +276,8 @@ def series_identity_from_params(params: dict[str, str], tags: dict[str, str]) ->
             device_type=device_type,
             device_name=params[env + "device_name"],
             device_count=len(cuda_indices(params[train + "device"])) if device_type == "cuda" else 0,
+            # runs logged before `env.machine` existed: their host name, which was the machine's name then
+            machine=params.get(names.ENV_MACHINE) or params[env + "hostname"],
         )
     except (KeyError, ValueError):
         return None

@@ -15,7 +15,7 @@ from yolo_mlops import tracking
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
-from yolo_mlops.run.environment import resolve_device
+from yolo_mlops.run.environment import machine_name, resolve_device
 from yolo_mlops.run.offline import configure_ultralytics
 from yolo_mlops.run.training import resolve_steps
 
@@ -31,6 +31,7 @@ class Preflight:
 
 def check(spec: RunSpec) -> Preflight:
     configure_ultralytics(data_home())
+    machine_name()  # a name that cannot key a series or a limit is refused before anything runs
     _check_model(spec.model)
     device = resolve_device(spec.device)
     _check_device(device)

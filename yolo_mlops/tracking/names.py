@@ -66,6 +66,7 @@ TORCH_PARAM = "train.torch."
 PROFILER_PARAM = "profiler."
 SAMPLER_PARAM = "sampler."
 ENV_PARAM = "env."
+ENV_MACHINE = "env.machine"  # YOLO_MLOPS_MACHINE or the host name; part of the series key
 SAMPLER_EFFECTIVE_INTERVAL = "sampler.effective_interval_ms"
 SWEEP_PARAM = "sweep."  # sweep parent: variants, repeats, order, warmup_steps, children, concurrency_limit, ...
 BASE_PARAM = "base."  # sweep parent: the base RunSpec's fields

@@ -35,15 +35,16 @@ __all__ = [
 ]
 
 
-def load_experiment_series(mlflow, experiment: str) -> dict[str, list[RunRecord]]:
-    """The series of an experiment (all pages of its FINISHED runs); a clear error when there are none."""
+def load_experiment_series(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[RunRecord]]:
+    """The series of an experiment (all pages of its FINISHED runs); a clear error when there are none.
+    `across_machines`: one history per workload, every machine's runs in it (only when a user asks)."""
     experiment_id = store.find_experiment_id(mlflow, experiment)
     if experiment_id is None:
         raise ConfigError(f"experiment {experiment!r} does not exist in {store.tracking_uri()}")
     records = load_history(mlflow, [experiment_id])
     if not records:
         raise ConfigError(f"experiment {experiment!r} has no finished runs with a series: no history yet")
-    return group_series(records)
+    return group_series(records, across_machines)
 
 
 def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS

@@ -1,14 +1,19 @@
 """A series' history as typed records: every FINISHED run of an experiment, grouped by series, oldest first.
 
-The series of a run is its `yolo_mlops.series` tag. Runs logged before that tag existed carry only the
-older `yolo_mlops.series_key` (whose hash included library versions); their series is rebuilt from the
-params they logged (`series_identity_from_params`), so old and new runs of one workload read as one series.
+The series of a run is its `yolo_mlops.series` tag: one workload on one machine. Runs logged before the
+machine was part of the key (no `env.machine` param), and runs older still that carry only
+`yolo_mlops.series_key` (whose hash included library versions), have their series rebuilt from the params
+they logged (`series_identity_from_params`, the machine being their recorded host name), so old and new
+runs of one workload on one machine read as one series.
+
+A record also carries its workload key (the series without the machine): `group_series(...,
+across_machines=True)` judges the runs of several machines as one history, only when a user asks for it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
 from yolo_mlops.tracking import names, store
@@ -19,20 +24,26 @@ class RunRecord:
     run_id: str
     experiment_id: str
     start_time_ms: int
-    series: str  # series key
+    series: str  # series key: the workload on one machine
     label: str  # human-readable series name
     metrics: dict[str, float]
     versions: dict[str, str]  # commit, torch, cuda, cudnn, ultralytics, driver, python
     night: str | None  # benchmark night (flow run id) that produced the run, if any
     profiled_steps: int | None  # profiler active x repeat, from params
     step_time_ms: float | None  # perf/step_time_ms_p50
+    machine: str | None = None  # env.machine (the host name for runs logged before it); None when not recorded
+    workload: str | None = None  # the series key without the machine; None when the identity cannot be rebuilt
+    workload_label: str | None = None
 
 
 def record_from_run(run) -> RunRecord | None:
     """A typed record of one MLflow run; None when its series cannot be known (no tag, no params)."""
     params, tags = run.data.params, run.data.tags
     identity = series_identity_from_params(params, tags)
-    series = tags.get(names.SERIES) or (identity.key if identity else None)
+    if identity is not None and names.ENV_MACHINE not in params:
+        series = identity.key  # logged before the machine joined the key: its machine's series
+    else:
+        series = tags.get(names.SERIES) or (identity.key if identity else None)
     if series is None:
         legacy = tags.get(names.SERIES_KEY)
         if legacy is None:
@@ -48,6 +59,9 @@ def record_from_run(run) -> RunRecord | None:
         start_time_ms=int(run.info.start_time),
         series=series,
         label=identity.label if identity else series,
+        machine=identity.machine if identity else params.get(names.ENV_MACHINE),
+        workload=identity.workload_key if identity else None,
+        workload_label=identity.workload_label if identity else None,
         metrics=dict(run.data.metrics),
         versions=versions_from_params(params),
         night=tags.get(names.BENCHMARK_NIGHT),
@@ -63,10 +77,13 @@ def load_history(mlflow, experiment_ids: list[str]) -> list[RunRecord]:
     return sorted(records, key=lambda r: (r.start_time_ms, r.run_id))
 
 
-def group_series(records: list[RunRecord]) -> dict[str, list[RunRecord]]:
-    """Series key -> its runs, oldest first (input order kept)."""
+def group_series(records: list[RunRecord], across_machines: bool = False) -> dict[str, list[RunRecord]]:
+    """Series key -> its runs, oldest first (input order kept). `across_machines`: group by workload instead,
+    so one history holds every machine's runs of a workload (records without a workload keep their series)."""
     grouped: dict[str, list[RunRecord]] = defaultdict(list)
     for record in records:
+        if across_machines and record.workload is not None:
+            record = replace(record, series=record.workload, label=f"{record.workload_label} @ all machines")
         grouped[record.series].append(record)
     return dict(grouped)
 
