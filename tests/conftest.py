@@ -9,10 +9,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # helper modules shared by test folders (processes.py)
 
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="yolo-mlops-tests-"))
 os.environ["YOLO_MLOPS_HOME"] = str(_SESSION_DIR / "home")

@@ -15,79 +15,16 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from processes import REPO, VENV_BIN, base_env, fail_with_log, free_port, http_ok, poll_until, start, stop
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent  # mlflow, prefect and the linters live next to this python
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def poll_until(check, timeout: float, proc: subprocess.Popen | None = None) -> bool:
-    """Poll `check()` until it is truthy (True), the timeout passes or `proc` exits (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            if check():
-                return True
-        except Exception:  # the server is not up yet: connection refused, 503 ...
-            pass
-        time.sleep(0.5)
-    return False
-
-
-def fail_with_log(what: str, proc: subprocess.Popen, log: Path) -> None:
-    tail = log.read_text(errors="replace")[-6000:] if log.exists() else ""
-    state = f"exited with {proc.returncode}" if proc.poll() is not None else "still not answering"
-    pytest.fail(f"{what} did not come up ({state})\n--- {log} ---\n{tail}")
-
-
-def http_ok(url: str, **kwargs) -> bool:
-    import requests
-
-    return requests.get(url, timeout=5, **kwargs).status_code == 200
-
-
-def base_env() -> dict[str, str]:
-    """Environment for child processes: ours, with the venv's tools first on PATH."""
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def start(cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen:
-    """Start a server in its own process group, so teardown stops its children too."""
-    with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
-
-
-def stop(proc: subprocess.Popen, grace: float = 5) -> None:
-    """SIGTERM the process group; SIGKILL what is left after `grace` (throwaway servers, nothing to save)."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(grace)
+__all__ = ["REPO", "VENV_BIN", "base_env", "fail_with_log", "free_port", "http_ok", "poll_until", "start", "stop"]
 
 
 # ---------------------------------------------------------------- PostgreSQL

@@ -70,7 +70,8 @@ def client_env(prefect_api: PrefectServer, mlflow_server: MlflowServer, work_dir
 
 @pytest.fixture(scope="module")
 def bootstrapped(client_env: dict[str, str]) -> subprocess.CompletedProcess:
-    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci"}
+    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
+                        "YOLO_MLOPS_MACHINE": "ci-node"}
     proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -88,19 +89,23 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
         "{{ container_create_kwargs }}"
     assert api(prefect_api, "GET", "/work_pools/gpu-process")["type"] == "process"
 
-    for name in ("gpu-0", "gpu-1"):
+    for pool in ("gpu-process", "gpu-docker"):  # the machine's own work queue, for sweeps over the pool
+        assert api(prefect_api, "GET", f"/work_pools/{pool}/queues/ci-node")["name"] == "ci-node"
+    for name in ("gpu-ci-node-0", "gpu-ci-node-1"):  # per machine: GPU 0 of another machine is another slot
         limit = api(prefect_api, "GET", f"/v2/concurrency_limits/{name}")
         assert (limit["limit"], limit["active"]) == (1, True)
 
     deployments = {d["name"]: d for d in api(prefect_api, "POST", "/deployments/filter", json={})}
-    assert {"profile", "profile-docker", "sweep", "nightly-benchmark"} <= set(deployments)
+    assert {"profile", "profile-docker", "sweep", "nightly-benchmark-ci-node"} <= set(deployments)
     # The pull step must reach the worker unresolved: each worker fills in its own project directory.
     assert deployments["profile"]["pull_steps"] == [
         {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $YOLO_MLOPS_PROJECT_DIR }}"}}]
     assert deployments["profile-docker"]["work_pool_name"] == "gpu-docker"
     assert deployments["profile-docker"]["job_variables"]["container_create_kwargs"]["shm_size"] == "16g"
 
-    nightly = deployments["nightly-benchmark"]
+    nightly = deployments["nightly-benchmark-ci-node"]  # one per machine, on the machine's own queue
+    assert nightly["work_queue_name"] == "ci-node"
+    assert nightly["job_variables"]["env"]["YOLO_MLOPS_MACHINE"] == "ci-node"
     assert nightly["parameters"]["suite"]["runs"][0]["run_kind"] == "benchmark"
     [schedule] = nightly["schedules"]
     assert schedule["schedule"]["cron"] == "30 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
@@ -112,18 +117,29 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
 def test_bootstrap_is_idempotent(bootstrapped, client_env: dict[str, str], prefect_api: PrefectServer):
     before = {d["name"]: d["id"] for d in api(prefect_api, "POST", "/deployments/filter", json={})}
     # someone widened a GPU limit by hand; bootstrap puts it back to one run per GPU
-    requests.patch(f"{prefect_api.api_url}/v2/concurrency_limits/gpu-0", json={"limit": 3},
+    requests.patch(f"{prefect_api.api_url}/v2/concurrency_limits/gpu-ci-node-0", json={"limit": 3},
                    auth=prefect_api.auth, timeout=30).raise_for_status()
-    assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-0")["limit"] == 3
-    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci"}
+    assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 3
+    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
+                        "YOLO_MLOPS_MACHINE": "ci-node"}
     proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"second bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     after = {d["name"]: d["id"] for d in api(prefect_api, "POST", "/deployments/filter", json={})}
     assert after == before  # updated in place, not duplicated
     limits = [c["name"] for c in api(prefect_api, "POST", "/v2/concurrency_limits/filter", json={})]
-    assert sorted(n for n in limits if n.startswith("gpu-")) == ["gpu-0", "gpu-1"]
-    assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-0")["limit"] == 1
+    assert sorted(n for n in limits if n.startswith("gpu-")) == ["gpu-ci-node-0", "gpu-ci-node-1"]
+    assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 1
+    # a second machine adds its own limits beside the first one's
+    proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env | {"YOLO_MLOPS_MACHINE": "node-b"},
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"bootstrap.sh on a second machine failed:\n{proc.stderr[-4000:]}"
+    limits = [c["name"] for c in api(prefect_api, "POST", "/v2/concurrency_limits/filter", json={})]
+    assert sorted(n for n in limits if n.startswith("gpu-")) == [
+        "gpu-ci-node-0", "gpu-ci-node-1", "gpu-node-b-0", "gpu-node-b-1"]
+    bad = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env | {"YOLO_MLOPS_MACHINE": "no/slash"},
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "cannot be part of a limit name" in bad.stderr
 
 
 @pytest.fixture(scope="module")

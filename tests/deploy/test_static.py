@@ -185,7 +185,7 @@ def test_prefect_yaml_matches_prefects_schema(prefect_yaml: dict):
 
     model = PrefectYamlModel.model_validate(prefect_yaml)
     names = [d.name for d in model.deployments]
-    assert {"profile", "profile-docker", "sweep", "nightly-benchmark"} <= set(names)
+    assert {"profile", "profile-docker", "sweep", "nightly-benchmark-{{ $YOLO_MLOPS_MACHINE }}"} <= set(names)
     for deployment in model.deployments:
         assert (REPO / deployment.entrypoint.split(":")[0]).exists(), deployment.entrypoint
 
@@ -202,7 +202,7 @@ def test_deployment_parameters_fit_their_flows(prefect_yaml: dict):
 def test_nightly_benchmark_is_a_fixed_offline_suite(prefect_yaml: dict):
     from yolo_mlops.flows.benchmark import BenchmarkSuite
 
-    [nightly] = [d for d in prefect_yaml["deployments"] if d["name"] == "nightly-benchmark"]
+    [nightly] = [d for d in prefect_yaml["deployments"] if d["name"].startswith("nightly-benchmark")]
     suite = BenchmarkSuite.model_validate(nightly["parameters"]["suite"])
     for spec in suite.runs:  # synthetic data: offline and identical every night; run_kind feeds the trends
         assert spec.run_kind == "benchmark" and spec.data is None and spec.max_steps
@@ -211,7 +211,7 @@ def test_nightly_benchmark_is_a_fixed_offline_suite(prefect_yaml: dict):
 def test_nightly_schedule_is_a_cron_with_timezone(prefect_yaml: dict):
     from prefect.cli.deploy._schedules import _schedule_config_to_deployment_schedule
 
-    [nightly] = [d for d in prefect_yaml["deployments"] if d["name"] == "nightly-benchmark"]
+    [nightly] = [d for d in prefect_yaml["deployments"] if d["name"].startswith("nightly-benchmark")]
     [raw] = nightly["schedules"]
     schedule = _schedule_config_to_deployment_schedule(raw)["schedule"]  # Prefect's own parsing
     assert schedule.cron == raw["cron"] and schedule.timezone == raw["timezone"]

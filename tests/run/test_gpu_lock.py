@@ -4,15 +4,30 @@ from yolo_mlops.run import gpu_lock
 from yolo_mlops.run.config import ConfigError
 
 
-def test_limit_names(monkeypatch):
+def _create_limit(name: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+    with get_client(sync_client=True) as client:
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+
+
+def test_limit_names_carry_the_machine(prefect_server, monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     assert gpu_lock.limit_name("cpu") is None
     assert gpu_lock.limit_name("cpu", "my-limit") == "my-limit"
-    with temporary_settings({PREFECT_API_URL: "http://prefect.example:4200/api"}):
-        assert gpu_lock.limit_name("cuda:1") == "gpu-1"
-        assert gpu_lock.limit_name("2,3") == "gpu-2"
+    monkeypatch.setenv("YOLO_MLOPS_MACHINE", "lock-node-a")
+    with temporary_settings({PREFECT_API_URL: PREFECT_API_URL.value()}):  # the test server, as a shared one
+        assert gpu_lock.limit_name("cuda:1") == "gpu-lock-node-a-1"  # missing: named, so the strict hold says so
+        assert gpu_lock.limit_name("2,3") == "gpu-lock-node-a-2"
         assert gpu_lock.limit_name("0", None) is None  # the caller holds it already
+        _create_limit("gpu-7")  # a server set up before the machine was in the name
+        assert gpu_lock.limit_name("7") == "gpu-7"
+        _create_limit("gpu-lock-node-a-7")  # bootstrap.sh ran on this machine: its own limit wins
+        assert gpu_lock.limit_name("7") == "gpu-lock-node-a-7"
+        monkeypatch.setenv("YOLO_MLOPS_MACHINE", "lock-node-b")
+        assert gpu_lock.limit_name("7") == "gpu-7"
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         assert gpu_lock.limit_name("0") is None  # a temporary server cannot keep other processes off the GPU
 

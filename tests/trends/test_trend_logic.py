@@ -181,5 +181,7 @@ def test_the_documented_automation_is_a_valid_prefect_automation():
     automation = AutomationCore.model_validate(yaml.safe_load(
         re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', block)))
     assert automation.trigger.expect == {"prefect.flow-run.Failed"}
-    assert automation.trigger.match_related.root["prefect.resource.name"] == "nightly-benchmark"
+    # every machine's nightly deployment runs the flow `benchmark`
+    assert automation.trigger.match_related.root["prefect.resource.name"] == "benchmark"
+    assert automation.trigger.match_related.root["prefect.resource.role"] == "flow"
     assert automation.actions[0].type == "send-notification"

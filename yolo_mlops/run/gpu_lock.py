@@ -1,8 +1,14 @@
-"""One GPU, one profiled run: Prefect global concurrency limits named `gpu-<index>`.
+"""One GPU, one profiled run: Prefect global concurrency limits named `gpu-<machine>-<index>`.
 
 Sweeps, scheduled benchmarks and ad-hoc deployment runs on the same GPU take the same limit, so they never
-share a GPU and spoil each other's timings. Limits are strict: a missing limit is an error, never an
-unthrottled run. `deploy/bootstrap.sh` creates one limit of 1 slot per GPU.
+share a GPU and spoil each other's timings. The machine is in the name because one Prefect server serves a
+fleet: GPU 0 of machine A and GPU 0 of machine B are different slots. Limits are strict: a missing limit is
+an error, never an unthrottled run. `deploy/bootstrap.sh` creates one limit of 1 slot per GPU of the machine
+it runs on.
+
+Servers set up before the machine was in the name have `gpu-<index>`: where a machine has no limit of its
+own but that one exists, runs hold it (safe: never oversubscribed, but it serialises GPU <index> of every
+machine) until bootstrap.sh is run on the machine.
 
 A temporary Prefect server (no PREFECT_API_URL, e.g. `yolo-mlops sweep` on a workstation) lives only as
 long as one command, so a limit on it could not keep another process off the GPU; there the lock is
@@ -15,18 +21,48 @@ import contextlib
 from collections.abc import Iterator
 
 from yolo_mlops.run.config import ConfigError
-from yolo_mlops.run.environment import cuda_indices
+from yolo_mlops.run.environment import cuda_indices, machine_name
 
 AUTO = "auto"
 
 
+def machine_limit(machine: str, index: int) -> str:
+    """The limit of GPU `index` of `machine`: gpu-<machine>-<index>."""
+    return f"gpu-{machine}-{index}"
+
+
+def legacy_limit(index: int) -> str:
+    """The single-machine name of GPU `index`'s limit, from before the machine was in the name."""
+    return f"gpu-{index}"
+
+
 def limit_name(device: str, requested: str | None = AUTO) -> str | None:
-    """The limit a run on `device` holds: `requested` if it is a name, else gpu-<index> on a shared server."""
+    """The limit a run on `device` holds: `requested` if it is a name, else on a shared server
+    gpu-<machine>-<index> (or the legacy gpu-<index> where only that one exists); None on CPU or on a
+    temporary server."""
     if requested != AUTO:
         return requested
     if device == "cpu" or not _shared_server():
         return None
-    return f"gpu-{cuda_indices(device)[0]}"
+    index = cuda_indices(device)[0]
+    name = machine_limit(machine_name(), index)
+    if not _exists(name) and _exists(legacy_limit(index)):
+        print(f"concurrency limit {name!r} does not exist; holding the single-machine {legacy_limit(index)!r} "
+              f"(run deploy/bootstrap.sh on this machine to create its own)")
+        return legacy_limit(index)
+    return name
+
+
+def _exists(name: str) -> bool:
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            return False
+    return True
 
 
 def _shared_server() -> bool:
@@ -47,7 +83,8 @@ def check_limit(name: str | None) -> int | None:
             limit = client.read_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
             raise ConfigError(f"Prefect concurrency limit {name!r} does not exist; create it once with "
-                              f"`prefect gcl create {name} --limit 1` (GPU runs never go unthrottled)") from None
+                              f"`prefect gcl create {name} --limit 1` or deploy/bootstrap.sh on that machine "
+                              "(GPU runs never go unthrottled)") from None
     if not limit.active:
         raise ConfigError(f"Prefect concurrency limit {name!r} is inactive: it would not throttle anything")
     return int(limit.limit)
