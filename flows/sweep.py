@@ -1,10 +1,14 @@
-"""Prefect flow `sweep`: baseline + variants x repeats as `profile-training` subflows under one MLflow parent run.
+"""Prefect flow `sweep`: baseline + variants x repeats as `profile-training` runs under one MLflow parent run.
 
 Thin: planning, collection, statistics and reports live in `yolo_mlops.sweeps`. This flow only
-- validates the plan (variants, skip reasons, concurrency limit) before anything is created,
+- validates the plan (variants, skip reasons, devices, pool, concurrency limits) before anything is created,
 - creates the parent MLflow run (`yolo_mlops.run_kind=sweep`) and ends it FINISHED unless the sweep itself breaks,
-- runs each child as the `profile-training` subflow inside the concurrency limit (one GPU = one slot),
-  isolating failures: a failed child is recorded, the sweep goes on,
+- runs the children, isolating failures (a failed or lost child is recorded, the sweep goes on):
+  - one device: one after another as `profile-training` subflows in this process, inside the device's limit;
+  - `devices`: one lane per device, lanes side by side in worker processes (Prefect's ProcessPoolTaskRunner;
+    `isolation="exclusive"` runs them one at a time), each child holding its device's limit;
+  - `pool`: one lane per machine of a Prefect work pool, each child a run of the pool's `profile-training`
+    deployment on that machine's work queue (`sweeps.remote`), collected by MLflow parent id,
 - logs the comparison to the parent run and as Prefect artifacts.
 
 Deployment entrypoint: `flows/sweep.py:sweep`.
@@ -13,18 +17,23 @@ Deployment entrypoint: `flows/sweep.py:sweep`.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from prefect import flow
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import Field
 
 from yolo_mlops import sweeps, tracking
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.run import gpu_lock, pipeline, preflight
 from yolo_mlops.run.config import RunSpec
-from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow
+from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow, remote
+from yolo_mlops.sweeps.plan import Lane
 from yolo_mlops.tracking import names
 
 
@@ -43,15 +52,16 @@ class SweepResult:
     children: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_child(plan: SweepPlan, outcome: ChildOutcome, parent_run_id: str, dataset_yaml) -> ChildOutcome:
+def run_child(plan: SweepPlan, outcome: ChildOutcome, parent_run_id: str, dataset_yaml,
+              limit: str | None = None) -> ChildOutcome:
     """One variant x repeat as the profile-training subflow, holding the device's concurrency slot."""
     spec = plan.child_spec(outcome.child, parent_run_id)
     t_wait = time.perf_counter()
-    with gpu_lock.hold(plan.concurrency_limit):  # a missing limit raises here (strict): breaks the sweep, by design
+    with gpu_lock.hold(limit):  # a missing limit raises here (strict): breaks the sweep, by design
         outcome.started = time.time()
         t0 = time.perf_counter()
         outcome.acquire_s = t0 - t_wait
-        sweeps.release_device_memory(plan.device)
+        sweeps.release_device_memory(spec.device or plan.device)
         with sweeps.disk_cache_guard(spec, dataset_yaml):
             state = profile_training(spec, gpu_limit=None, return_state=True)  # the lock is held here
         outcome.wall_s = time.perf_counter() - t0
@@ -71,6 +81,76 @@ def run_child(plan: SweepPlan, outcome: ChildOutcome, parent_run_id: str, datase
     return outcome
 
 
+@task(cache_policy=NO_CACHE, persist_result=False)
+def run_lane(plan: SweepPlan, lane: Lane, parent_run_id: str, dataset_yaml: Path | None) -> list[ChildOutcome]:
+    """One device's children, block by block, in a process of its own (torch's global switches such as
+    cudnn.benchmark and the data loader's CPU work must not be shared with another device's children)."""
+    return [run_child(plan, ChildOutcome(child, "pending"), parent_run_id, dataset_yaml, lane.limit)
+            for child in plan.lane_children(lane.name)]
+
+
+def run_pool_lane(plan: SweepPlan, lane: Lane, target: remote.PoolTarget, parent_run_id: str,
+                  lost_after_s: float) -> list[ChildOutcome]:
+    """One machine's children, one at a time, as runs of the pool's profile-training deployment."""
+    return [remote.run_remote_child(target, lane, ChildOutcome(child, "pending"),
+                                    plan.child_spec(child, parent_run_id).model_dump(mode="json"), lost_after_s)
+            for child in plan.lane_children(lane.name)]
+
+
+def run_lanes(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None,
+              target: remote.PoolTarget | None, lost_after_s: float) -> list[ChildOutcome]:
+    if not plan.lanes:
+        return [run_child(plan, ChildOutcome(child, "pending"), parent_run_id, dataset_yaml, plan.concurrency_limit)
+                for child in plan.children]
+    width = 1 if plan.isolation == "exclusive" else len(plan.lanes)
+    if target is not None:
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="sweep-lane") as pool:
+            lanes = list(pool.map(lambda lane: run_pool_lane(plan, lane, target, parent_run_id, lost_after_s),
+                                  plan.lanes))
+    else:
+        lanes = _local_lanes(plan, parent_run_id, dataset_yaml, width)
+    by_position = {o.child.position: o for outcomes in lanes for o in outcomes}
+    return [by_position[c.position] for c in plan.children]
+
+
+def _local_lanes(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, width: int
+                 ) -> list[list[ChildOutcome]]:
+    """Lanes in worker processes, connected to this flow's Prefect server (a temporary server included)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: _api_url()}), ProcessPoolTaskRunner(max_workers=width) as runner:
+        futures = [runner.submit(run_lane, parameters={"plan": plan, "lane": lane, "parent_run_id": parent_run_id,
+                                                         "dataset_yaml": dataset_yaml})
+                   for lane in plan.lanes]
+        return [_lane_result(plan, lane, future) for lane, future in zip(plan.lanes, futures, strict=True)]
+
+
+def _lane_result(plan: SweepPlan, lane: Lane, future) -> list[ChildOutcome]:
+    """A lane whose process died (killed, out of memory) fails its children; the other lanes count."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - recorded per child, the sweep goes on
+        reason = f"lane {lane.name} broke: {type(exc).__name__}: {exc}"[:2000]
+        print(reason)
+        return [ChildOutcome(child, "failed", error=reason) for child in plan.lane_children(lane.name)]
+
+
+def _api_url() -> str:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.api_url)
+
+
+def end_lost_children(mlflow, outcomes: list[ChildOutcome]) -> None:
+    """A child whose machine was lost left its MLflow run RUNNING: end it FAILED with the reason."""
+    runs = {o.run_id: o for o in outcomes if o.status == "failed" and o.run_id}
+    for run_id, outcome in runs.items():
+        run = tracking.find_run(mlflow, run_id)
+        if run is not None and run.info.status == "RUNNING":
+            tracking.finish_failed_run(mlflow, run_id, "FAILED", outcome.error or "lost")
+
+
 @flow(name="sweep", log_prints=True)
 def sweep(
     base: RunSpec = RunSpec(),
@@ -85,24 +165,49 @@ def sweep(
         description="ad-hoc variants: name -> RunSpec field changes, e.g. "
                     "{'sgd': {'train_args': {'optimizer': 'SGD'}}}")] = {},  # noqa: B006
     extra_tags: Annotated[dict[str, str], Field(description="extra tags for the parent MLflow run")] = {},  # noqa: B006
+    devices: Annotated[list[str] | None, Field(
+        description="run children side by side, one per device (CUDA indices), blocks paired within a device")
+    ] = None,
+    pool: Annotated[str | None, Field(
+        description="Prefect work pool: children run on its machines (one work queue per machine), each a run "
+                    "of the pool's profile-training deployment")] = None,
+    deployment: Annotated[str | None, Field(
+        description="the pool's profile-training deployment, when it has several")] = None,
+    isolation: Annotated[Literal["side-by-side", "exclusive"], Field(
+        description="exclusive: one child at a time over all devices/machines (no interference, slower)")
+    ] = "side-by-side",
+    lost_after_s: Annotated[float, Field(
+        gt=0, description="a pool machine whose worker has not polled for this long is lost: its child fails")
+    ] = remote.LOST_AFTER_S,
 ) -> SweepResult:
-    plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants)
-    slots = gpu_lock.check_limit(plan.concurrency_limit)
-    dataset = pipeline.resolve_dataset(base, preflight.check(base))
+    target = remote.find_target(pool, deployment, lost_after_s) if pool is not None else None
+    plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants,
+                             devices=devices, pool=pool, machines=target.machines if target else None,
+                             isolation=isolation)
+    if target is not None:
+        for machine, why in sorted(target.idle.items()):
+            print(f"machine {machine} of pool {pool} not used: {why}")
+    limits = {lane.limit for lane in plan.lanes} if plan.lanes else {plan.concurrency_limit}
+    slots = [gpu_lock.check_limit(name) for name in sorted(x for x in limits if x)]
+    if target is None:
+        dataset = pipeline.resolve_dataset(base, preflight.check(base))
+    else:  # a pool's machines check their own dataset and device; the runs all go to this tracking store
+        tracking.check_reachable()
+        dataset = None
     for name, reason in plan.skipped.items():
         print(f"skipping variant {name}: {reason}")
 
     mlflow = tracking.client()
     tags = {**sweeps.parent_tags(plan), **extra_tags}
-    if slots is not None:
-        tags[names.SWEEP_CONCURRENCY_SLOTS] = str(slots)
+    if slots:
+        tags[names.SWEEP_CONCURRENCY_SLOTS] = str(min(slots))
     parent_id = tracking.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
                                     sweeps.parent_params(plan))
     experiment_id = tracking.experiment_of(mlflow, parent_id)
     with tracking.run_guard(mlflow, parent_id):
-        outcomes = [run_child(plan, ChildOutcome(child, "pending"), parent_id, dataset.yaml_path)
-                    for child in plan.children]
+        outcomes = run_lanes(plan, parent_id, dataset.yaml_path if dataset else None, target, lost_after_s)
         records = sweeps.collect(mlflow, plan, parent_id, outcomes)
+        end_lost_children(mlflow, outcomes)
         report = sweeps.compare(plan, records)
         markdown = sweeps.markdown(plan, report)
         sweeps.log_report(mlflow, parent_id, report, markdown)
@@ -119,7 +224,8 @@ def sweep(
         failed_children=report.failed_children, total_children=report.total_children, skipped=dict(plan.skipped),
         rows=report.rows, table=table, markdown=markdown,
         children=[{"variant": o.child.variant, "repeat": o.child.repeat, "position": o.child.position,
-                   "status": o.status, "run_id": o.run_id, "flow_run_id": o.flow_run_id, "error": o.error,
+                   "block": o.child.block, "lane": o.child.lane, "status": o.status, "run_id": o.run_id,
+                   "flow_run_id": o.flow_run_id, "error": o.error,
                    "wall_s": o.wall_s, "acquire_s": o.acquire_s, "started": o.started, "ended": o.ended}
                   for o in outcomes],
     )

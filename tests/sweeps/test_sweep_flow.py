@@ -199,11 +199,12 @@ def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, m
 
 
 def test_gpu_sweeps_default_to_the_gpu_limit(prefect_server):
-    # gpu-<index> is the default only against a Prefect server (PREFECT_API_URL, set by the fixture)
+    # gpu-<machine>-<index> is the default only against a Prefect server (PREFECT_API_URL, set by the fixture)
     from yolo_mlops import sweeps
+    from yolo_mlops.run.environment import machine_name
 
     plan = sweeps.plan_sweep(RunSpec(device="1"), ["amp_bf16", "batch_8"], repeats=2, order="blocked")
-    assert plan.concurrency_limit == "gpu-1" and not plan.skipped
+    assert plan.concurrency_limit == f"gpu-{machine_name()}-1" and not plan.skipped
     assert [(c.variant, c.repeat) for c in plan.children] == [
         ("baseline", 1), ("baseline", 2), ("amp_bf16", 1), ("amp_bf16", 2), ("batch_8", 1), ("batch_8", 2)]
     cpu = sweeps.plan_sweep(RunSpec(device="cpu"), ["amp_bf16"], repeats=1)

@@ -14,12 +14,14 @@ def register(sub) -> None:
     sweep.add_argument("--variants", default="", help="comma-separated variant expressions, e.g. "
                        "amp_bf16,channels_first,workers_8 or amp_bf16+channels_last (baseline is always included)")
     _add_sweep_options(sweep)
+    _add_fleet_options(sweep)
     add_run_options(sweep)
     sweep.set_defaults(handler=cmd_sweep)
     optimize = sub.add_parser("optimize", help="profile the baseline, sweep the variants its diagnosis recommends")
     _add_sweep_options(optimize)
     add_run_options(optimize)
-    optimize.set_defaults(handler=cmd_optimize)
+    optimize.set_defaults(handler=cmd_optimize, devices=None, pool=None, deployment=None, isolation="side-by-side",
+                          lost_after=None)
 
 
 def _add_sweep_options(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +31,20 @@ def _add_sweep_options(parser: argparse.ArgumentParser) -> None:
                        help="interleaved: A B C A B C (default, spreads drift over all variants); blocked: A A B B")
     group.add_argument("--warmup-steps", type=int, default=1, help="steps discarded at the start of each child")
     group.add_argument("--concurrency-limit", help="Prefect global concurrency limit held by each child "
-                       "(default gpu-<index> on a GPU, none on CPU; it must exist)")
+                       "(default gpu-<machine>-<index> on a GPU, none on CPU; it must exist)")
+
+
+def _add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("devices and machines")
+    group.add_argument("--devices", help="run children side by side, one per device of this machine (e.g. 0,1,2,3); "
+                       "each device runs whole blocks, speed-ups are paired within a block")
+    group.add_argument("--pool", help="Prefect work pool whose machines run the children (a worker per machine "
+                       "polling the work queue named after it); needs PREFECT_API_URL")
+    group.add_argument("--deployment", help="the pool's profile-training deployment, when it has several")
+    group.add_argument("--isolation", choices=["side-by-side", "exclusive"], default="side-by-side",
+                       help="exclusive: one child at a time over all devices/machines (no interference, slower)")
+    group.add_argument("--lost-after", type=float, default=None, metavar="SECONDS",
+                       help="a pool machine whose worker has not polled for this long is lost (default 120)")
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
@@ -39,18 +54,48 @@ def cmd_variants(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep_plan(args: argparse.Namespace, names: list[str]):
-    """Validate variants, the base run and the concurrency limit before Prefect or MLflow start."""
-    from yolo_mlops import sweeps
-    from yolo_mlops.run import gpu_lock, preflight
+def _devices(args: argparse.Namespace) -> list[str] | None:
+    return None if args.devices is None else args.devices.split(",")
 
+
+def _fleet_options(args: argparse.Namespace) -> dict:
+    """The flow parameters of --devices / --pool / --isolation, as given."""
+    options: dict = {"devices": _devices(args), "pool": args.pool, "deployment": args.deployment,
+                     "isolation": args.isolation}
+    if args.lost_after is not None:
+        options["lost_after_s"] = args.lost_after
+    return options
+
+
+def _sweep_plan(args: argparse.Namespace, names: list[str]):
+    """Validate variants, the base run, devices, the pool and the concurrency limits before MLflow starts."""
+    from yolo_mlops import sweeps
+    from yolo_mlops.errors import ConfigError
+    from yolo_mlops.run import gpu_lock, preflight
+    from yolo_mlops.sweeps import remote
+
+    if args.lost_after is not None and args.lost_after <= 0:
+        raise ConfigError("--lost-after must be > 0 seconds")
+    if args.deployment is not None and args.pool is None:
+        raise ConfigError("--deployment names a deployment of --pool; give --pool too")
     defaults = None
     if args.data is None and args.config is None:  # the synthetic dataset: start from the demo's sizes
         defaults = {k: v for k, v in demo_defaults().items() if k != "run_name"}
     spec = spec_from_args(args, defaults)
-    plan = sweeps.plan_sweep(spec, names, args.repeats, args.order, args.warmup_steps, args.concurrency_limit)
-    preflight.check(spec)
-    gpu_lock.check_limit(plan.concurrency_limit)
+    target = None
+    if args.pool is not None:
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            raise ConfigError("--pool needs the Prefect server the pool's workers poll: set PREFECT_API_URL")
+        target = remote.find_target(args.pool, args.deployment, args.lost_after or remote.LOST_AFTER_S)
+    plan = sweeps.plan_sweep(spec, names, args.repeats, args.order, args.warmup_steps, args.concurrency_limit,
+                             devices=_devices(args), pool=args.pool,
+                             machines=target.machines if target else None, isolation=args.isolation)
+    if target is None:
+        preflight.check(spec)
+    for lane_limit in sorted({lane.limit for lane in plan.lanes if lane.limit} or {plan.concurrency_limit} - {None}):
+        gpu_lock.check_limit(lane_limit)
     return spec
 
 
@@ -60,7 +105,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from yolo_mlops.flows.sweep import sweep
 
     result = sweep(base=spec, variants=names, repeats=args.repeats, order=args.order,
-                   warmup_steps=args.warmup_steps, concurrency_limit=args.concurrency_limit)
+                   warmup_steps=args.warmup_steps, concurrency_limit=args.concurrency_limit, **_fleet_options(args))
     print("\n" + result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id}: {result.run_url}")
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from yolo_mlops import tracking
 from yolo_mlops.profiling.step_timer import StepTimes
@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 LOSS_TOTAL = "train/loss_total"  # sum of the final detection losses; a comparison input, not an MLflow name
 
 
+ChildStatus = Literal["pending", "ok", "failed"]
+
+
 @dataclass
 class ChildOutcome:
     child: Child
-    status: str  # "ok" | "failed"
+    status: ChildStatus  # pending until the child has run
     run_id: str | None = None
     error: str | None = None
     flow_run_id: str | None = None
