@@ -361,6 +361,16 @@ def cmd_sweep_compile(ch: Checks) -> list[str] | str:
     return command
 
 
+def cmd_sweep_devices(ch: Checks) -> list[str]:
+    """`sweep --devices` on the machine's one GPU: the lane path (a worker process per device, paired blocks).
+    More than one GPU, and more than one machine, stay unverified here."""
+    command = _sweep_cmd(ch, "cudnn_benchmark", "gpu_sweep_devices", 5)
+    if not _tiny(ch):
+        for flag, value in (("--imgsz", "320"), ("--max-steps", "25"), ("--images", "400")):
+            command[command.index(flag) + 1] = value
+    return [*command, "--devices", ch.device]
+
+
 def judge_sweep(name: str) -> Callable[[Checks, StepRun, str], None]:
     def judge(ch: Checks, run: StepRun, output: str) -> None:
         path = ch.work / f"{name}.json"
@@ -454,6 +464,8 @@ STEPS: list[Step] = [
          dry_help("memory_by_holder")),
     Step("diagnosis_tests", True, 120, 40, cmd_diagnosis_tests, judge_pytest,
          lambda ch: [*cmd_diagnosis_tests(ch), "--collect-only"]),
+    Step("gpu_sweep_devices", True, 150, 30, cmd_sweep_devices, judge_sweep("gpu_sweep_devices"),
+         dry_script("gpu_sweep_devices")),
     # the same script as gpu_sweep, whose --dry-run covers its imports and plan: only its arguments are parsed
     Step("gpu_sweep_compile", True, 240, 0, cmd_sweep_compile, judge_sweep("gpu_sweep_compile")),
 ]

@@ -8,8 +8,8 @@ device's Prefect concurrency slot) and prints the comparison table.
     python3 benchmarks/gpu_sweep.py --dry-run             # imports and the sweep plan only, no CUDA call
 
 Prefect: with PREFECT_API_URL set the flow runs against that server, and the concurrency limit
-`gpu-<index>` must exist there (`prefect gcl create gpu-0 --limit 1`; the sweep fails otherwise); without it
-a throwaway local server is started and the limit created on it. MLflow: MLFLOW_TRACKING_URI, else the
+`gpu-<machine>-<index>` must exist there (deploy/bootstrap.sh; the sweep fails otherwise); without it
+a throwaway local server is started and the limits created on it. MLflow: MLFLOW_TRACKING_URI, else the
 project's local SQLite store.
 
 Variants: amp_bf16 (bfloat16 autocast), cudnn_benchmark (with deterministic=False), channels_last
@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--warmup-steps", type=int, default=15, help="steps discarded per child (compile!)")
     parser.add_argument("--device", default="0", help="a CUDA index such as 0, or cpu for a rehearsal")
+    parser.add_argument("--devices", help="run through the lanes of `sweep --devices` (e.g. 0 or 0,1): each "
+                        "device's children in a worker process, blocks paired within a device")
     parser.add_argument("--experiment", default="gpu-sweep")
     parser.add_argument("--result", type=Path, help="write the comparison (table, children) here as JSON")
     parser.add_argument("--dry-run", action="store_true", help="imports and the sweep plan only; no CUDA call")
@@ -56,8 +58,10 @@ def main() -> int:
 
     from yolo_mlops import sweeps
     from yolo_mlops.flows.sweep import sweep
+    from yolo_mlops.run import gpu_lock
     from yolo_mlops.run.config import RunSpec
-    from yolo_mlops.run.environment import cuda_indices
+    from yolo_mlops.run.environment import cuda_indices, machine_name
+    from yolo_mlops.sweeps.plan import check_devices
 
     base = RunSpec(model="yolo11n.yaml", imgsz=args.imgsz, batch=args.batch, workers=args.workers,
                    synthetic_images=args.images, max_steps=args.max_steps, epochs=1, val=False,
@@ -65,11 +69,16 @@ def main() -> int:
                    # profiler window after the discarded warm-up: its steps are excluded from timing anyway
                    profiler={"skip_first": args.warmup_steps, "wait": 1, "warmup": 1, "active": 3})
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    cuda = args.device != "cpu"
-    limit = f"gpu-{cuda_indices(args.device)[0]}" if cuda else None
+    devices = args.devices.split(",") if args.devices else None
+    cuda = args.device != "cpu" if devices is None else devices != ["cpu"]
+    lane_devices = devices if devices is not None else [args.device]
+    limits = [gpu_lock.machine_limit(machine_name(), cuda_indices(d)[0]) for d in lane_devices] if cuda else []
+    limit = None if devices is not None or not limits else limits[0]  # lanes take their own
     record: dict = {"step": "gpu_sweep", "variants": names, "repeats": args.repeats, "max_steps": args.max_steps,
-                    "warmup_steps": args.warmup_steps, "concurrency_limit": limit}
+                    "warmup_steps": args.warmup_steps, "concurrency_limit": limit, "devices": devices}
     if args.dry_run:
+        if devices is not None:  # devices are checked against this machine only when the sweep runs
+            check_devices(devices, local=False)
         plan = sweeps.plan_sweep(base, names, args.repeats, "interleaved", args.warmup_steps, limit)
         record.update(status="dry-run", children=len(plan.children), skipped=plan.skipped)
         print(f"gpu_sweep: dry-run - plan of {len(plan.children)} children ok; no CUDA call made")
@@ -90,10 +99,11 @@ def main() -> int:
 
         harness = prefect_test_harness(server_startup_timeout=180)
     with harness:
-        if limit and not shared:
-            _create_limit(limit)  # throwaway server; on a real server the limit must already exist (strict)
+        if not shared:  # throwaway server; on a real server the limits must already exist (strict)
+            for name in limits:
+                _create_limit(name)
         result = sweep(base=base, variants=names, repeats=args.repeats, order="interleaved",
-                       warmup_steps=args.warmup_steps, concurrency_limit=limit)
+                       warmup_steps=args.warmup_steps, concurrency_limit=limit, devices=devices)
     print()
     print(result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id} ({result.run_url})")
@@ -104,7 +114,7 @@ def main() -> int:
                   best_evidence=result.best_evidence, failed_children=result.failed_children,
                   total_children=result.total_children, skipped=result.skipped, table=result.table,
                   markdown=result.markdown,
-                  children=[{k: c[k] for k in ("variant", "repeat", "status", "wall_s", "error")}
+                  children=[{k: c[k] for k in ("variant", "repeat", "lane", "block", "status", "wall_s", "error")}
                             for c in result.children])
     return _finish(args, record, 0)
 
