@@ -99,3 +99,24 @@ def test_pool_problems_are_one_line(prefect_server):
         remote.find_target("idle-pool")
     with pytest.raises(ConfigError, match="has no deployment 'other' of flow"):
         remote.find_target("idle-pool", deployment="other")
+
+
+@pytest.mark.slow
+def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
+    """`devices`: the lane machinery end to end on the one device a CPU machine has (a worker process of
+    Prefect's ProcessPoolTaskRunner, connected to this flow's server, each child a profile-training flow)."""
+    from yolo_mlops.flows.sweep import sweep
+    from yolo_mlops.run.environment import machine_name
+
+    tiny = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
+                profiler={"wait": 0, "warmup": 1, "active": 1})
+    result = sweep(base=RunSpec(**tiny, experiment="sweep-lanes"), variants=["batch_2"], repeats=2,
+                   devices=["cpu"])
+    assert [c["status"] for c in result.children] == ["ok"] * 4
+    assert [(c["lane"], c["block"]) for c in result.children] == [("cpu", 0), ("cpu", 0), ("cpu", 1), ("cpu", 1)]
+    parent = mlflow_client.get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags[names.SWEEP_LANES] == "cpu"
+    children = mlflow_client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+    assert {c.data.tags[names.SWEEP_LANE] for c in children} == {"cpu"} and len(children) == 4
+    assert {c.data.params["env.machine"] for c in children} == {machine_name()}
