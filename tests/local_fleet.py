@@ -73,8 +73,11 @@ def _wait_up(what: str, proc: subprocess.Popen, log: Path, check) -> None:
 
 
 @contextlib.contextmanager
-def local_fleet(work: Path, machines: dict[str, dict[str, str]]) -> Iterator[LocalFleet]:
-    """Servers, pool, deployment and one worker per machine (machine -> extra environment of its worker)."""
+def local_fleet(work: Path, machines: dict[str, dict[str, str]], cpus: dict[str, str] | None = None
+                ) -> Iterator[LocalFleet]:
+    """Servers, pool, deployment and one worker per machine (machine -> extra environment of its worker).
+    `cpus`: machine -> the CPUs (taskset list) its worker and flow runs are pinned to, one thread each, so
+    that machines on one host do not share cores as separate hosts would not."""
     procs: list[subprocess.Popen] = []
     try:
         prefect_port, mlflow_port = free_port(), free_port()
@@ -117,8 +120,13 @@ def local_fleet(work: Path, machines: dict[str, dict[str, str]]) -> Iterator[Loc
                            capture_output=True, timeout=STARTUP_S)
             worker_env = env | {"YOLO_MLOPS_MACHINE": machine, "YOLO_MLOPS_HOME": str(work / f"home-{machine}"),
                                 "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_WORKER_PREFETCH_SECONDS": "0"} | extra
-            fleet.workers[machine] = start([prefect_cli, "worker", "start", "--pool", POOL, "--type", "process",
-                                            "--work-queue", machine, "--name", f"worker-{machine}"],
+            pin: list[str] = []
+            if cpus and machine in cpus:
+                pin = ["taskset", "-c", cpus[machine]]
+                threads = str(len(cpus[machine].split(",")))
+                worker_env |= {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+            fleet.workers[machine] = start([*pin, prefect_cli, "worker", "start", "--pool", POOL, "--type",
+                                            "process", "--work-queue", machine, "--name", f"worker-{machine}"],
                                            work / f"worker-{machine}.log", worker_env, cwd=work)
             procs.append(fleet.workers[machine])
         for machine in machines:

@@ -95,7 +95,9 @@ def test_pool_problems_are_one_line(prefect_server):
         client.create_deployment(flow_id=flow_id, name="profile", work_pool_name="idle-pool",
                                  entrypoint="flows/profile_training.py:profile_training")
         client.create_work_queue(name="machine-a", work_pool_name="idle-pool")
-    with pytest.raises(ConfigError, match="has no machine with a live worker.*machine-a: no worker polled it yet"):
+        client.create_work_queue(name="two words", work_pool_name="idle-pool")
+    with pytest.raises(ConfigError, match="has no machine with a live worker.*machine-a: no worker polled it yet, "
+                                          "two words: work queue 'two words' cannot name a machine"):
         remote.find_target("idle-pool")
     with pytest.raises(ConfigError, match="has no deployment 'other' of flow"):
         remote.find_target("idle-pool", deployment="other")

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.run.environment import MACHINE_VAR
+from yolo_mlops.run.environment import MACHINE_VAR, check_machine_name
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -78,6 +78,11 @@ def find_target(pool: str, deployment: str | None = None, lost_after_s: float = 
         if queue.name == DEFAULT_QUEUE:
             continue
         age = _age_s(queue.last_polled, now)
+        try:
+            check_machine_name(queue.name, "work queue")
+        except ConfigError as exc:
+            idle[queue.name] = str(exc).split(": use")[0]  # cannot name a machine (nor its GPU limits)
+            continue
         if queue.is_paused:
             idle[queue.name] = "queue paused"
         elif age > lost_after_s:
