@@ -142,9 +142,39 @@ def test_the_mlflow_table_and_the_prefect_rows_are_the_typed_rows_at_the_edge():
     assert list(frame.columns) == ["variant", "status", "repeats_ok", "repeats_failed", "steps", "median_step_ms",
                                    "images_per_s", "speedup", "ci_low", "ci_high", "step_time_ratio", "verdict",
                                    "loss_delta", "loss_flag", "map_delta", "map_flag", "gpu_util_delta_pct",
-                                   "peak_mem_delta_gib", "reason", "note"]
+                                   "peak_mem_delta_gib", "reason", "note", "method"]
     assert frame["speedup"].dtype == float and frame["loss_flag"].dtype == bool
     table = {r["variant"]: r for r in sweeps.prefect_table(report)}
     workers = {r.variant: r for r in report.rows}["workers_1"]
     assert table["workers_1"]["speedup"] == round(workers.speedup, 4) != workers.speedup
     assert table["amp_bf16"]["speedup"] is None and table["amp_bf16"]["status"] == "skipped"
+
+
+def test_over_lanes_the_comparison_is_paired_within_blocks():
+    """Two machines, one 1.5x slower, blocks round-robin; a failed baseline child unbalances the groups.
+    The true speed-up of batch_2 is 1.2 on both machines: pairing within blocks recovers it, per lane too."""
+    plan = sweeps.plan_sweep(CPU, ["batch_2"], repeats=6, pool="gpus", machines=["fast", "slow"])
+    rng = np.random.default_rng(3)
+    records = []
+    for child in plan.children:
+        lane_factor = 1.5 if child.lane.startswith("slow") else 1.0
+        speed = 1.2 if child.variant == "batch_2" else 1.0
+        steps = 100.0 * lane_factor / speed * rng.normal(1.0, 0.03) * rng.normal(1.0, 0.01, 20)  # run, step
+        failed = child.variant == "baseline" and child.block == 0  # a fast-lane baseline lost
+        outcome = ChildOutcome(child, "failed" if failed else "ok", run_id=f"r{child.position}")
+        repeat = None if failed else stats.Repeat(step_ms=steps, images=np.full(20, 4.0))
+        records.append(ChildRecord(outcome, repeat, "failed: lost" if failed else None))
+    report = sweeps.compare(plan, records)
+    row = next(r for r in report.rows if r.variant == "batch_2")
+    assert row.speedup == pytest.approx(1.2, rel=0.03) and row.ci_low < 1.2 < row.ci_high
+    assert row.verdict == stats.FASTER and row.method.startswith("paired by block on 2 lanes, 5 blocks")
+    assert [(lane.lane, lane.blocks, lane.disagrees) for lane in row.lanes] == [
+        ("fast/cpu", 2, False), ("slow/cpu", 3, False)]
+    # the groups pooled without pairing: 2 fast + 3 slow baselines against 3 + 3 variants -> biased
+    naive = stats.compare([r.repeat for r in records if r.repeat and r.outcome.child.variant == "baseline"],
+                          [r.repeat for r in records if r.repeat and r.outcome.child.variant == "batch_2"])
+    assert abs(naive.speedup - 1.2) > 0.05
+    text = sweeps.markdown(plan, report)
+    assert "## Per lane" in text and "`slow/cpu`" not in text and "slow/cpu" in text
+    assert "sweep/comparison" not in text and "lanes `fast/cpu, slow/cpu` of work pool `gpus`" in text
+    assert "lanes" not in sweeps.prefect_table(report)[0] and "method" in sweeps.prefect_table(report)[0]

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from yolo_mlops.render import is_missing
-from yolo_mlops.sweeps import stats, variants
+from yolo_mlops.sweeps import blocks, stats, variants
 from yolo_mlops.sweeps.collect import LOSS_TOTAL, ChildRecord
 from yolo_mlops.sweeps.plan import SweepPlan
 from yolo_mlops.tracking import names
@@ -39,6 +39,8 @@ class VariantRow:
     peak_mem_delta_gib: float = NAN
     reason: str = ""  # why repeats did not count, why skipped or failed
     note: str = ""  # the variant's catalogue note
+    method: str = ""  # how the CI was computed (pooled repeats, or paired by block over lanes)
+    lanes: list[blocks.LaneComparison] = field(default_factory=list)  # over lanes: each lane's own comparison
 
 
 @dataclass
@@ -58,6 +60,11 @@ def compare(plan: SweepPlan, records: list[ChildRecord], seed: int = stats.DEFAU
     usable = {n: [r.repeat for r in recs if r.repeat is not None] for n, recs in groups.items()}
     base = usable.get(variants.BASELINE, [])
     rows = [_row(plan, name, groups[name], usable[name], base, seed) for name in plan.variants]
+    if plan.multi_lane:
+        base_blocks = _block_repeats(groups.get(variants.BASELINE, []))
+        for row in rows:
+            if row.variant != variants.BASELINE and base and usable[row.variant]:
+                _paired(row, base_blocks, _block_repeats(groups[row.variant]), seed)
     best, evidence = pick_best(rows)
     failed = sum(1 for r in records if r.outcome.status == "failed")
     return SweepReport(rows=rows, best=best, best_evidence=evidence, failed_children=failed,
@@ -86,12 +93,31 @@ def _row(plan: SweepPlan, name: str, recs: list[ChildRecord], reps: list[stats.R
     elif base:
         cmp = stats.compare(base, reps, seed=seed)
         row.speedup, row.ci_low, row.ci_high = float(cmp.speedup), float(cmp.ci_low), float(cmp.ci_high)
-        row.step_time_ratio, row.verdict = float(cmp.step_time_ratio), cmp.verdict
+        row.step_time_ratio, row.verdict, row.method = float(cmp.step_time_ratio), cmp.verdict, cmp.method
         _accuracy(row, base, reps)
         _gpu_deltas(row, base, reps)
     else:
         row.verdict = "no baseline to compare with"
     return row
+
+
+def _block_repeats(recs: list[ChildRecord]) -> list[blocks.BlockRepeat]:
+    return [blocks.BlockRepeat(lane=r.outcome.child.lane, block=r.outcome.child.block,
+                               variant=r.outcome.child.variant, repeat=r.repeat)
+            for r in recs if r.repeat is not None]
+
+
+def _paired(row: VariantRow, base: list[blocks.BlockRepeat], var: list[blocks.BlockRepeat], seed: int) -> None:
+    """Over several lanes the speed-up comes from children paired within blocks, so lane speeds cancel."""
+    try:
+        cmp = blocks.compare_paired(base, var, seed=seed)
+    except ValueError as exc:
+        row.speedup = row.ci_low = row.ci_high = row.step_time_ratio = NAN
+        row.verdict, row.method = "no paired block", str(exc)
+        return
+    row.speedup, row.ci_low, row.ci_high = float(cmp.speedup), float(cmp.ci_low), float(cmp.ci_high)
+    row.step_time_ratio, row.verdict, row.method = float(cmp.step_time_ratio), cmp.verdict, cmp.method
+    row.lanes = list(cmp.lanes)
 
 
 def _values(reps: list[stats.Repeat], key: str) -> list[float]:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from yolo_mlops import tracking
 from yolo_mlops.render import fmt, is_missing, markdown_table, new_figure, save_figure
-from yolo_mlops.sweeps import stats, variants
+from yolo_mlops.sweeps import stats
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow
 from yolo_mlops.sweeps.plan import SweepPlan
 from yolo_mlops.tracking import names
@@ -37,19 +37,39 @@ def _cells(row: VariantRow) -> list[str]:
             "; ".join(x for x in (row.reason, row.note) if x)]
 
 
+LANE_COLUMNS = ("variant", "lane", "blocks", "speed-up", "95% CI", "verdict", "disagrees with pooled")
+
+
 def markdown(plan: SweepPlan, report: SweepReport) -> str:
-    base_ok = next((r.repeats_ok for r in report.rows if r.variant == variants.BASELINE), 0)
-    methods = sorted({stats.method_label(base_ok, r.repeats_ok) for r in report.rows if not is_missing(r.ci_low)})
-    return "\n".join([
+    methods = sorted({r.method for r in report.rows if r.method and not is_missing(r.ci_low)})
+    where = f"device `{plan.device}`"
+    if plan.lanes:
+        where = (f"lanes `{', '.join(lane.name for lane in plan.lanes)}`"
+                 + (f" of work pool `{plan.pool}`" if plan.pool else "") + f", {plan.isolation}")
+    if plan.multi_lane:
+        estimate = ("Speed-up = geometric mean over blocks of the variant's images/s / the baseline's in the same "
+                    "block (same lane)")
+    else:
+        estimate = "Speed-up = median images/s of the variant's repeats / baseline's"
+    lines = [
         f"# Sweep: {len(plan.variants)} variants x {plan.repeats} repeats ({plan.order})", "",
         f"Model `{plan.base.model}`, imgsz {plan.base.imgsz}, batch {plan.base.batch}, "
-        f"device `{plan.device}`, first {plan.warmup_steps} step(s) and the profiler window discarded.", "",
+        f"{where}, first {plan.warmup_steps} step(s) and the profiler window discarded.", "",
         f"**Best: `{report.best}`** - {report.best_evidence}", "",
         markdown_table(COLUMNS, [_cells(r) for r in report.rows]), "",
-        f"Children: {report.total_children}, failed: {report.failed_children}. "
-        "Speed-up = median images/s of the variant's repeats / baseline's; CI: "
+        f"Children: {report.total_children}, failed: {report.failed_children}. {estimate}; CI: "
         f"{'; '.join(methods) or 'none computed'}, {stats.DEFAULT_RESAMPLES} resamples, seeded. "
-        "Verdict 'faster'/'slower' only when the CI excludes 1.0."])
+        "Verdict 'faster'/'slower' only when the CI excludes 1.0."]
+    lane_rows = [[f"`{r.variant}`", lane.lane, lane.blocks, fmt(lane.speedup, ".3f"),
+                  ci_text(lane.ci_low, lane.ci_high), lane.verdict, "**yes**" if lane.disagrees else "no"]
+                 for r in report.rows for lane in r.lanes]
+    if lane_rows:
+        lines += ["", "## Per lane", "", markdown_table(LANE_COLUMNS, lane_rows)]
+    if plan.multi_lane and plan.isolation == "side-by-side" and plan.pool is None:
+        lines += ["", "Children on this machine's devices ran side by side and shared its CPUs, data loading and "
+                      "PCIe; `--isolation exclusive` runs them one at a time (the measured side-by-side effect: "
+                      "docs/benchmarks.md, Fleet sweep)."]
+    return "\n".join(lines)
 
 
 def chart(report: SweepReport, path: Path) -> Path:
@@ -71,9 +91,12 @@ def chart(report: SweepReport, path: Path) -> Path:
     return save_figure(fig, path, dpi=110)
 
 
+TABLE_FIELDS = [f.name for f in fields(VariantRow) if f.name != "lanes"]  # lanes: a table of their own
+
+
 def frame(rows: list[VariantRow]) -> pd.DataFrame:
     """The comparison as the MLflow table `sweep/comparison.json` (and comparison.csv) holds it."""
-    return pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(VariantRow)])
+    return pd.DataFrame([{k: asdict(r)[k] for k in TABLE_FIELDS} for r in rows], columns=TABLE_FIELDS)
 
 
 def log_report(mlflow, parent_run_id: str, report: SweepReport, markdown_text: str) -> None:
@@ -105,4 +128,4 @@ def json_rows(rows: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def prefect_table(report: SweepReport) -> list[dict[str, Any]]:
-    return json_rows(report.rows)
+    return [{k: row[k] for k in TABLE_FIELDS} for row in json_rows(report.rows)]
