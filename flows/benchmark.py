@@ -122,7 +122,8 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
         print(f"{j.label} [{j.series}]: {j.status} ({len(j.runs_tonight)} runs tonight, {j.history_runs} in history)")
         for line in j.new_changes:
             print("  " + line)
-    create_markdown_artifact(_markdown(judged, failures), key="benchmark-trends",
+    fleet_sections = [trends.fleet_section(store.client(), experiment) for experiment in by_experiment]
+    create_markdown_artifact(_markdown(judged, failures, fleet_sections), key="benchmark-trends",
                              description="Verdict per series of tonight's benchmark runs")
     for j in judged:
         create_image_artifact(store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG),
@@ -134,13 +135,14 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
     return {j.series: j.model_dump() for j in judged}
 
 
-def _markdown(judged: list[JudgedSeries], failures: list[str]) -> str:
+def _markdown(judged: list[JudgedSeries], failures: list[str], fleet_sections: list[str]) -> str:
     rows = [(f"`{j.series}`", j.label, f"**{j.status}**", len(j.runs_tonight), j.history_runs,
              "<br>".join(j.new_changes) or "-",
              f"[picture]({store.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})")
             for j in judged]
     table = markdown_table(["series", "workload", "verdict", "runs tonight", "runs in history", "new change points",
                             "plot"], rows)
-    return "\n".join(["# Benchmark trends", "", table, "", *[f"- FAILED: {f}" for f in failures]])
+    return "\n".join(["# Benchmark trends", "", table, "", *[f"- FAILED: {f}" for f in failures],
+                      "", "## Fleet", "", *fleet_sections])
 
 

@@ -30,8 +30,8 @@ ATTRIBUTED_METRICS = ("perf/step_time_ms_p50", "perf/images_per_s")  # metrics w
 
 __all__ = [
     "ATTRIBUTED_METRICS", "STATUS_ORDER", "WATCHED", "Attribution", "DetectionSettings", "RunRecord",
-    "SeriesTrend", "SeriesVerdict", "attributions", "latest_status", "load_experiment_series", "series_trend",
-    "verdict",
+    "SeriesTrend", "SeriesVerdict", "attributions", "fleet_section", "latest_status", "load_experiment_series",
+    "series_trend", "verdict",
 ]
 
 
@@ -45,6 +45,15 @@ def load_experiment_series(mlflow, experiment: str, across_machines: bool = Fals
     if not records:
         raise ConfigError(f"experiment {experiment!r} has no finished runs with a series: no history yet")
     return group_series(records, across_machines)
+
+
+def fleet_section(mlflow, experiment: str) -> str:
+    """The fleet view of an experiment as Markdown: each workload per machine, the slow machine named."""
+    from yolo_mlops.trends import fleet
+
+    experiment_id = store.find_experiment_id(mlflow, experiment)
+    records = load_history(mlflow, [experiment_id]) if experiment_id else []
+    return f"Experiment `{experiment}`:\n\n" + fleet.fleet_markdown(fleet.fleet_report(records))
 
 
 def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS

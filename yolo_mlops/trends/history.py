@@ -13,7 +13,7 @@ across_machines=True)` judges the runs of several machines as one history, only 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
 from yolo_mlops.tracking import names, store
@@ -34,6 +34,7 @@ class RunRecord:
     machine: str | None = None  # env.machine (the host name for runs logged before it); None when not recorded
     workload: str | None = None  # the series key without the machine; None when the identity cannot be rebuilt
     workload_label: str | None = None
+    host: dict[str, str] = field(default_factory=dict)  # cpu_model (CPU runs), cpu_count: the fleet's evidence
 
 
 def record_from_run(run) -> RunRecord | None:
@@ -62,12 +63,21 @@ def record_from_run(run) -> RunRecord | None:
         machine=identity.machine if identity else params.get(names.ENV_MACHINE),
         workload=identity.workload_key if identity else None,
         workload_label=identity.workload_label if identity else None,
+        host=_host(params),
         metrics=dict(run.data.metrics),
         versions=versions_from_params(params),
         night=tags.get(names.BENCHMARK_NIGHT),
         profiled_steps=steps,
         step_time_ms=run.data.metrics.get(names.STEP_TIME_P50),
     )
+
+
+def _host(params: dict[str, str]) -> dict[str, str]:
+    env = names.ENV_PARAM
+    host = {"cpu_count": params.get(env + "cpu_count", "")}
+    if params.get(env + "device_type") == "cpu":  # on CPU the device name is the CPU model
+        host["cpu_model"] = params.get(env + "device_name", "")
+    return {k: v for k, v in host.items() if v and v != "none"}
 
 
 def load_history(mlflow, experiment_ids: list[str]) -> list[RunRecord]:
