@@ -1,0 +1,100 @@
+"""A sweep over two machines of a Prefect work pool against the same sweep one child at a time (CPU).
+
+A local fleet (tests/local_fleet.py: a real Prefect server and MLflow server, a process work pool with the
+`profile-training` deployment, two workers with their own YOLO_MLOPS_MACHINE) runs the same 8-child sweep
+(baseline + batch_2, 4 repeats, tiny YOLO11n children on the synthetic dataset) two ways, interleaved:
+
+- side by side: `yolo-mlops sweep --pool fleet-test ...` (one child per machine at a time, both at once)
+- exclusive:    the same with `--isolation exclusive` (one child at a time over both machines)
+
+Reported: the whole command's wall time (what a user waits for), median of the repeats, the ratio, and how
+much each child's own median step time moved when children ran side by side.
+
+`--pin` (default) gives each "machine" one of this host's two cores (taskset, one torch thread), as separate
+hosts would not share cores; the sweep's own process and the servers float over both. `--no-pin` lets both
+workers use both cores, as two GPUs of one host compete for its CPUs and data loading.
+
+    .venv/bin/python benchmarks/bench_fleet_sweep.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from local_fleet import POOL, local_fleet  # noqa: E402
+
+TINY = {"imgsz": 64, "batch": 4, "max_steps": 6, "workers": 0, "device": "cpu", "synthetic_images": 24,
+        "val": False, "profiler": {"wait": 0, "warmup": 1, "active": 1}}
+MACHINES = ("bench-a", "bench-b")
+
+
+def _sweep(fleet, config: Path, experiment: str, exclusive: bool) -> tuple[float, str]:
+    args = ["sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "4", "--config", str(config),
+            "--experiment", experiment]
+    if exclusive:
+        args += ["--isolation", "exclusive"]
+    t0 = time.perf_counter()
+    proc, log = fleet.cli(*args)
+    if proc.wait(3600) != 0:
+        raise SystemExit(f"sweep failed:\n{log.read_text(errors='replace')[-4000:]}")
+    wall = time.perf_counter() - t0
+    parent = next(line.split()[3].rstrip(":") for line in log.read_text(errors="replace").splitlines()
+                  if line.startswith("MLflow parent run "))
+    return wall, parent
+
+
+def _child_step_ms(fleet, parent_id: str) -> list[float]:
+    client = fleet.mlflow()
+    experiment = client.get_run(parent_id).info.experiment_id
+    runs = client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    return [r.data.metrics["perf/step_time_ms_p50"] for r in runs if "perf/step_time_ms_p50" in r.data.metrics]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="one core per machine (default), or both machines on every core")
+    args = parser.parse_args()
+    walls: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
+    steps: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        cpus = {m: str(i) for i, m in enumerate(MACHINES)} if args.pin else None
+        with local_fleet(Path(tmp), {m: {} for m in MACHINES}, cpus) as fleet:
+            config = Path(tmp) / "tiny.yaml"
+            config.write_text(yaml.safe_dump(TINY))
+            _sweep(fleet, config, "bench-fleet-warmup", exclusive=False)  # datasets built, caches warm
+            for repeat in range(args.repeats):
+                order = ("side-by-side", "exclusive") if repeat % 2 == 0 else ("exclusive", "side-by-side")
+                for mode in order:
+                    wall, parent = _sweep(fleet, config, f"bench-fleet-{mode}", exclusive=mode == "exclusive")
+                    walls[mode].append(wall)
+                    steps[mode] += _child_step_ms(fleet, parent)
+                    print(f"repeat {repeat + 1} {mode}: {wall:.1f} s", flush=True)
+    side, excl = statistics.median(walls["side-by-side"]), statistics.median(walls["exclusive"])
+    step_side, step_excl = statistics.median(steps["side-by-side"]), statistics.median(steps["exclusive"])
+    print()
+    print("| sweep of 8 children over 2 machines | whole command, median s | child step p50, median ms |")
+    print("|---|---|---|")
+    print(f"| side by side | {side:.1f} | {step_side:.1f} |")
+    print(f"| exclusive (one at a time) | {excl:.1f} | {step_excl:.1f} |")
+    print(f"| ratio | {excl / side:.2f}x faster side by side | {step_side / step_excl:.2f}x child step time "
+          "side by side |")
+    print(f"\n{args.repeats} interleaved repeats each, {'one core per machine' if args.pin else 'shared cores'}; "
+          f"walls side by side {[round(w, 1) for w in walls['side-by-side']]}, "
+          f"exclusive {[round(w, 1) for w in walls['exclusive']]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
