@@ -29,6 +29,8 @@ PATCHED = [
     "nvmlDeviceGetSamples", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth",
 ]
 UUIDS = {"h0": "GPU-aaaa0000-1111", "h1": "GPU-bbbb0000-2222"}
 GIB = 1 << 30
@@ -98,6 +100,10 @@ def nvml():
         mocks.nvmlDeviceGetClockInfo.side_effect = lambda h, t: clocks[t]
         mocks.nvmlDeviceGetTemperature.return_value = 55
         mocks.nvmlDeviceGetCurrentClocksEventReasons.return_value = 0x04
+        mocks.nvmlDeviceGetMaxClockInfo.side_effect = lambda h, t: {pynvml.NVML_CLOCK_SM: 1980}[t]
+        mocks.nvmlDeviceGetEnforcedPowerLimit.return_value = 700_000  # mW
+        mocks.nvmlDeviceGetCurrPcieLinkGeneration.return_value = 5
+        mocks.nvmlDeviceGetCurrPcieLinkWidth.return_value = 16
         yield mocks
     real._forget_nvml_init_for_tests()
 
@@ -126,6 +132,8 @@ def test_gpm_buffers_are_swapped_each_poll(nvml):
     assert values["mem_used_gib"] == 10.0 and values["mem_total_gib"] == 80.0
     assert values["sm_clock_mhz"] == 1980.0 and values["mem_clock_mhz"] == 2619.0
     assert values["temp_c"] == 55.0 and values["clocks_event_mask"] == 4.0
+    assert values["sm_clock_max_mhz"] == 1980.0 and values["power_limit_w"] == 700.0
+    assert values["pcie_gen"] == 5.0 and values["pcie_width"] == 16.0
     nvml.nvmlDeviceGetPcieThroughput.assert_not_called()  # blocks ~20 ms: never polled
     nvml.nvmlDeviceGetSamples.assert_not_called()
 
@@ -308,3 +316,20 @@ def test_pynvml_ids_cover_exactly_the_mode_rules_metrics():
     # the fake imitates the real backend through backend.py's mode rules; the ids must name the same columns
     assert tuple(GPM_METRIC_IDS) == GPM_METRICS
     assert tuple(SAMPLE_TYPES) == DRIVER_UTIL_METRICS
+
+
+def test_limit_and_link_queries_unsupported_or_missing_are_dropped_not_fatal(nvml, monkeypatch):
+    nvml.nvmlDeviceGetEnforcedPowerLimit.side_effect = _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    nvml.nvmlDeviceGetCurrPcieLinkWidth.side_effect = _error(pynvml.NVML_ERROR_UNKNOWN)  # transient
+    monkeypatch.delattr(pynvml, "nvmlDeviceGetCurrPcieLinkGeneration")  # an older nvidia-ml-py
+    backend = PynvmlBackend.open([0], environ={})
+    sampler = NvmlSampler(backend, interval_s=0.2)
+    sampler.start(background=False)
+    assert sampler.poll_once() and sampler.poll_once()
+    sampler.stop()
+    assert {"power_limit_w", "pcie_gen"} <= sampler.dropped_metrics
+    assert "pcie_width" not in sampler.dropped_metrics and any("pcie_width" in r for r in sampler.reasons)
+    timeline = sampler.timeline()
+    assert "power_limit_w" not in timeline.columns and "pcie_gen" not in timeline.columns
+    assert timeline.columns["sm_clock_max_mhz"].tolist() == [1980.0, 1980.0]
+    assert nvml.nvmlDeviceGetEnforcedPowerLimit.call_count == 1  # not asked again once unsupported

@@ -222,3 +222,19 @@ def test_stop_wakes_the_thread_without_waiting_for_the_next_poll():
     sampler.stop()  # idempotent
     assert time.perf_counter() - started < 1.0
     assert not sampler.running and len(sampler.timeline()) == 0
+
+
+def test_fake_reports_a_power_capped_gpu_on_a_narrow_link_and_leaves_out_what_it_does_not_script(clock):
+    from yolo_mlops.nvml.fake import _default_values
+
+    values = {**_default_values(), "clocks_event_mask": float(0x04 | 0x01), "power_limit_w": 450.0,
+              "pcie_width": 8.0, "sm_clock_mhz": 1410.0}
+    del values["pcie_gen"]  # a GPU that does not report its link generation
+    backend = FakeNvmlBackend(FakeScript(mode="utilization", values=values), clock=clock)
+    with NvmlSampler(backend, interval_s=0.2).start(background=False) as sampler:
+        _poll(sampler, clock, 5, 0.2)
+    metrics = summary_metrics(align(sampler.timeline(), [], [], []), images_per_step=None)
+    assert metrics["gpu/clocks_event_sw_power_cap_pct"] == 100.0 and metrics["gpu/clocks_event_gpu_idle_pct"] == 100.0
+    assert metrics["gpu/power_limit_w"] == 450.0 and metrics["gpu/pcie_width"] == 8.0
+    assert metrics["gpu/sm_clock_max_mhz"] == 1980.0 and metrics["gpu/sm_clock_mhz_mean"] == 1410.0
+    assert "gpu/pcie_gen" not in metrics and "gpu/clocks_event_hw_slowdown_pct" not in metrics

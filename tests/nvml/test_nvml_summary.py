@@ -192,3 +192,38 @@ def test_summarise_of_a_run_without_samples_knows_nothing():
     summary = summarise(align(Timeline.empty("none"), [], [], []), images_per_step=4)
     assert summary == NvmlSummary(backend="none")
     assert summary.sm_util_pct_mean is None and summary.metrics == {}
+
+
+def test_clock_limit_link_and_reasons_seen_while_training():
+    columns = {**COLUMNS,
+               "sm_clock_mhz": [1400, 1500, 1600, 1700, 1980],
+               "sm_clock_max_mhz": [1980, 1980, 1980, 1980, 1980],
+               "power_limit_w": [700, 500, 700, 700, 300],  # row 4 is outside training
+               "pcie_gen": [5, 5, 4, 5, 1],
+               "pcie_width": [16, 16, 16, 8, 1],
+               "temp_c": [60, 70, 80, 75, 90]}
+    metrics = summary_metrics(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
+    assert metrics["gpu/sm_clock_mhz_mean"] == pytest.approx((1400 + 1500 + 2 * 1600 + 1700) / 5)
+    assert metrics["gpu/sm_clock_max_mhz"] == 1980.0
+    assert metrics["gpu/power_limit_w"] == 500.0  # the tightest enforced limit seen while training
+    assert metrics["gpu/pcie_gen"] == 4.0 and metrics["gpu/pcie_width"] == 8.0  # the narrowest link
+    assert metrics["gpu/temp_c_max"] == 80.0
+    # each reason seen, by name, as a share of the training time (sw power cap 1 s, sw thermal 2 s of 5)
+    assert metrics["gpu/clocks_event_sw_power_cap_pct"] == pytest.approx(20.0)
+    assert metrics["gpu/clocks_event_sw_thermal_slowdown_pct"] == pytest.approx(40.0)
+    assert "gpu/clocks_event_hw_thermal_slowdown_pct" not in metrics  # only outside training
+    summary = NvmlSummary.from_metrics("fake", 5, metrics)
+    assert summary.clocks_events == ("sw_power_cap", "sw_thermal_slowdown")
+    assert (summary.sm_clock_max_mhz, summary.power_limit_w, summary.pcie_gen, summary.pcie_width) == \
+        (1980.0, 500.0, 4.0, 8.0)
+
+
+def test_reasons_not_measured_are_none_not_an_empty_list():
+    columns = {k: v for k, v in COLUMNS.items() if k != "clocks_event_mask"}
+    metrics = summary_metrics(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
+    summary = NvmlSummary.from_metrics("fake", 5, metrics)
+    assert summary.clocks_events is None and summary.power_limit_w is None and summary.pcie_gen is None
+    assert not [k for k in metrics if k.startswith(("gpu/clocks_event", "gpu/pcie_gen", "gpu/power_limit"))]
+    quiet = summary_metrics(align(_timeline({**COLUMNS, "clocks_event_mask": [0] * 5}), STEP_START, STEP_END,
+                                  PROFILED), images_per_step=10)
+    assert NvmlSummary.from_metrics("fake", 5, quiet).clocks_events == ()  # measured, none seen

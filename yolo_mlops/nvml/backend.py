@@ -61,6 +61,10 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("temp_c", "gauge", "GPU die temperature (nvmlDeviceGetTemperature)"),
     MetricSpec("clocks_event_mask", "mask",
                "clock-event (throttle) reason bits (nvmlDeviceGetCurrentClocksEventReasons)"),
+    MetricSpec("sm_clock_max_mhz", "gauge", "maximum SM clock of the GPU (nvmlDeviceGetMaxClockInfo NVML_CLOCK_SM)"),
+    MetricSpec("power_limit_w", "gauge", "enforced power limit (nvmlDeviceGetEnforcedPowerLimit)"),
+    MetricSpec("pcie_gen", "gauge", "current PCIe link generation (nvmlDeviceGetCurrPcieLinkGeneration)"),
+    MetricSpec("pcie_width", "gauge", "current PCIe link width, lanes (nvmlDeviceGetCurrPcieLinkWidth)"),
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(spec.name for spec in METRIC_SPECS)
@@ -74,6 +78,23 @@ CLOCKS_EVENT_HW_THERMAL = 0x40
 CLOCKS_EVENT_HW_POWER_BRAKE = 0x80
 CLOCKS_EVENT_POWER_BITS = CLOCKS_EVENT_SW_POWER_CAP | CLOCKS_EVENT_HW_POWER_BRAKE
 CLOCKS_EVENT_THERMAL_BITS = CLOCKS_EVENT_SW_THERMAL | CLOCKS_EVENT_HW_THERMAL
+# Every reason bit by name (nvmlClocksEventReason*): the per-reason shares `gpu/clocks_event_<name>_pct`.
+CLOCKS_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": 0x01,
+    "applications_clocks_setting": 0x02,
+    "sw_power_cap": CLOCKS_EVENT_SW_POWER_CAP,
+    "hw_slowdown": CLOCKS_EVENT_HW_SLOWDOWN,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": CLOCKS_EVENT_SW_THERMAL,
+    "hw_thermal_slowdown": CLOCKS_EVENT_HW_THERMAL,
+    "hw_power_brake_slowdown": CLOCKS_EVENT_HW_POWER_BRAKE,
+    "display_clock_setting": 0x100,
+}
+
+
+def clocks_event_names(mask: int) -> tuple[str, ...]:
+    """The reason names set in a clock-event bit mask (unknown bits are left out)."""
+    return tuple(name for name, bit in CLOCKS_EVENT_REASONS.items() if mask & bit)
 
 BackendKind = Literal["auto", "real", "fake", "none"]
 
@@ -144,6 +165,7 @@ DRIVER_UTIL_METRICS: tuple[str, ...] = ("gpu_util_pct", "mem_util_pct")  # sampl
 COMMON_METRICS: tuple[str, ...] = (
     "mem_used_gib", "mem_total_gib", "power_w", "energy_j",
     "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
+    "sm_clock_max_mhz", "power_limit_w", "pcie_gen", "pcie_width",
 )
 
 

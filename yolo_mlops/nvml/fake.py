@@ -63,6 +63,10 @@ def _default_values() -> dict[str, ValueScript]:
         "mem_clock_mhz": 2619.0,
         "temp_c": lambda t: 40.0 + min(t, 30.0),
         "clocks_event_mask": 0.0,
+        "sm_clock_max_mhz": 1980.0,
+        "power_limit_w": 700.0,
+        "pcie_gen": 5.0,
+        "pcie_width": 16.0,
     }
 
 

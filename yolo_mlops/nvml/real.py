@@ -10,8 +10,9 @@ Three utilisation paths, best first, chosen once at open():
   from the last-seen timestamp so every driver sample between polls is used once.
 - `utilization`: nvmlDeviceGetUtilizationRates, the driver's last sample period only.
 
-Memory, power, energy, clocks, temperature and clock-event reasons are read on every
-path; power and energy in one nvmlDeviceGetFieldValues call. nvmlDeviceGetPcieThroughput
+Memory, power, energy, clocks, temperature, clock-event reasons, the maximum SM clock, the
+enforced power limit and the PCIe link generation and width are read on every path; power and
+energy in one nvmlDeviceGetFieldValues call. nvmlDeviceGetPcieThroughput
 is deliberately never called: it blocks for ~20 ms per call.
 
 Every pynvml function is looked up as `pynvml.<name>` at call time so tests can patch it.
@@ -108,6 +109,16 @@ def _forget_nvml_init_for_tests() -> None:
 # ---------------------------------------------------------------------------
 # Pure helpers
 # ---------------------------------------------------------------------------
+
+
+def _nvml(name: str, *older_names: str) -> Callable:
+    """`pynvml.<name>` (or an older name of it), looked up at call time; a pynvml without it answers
+    FUNCTION_NOT_FOUND, so the metric is dropped as unsupported instead of failing the whole poll."""
+    for candidate in (name, *older_names):
+        function = getattr(pynvml, candidate, None)
+        if function is not None:
+            return function
+    raise pynvml.NVMLError(_ERR_FUNCTION_NOT_FOUND)
 
 
 def sample_value(value_type: int, value) -> float:
@@ -241,7 +252,12 @@ class PynvmlBackend:
                 ("sm_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
                 ("mem_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
                 ("temp_c", lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
-                ("clocks_event_mask", lambda h: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)),
+                ("clocks_event_mask", lambda h: _nvml("nvmlDeviceGetCurrentClocksEventReasons",
+                                                      "nvmlDeviceGetCurrentClocksThrottleReasons")(h)),
+                ("sm_clock_max_mhz", lambda h: _nvml("nvmlDeviceGetMaxClockInfo")(h, pynvml.NVML_CLOCK_SM)),
+                ("power_limit_w", lambda h: _nvml("nvmlDeviceGetEnforcedPowerLimit")(h) / 1000.0),  # mW
+                ("pcie_gen", lambda h: _nvml("nvmlDeviceGetCurrPcieLinkGeneration")(h)),
+                ("pcie_width", lambda h: _nvml("nvmlDeviceGetCurrPcieLinkWidth")(h)),
             ):
                 self._guard(reading, (metric,), lambda r, d=dev, m=metric, q=query: self._put(r, m, q(d.handle)))
             readings.append(reading)

@@ -18,7 +18,7 @@ import numpy as np
 from yolo_mlops.nvml.backend import METRIC_NAMES, DeviceReading, GpuLostError, NvmlBackend
 
 DEFAULT_INTERVAL_S = 0.2
-DEFAULT_CAPACITY = 65_536  # rows; ~3.6 h at 200 ms on one GPU, ~11 MB
+DEFAULT_CAPACITY = 65_536  # rows; ~3.6 h at 200 ms on one GPU, ~13 MB
 MAX_CONSECUTIVE_FAILURES = 5  # whole-poll failures in a row before giving up
 
 _process_sampler_lock = threading.Lock()

@@ -19,11 +19,13 @@ import numpy as np
 
 from yolo_mlops.nvml.backend import (
     CLOCKS_EVENT_POWER_BITS,
+    CLOCKS_EVENT_REASONS,
     CLOCKS_EVENT_THERMAL_BITS,
     METRIC_NAMES,
 )
 from yolo_mlops.nvml.sampler import Timeline
 from yolo_mlops.render import new_figure, save_figure
+from yolo_mlops.tracking import names
 from yolo_mlops.tracking.names import GPU, NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
 
 TIMELINE_CSV = NVML_TIMELINE_CSV
@@ -206,6 +208,13 @@ class NvmlSummary:
     power_w_mean: float | None = None
     energy_j: float | None = None
     energy_per_image_j: float | None = None
+    sm_clock_mhz_mean: float | None = None
+    sm_clock_max_mhz: float | None = None
+    power_limit_w: float | None = None
+    temp_c_max: float | None = None
+    pcie_gen: float | None = None
+    pcie_width: float | None = None
+    clocks_events: tuple[str, ...] | None = None  # reasons seen while training; None: reasons not measured
     metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -221,6 +230,14 @@ class NvmlSummary:
             power_w_mean=metrics.get(f"{GPU}power_w_mean"),
             energy_j=metrics.get(f"{GPU}energy_j"),
             energy_per_image_j=metrics.get(f"{GPU}energy_per_image_j"),
+            sm_clock_mhz_mean=metrics.get(names.GPU_SM_CLOCK_MEAN),
+            sm_clock_max_mhz=metrics.get(names.GPU_SM_CLOCK_MAX),
+            power_limit_w=metrics.get(names.GPU_POWER_LIMIT),
+            temp_c_max=metrics.get(names.GPU_TEMP_MAX),
+            pcie_gen=metrics.get(names.GPU_PCIE_GEN),
+            pcie_width=metrics.get(names.GPU_PCIE_WIDTH),
+            clocks_events=(tuple(r for r in CLOCKS_EVENT_REASONS if names.clocks_event_metric(r) in metrics)
+                           if names.GPU_CLOCKS_EVENT_POWER in metrics else None),
             metrics=dict(metrics),
         )
 
@@ -279,6 +296,14 @@ def summary_metrics(aligned: AlignedTimeline,
             for name, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
                 share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w_rows)
                 _put(out, f"{GPU}clocks_event_{name}_pct", share)
+            for reason, bit in CLOCKS_EVENT_REASONS.items():  # each reason seen while training, by name
+                share = weighted_mean(np.where(measured, ((masks & bit) != 0) * 100.0, np.nan), w_rows)
+                if share:
+                    _put(out, names.clocks_event_metric(reason), share)
+        elif metric == "sm_clock_max_mhz":
+            _put(out, names.GPU_SM_CLOCK_MAX, _finite_max(column[rows]))
+        elif metric in ("power_limit_w", "pcie_gen", "pcie_width"):  # the tightest limit / narrowest link seen
+            _put(out, f"{GPU}{metric}", _finite_min(column[rows]))
 
     energy = _energy_j(aligned, rows, weights_s)
     _put(out, f"{GPU}energy_j", energy)

@@ -47,6 +47,7 @@ class Environment:
     nvidia_driver: str | None  # NVML's driver version; None without a GPU/NVML
     git_commit: str | None
     git_dirty: bool | None
+    cpu_mhz: float | None = None  # mean CPU clock over the cores when the run started; None when unknown
 
     def as_params(self) -> dict[str, str]:
         """`env.*` MLflow params; missing values say so instead of being left out."""
@@ -91,6 +92,7 @@ def capture_environment(device: str) -> Environment:
         nvidia_driver=nvidia_driver_version(),
         git_commit=commit,
         git_dirty=dirty,
+        cpu_mhz=cpu_mhz(),
     )
 
 
@@ -151,6 +153,25 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_mhz() -> float | None:
+    """The CPU clock now, MHz: the mean of the cores' `cpu MHz` in /proc/cpuinfo (Linux), else
+    psutil.cpu_freq(); None when neither knows (never a made-up number)."""
+    try:
+        values = [float(line.split(":", 1)[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("cpu MHz")]
+    except (OSError, ValueError):
+        values = []
+    if not values:
+        try:
+            import psutil
+
+            freq = psutil.cpu_freq()
+            values = [freq.current] if freq is not None and freq.current > 0 else []
+        except Exception:  # psutil missing, or no frequency interface on this platform
+            values = []
+    return round(sum(values) / len(values), 1) if values else None
 
 
 def nvidia_driver_version() -> str | None:

@@ -72,6 +72,7 @@ PROFILER_PARAM = "profiler."
 SAMPLER_PARAM = "sampler."
 ENV_PARAM = "env."
 ENV_MACHINE = "env.machine"  # YOLO_MLOPS_MACHINE or the host name; part of the series key
+ENV_CPU_MHZ = "env.cpu_mhz"  # mean CPU clock when the run started (/proc/cpuinfo, else psutil); 'none' if unknown
 SAMPLER_EFFECTIVE_INTERVAL = "sampler.effective_interval_ms"
 SWEEP_PARAM = "sweep."  # sweep parent: variants, repeats, order, warmup_steps, children, concurrency_limit, ...
 BASE_PARAM = "base."  # sweep parent: the base RunSpec's fields
@@ -95,6 +96,17 @@ FINDINGS_COUNT = "analysis/findings"
 GPU_SM_UTIL_MEAN = "gpu/sm_util_pct_mean"  # GPM (Hopper+)
 GPU_UTIL_MEAN = "gpu/gpu_util_pct_mean"  # older GPUs: NVML's coarse utilisation
 GPU_MEM_USED_MAX = "gpu/mem_used_gib_max"
+# what explains one machine being slower than its peers (the fleet view): NVML clocks, limits, link, heat
+GPU_SM_CLOCK_MEAN = "gpu/sm_clock_mhz_mean"
+GPU_SM_CLOCK_MIN = "gpu/sm_clock_mhz_min"
+GPU_SM_CLOCK_MAX = "gpu/sm_clock_max_mhz"  # the GPU's maximum SM clock (nvmlDeviceGetMaxClockInfo)
+GPU_POWER_MEAN = "gpu/power_w_mean"
+GPU_POWER_LIMIT = "gpu/power_limit_w"  # lowest enforced power limit seen while training
+GPU_TEMP_MAX = "gpu/temp_c_max"
+GPU_PCIE_GEN = "gpu/pcie_gen"  # lowest current PCIe link generation seen while training
+GPU_PCIE_WIDTH = "gpu/pcie_width"  # lowest current PCIe link width (lanes) seen while training
+GPU_CLOCKS_EVENT_POWER = "gpu/clocks_event_power_pct"
+GPU_CLOCKS_EVENT_THERMAL = "gpu/clocks_event_thermal_pct"
 LOSS_PARTS = ("train/box_loss", "train/cls_loss", "train/dfl_loss")  # ultralytics' detection losses
 VAL_MAP50_95 = "val/mAP50-95"
 OPTIMIZE_METRIC = "optimize/"
@@ -149,6 +161,12 @@ COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-st
 def gpu_idle_cause_metric(cause: str) -> str:
     """`trace/gpu_idle_<cause>_pct`: GPU idle attributed to one host cause, % of the GPU's kernel-time span."""
     return f"{TRACE}gpu_idle_{cause}_pct"
+
+
+def clocks_event_metric(reason: str) -> str:
+    """`gpu/clocks_event_<reason>_pct`: % of the training time NVML reported that clock-event reason
+    (`sw_power_cap`, `hw_slowdown`, `sw_thermal_slowdown`, ...); logged only for reasons seen."""
+    return f"{GPU}clocks_event_{reason}_pct"
 
 
 def memory_peak_metric(holder: str) -> str:
