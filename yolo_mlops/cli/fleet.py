@@ -1,4 +1,7 @@
-"""`yolo-mlops fleet`: the same workload on several machines, and the machine slower than its peers."""
+"""`yolo-mlops fleet`: the same workload on several machines, and the machines slower than their peers.
+
+An experiment without a workload on two or more machines is not an error: the command says so in one line
+and exits 0 (the nightly suite of a single machine has no fleet yet). Bad input exits 2 with one line."""
 
 from __future__ import annotations
 
@@ -12,32 +15,39 @@ from yolo_mlops.errors import ConfigError
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     from yolo_mlops.tracking import store
-    from yolo_mlops.trends import fleet, history
+    from yolo_mlops.trends import fleet
 
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
-    if not 0 < args.alpha < 1:
-        raise ConfigError(f"--alpha {args.alpha}: must be in (0, 1)")
-    mlflow = store.client()
-    experiment_id = store.find_experiment_id(mlflow, args.experiment)
-    if experiment_id is None:
-        raise ConfigError(f"experiment {args.experiment!r} does not exist in {store.tracking_uri()}")
-    report = fleet.fleet_report(history.load_history(mlflow, [experiment_id]), alpha=args.alpha)
+    if not 0 < args.max_pvalue < 1:
+        raise ConfigError(f"--max-pvalue {args.max_pvalue}: must be in (0, 1)")
+    if not 0 <= args.min_effect < 10:
+        raise ConfigError(f"--min-effect {args.min_effect}: must be a fraction >= 0 (0.03 = 3%)")
+    settings = fleet.FleetSettings(max_pvalue=args.max_pvalue, min_effect=args.min_effect)
+    report = fleet.load_fleet(store.client(), args.experiment, settings)
     if args.format == "json":
         print(json.dumps(fleet.to_json(report), indent=2))
+    elif not report.workloads:
+        print(fleet.no_fleet_line(report))
     else:
         print(f"Fleet of experiment {args.experiment!r}\n")
         print(fleet.fleet_markdown(report))
-    if args.plot is not None and report.workloads:
-        fleet.plot_fleet(report, args.plot)
-        print(f"\nplot: {args.plot}")
+    if args.plot is not None:
+        if report.workloads:
+            fleet.plot_fleet(report, args.plot)
+            print(f"\nplot: {args.plot}")
+        elif args.format != "json":
+            print(f"no plot written to {args.plot}: no fleet to compare")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("fleet", help="each workload's step time per machine, and machines slower than their peers")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment (default {DEFAULT_EXPERIMENT})")
-    p.add_argument("--alpha", type=float, default=0.01, help="family-wise false-alarm rate per workload (0.01)")
-    p.add_argument("--plot", type=Path, help="write the per-machine distributions (PNG) to this file")
+    p.add_argument("--max-pvalue", "--alpha", dest="max_pvalue", type=float, default=0.01,
+                   help="family-wise false-alarm rate over a workload's machines (default 0.01)")
+    p.add_argument("--min-effect", type=float, default=0.03,
+                   help="smallest slowdown reported, a fraction of the peers' median (default 0.03 = 3%%)")
+    p.add_argument("--plot", type=Path, help="write the per-machine step-time distributions (PNG) to this file")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_fleet)

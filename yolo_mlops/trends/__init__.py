@@ -7,6 +7,8 @@
   and the nightly verdict.
 - `attribution`: per-step operator / kernel / phase deltas between the runs on each side of a change.
 - `report`: text tables and the picture.
+- `fleet`: one workload on several machines: each machine's step time and the machines slower than their
+  peers beyond noise, with the recorded figures that explain them.
 """
 
 from __future__ import annotations
@@ -51,9 +53,7 @@ def fleet_section(mlflow, experiment: str) -> str:
     """The fleet view of an experiment as Markdown: each workload per machine, the slow machine named."""
     from yolo_mlops.trends import fleet
 
-    experiment_id = store.find_experiment_id(mlflow, experiment)
-    records = load_history(mlflow, [experiment_id]) if experiment_id else []
-    return f"Experiment `{experiment}`:\n\n" + fleet.fleet_markdown(fleet.fleet_report(records))
+    return fleet.fleet_section(mlflow, experiment)
 
 
 def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS

@@ -34,7 +34,7 @@ class RunRecord:
     machine: str | None = None  # env.machine (the host name for runs logged before it); None when not recorded
     workload: str | None = None  # the series key without the machine; None when the identity cannot be rebuilt
     workload_label: str | None = None
-    host: dict[str, str] = field(default_factory=dict)  # cpu_model (CPU runs), cpu_count: the fleet's evidence
+    host: dict[str, str] = field(default_factory=dict)  # cpu_model (CPU runs), cpu_count, cpu_mhz: fleet evidence
 
 
 def record_from_run(run) -> RunRecord | None:
@@ -74,7 +74,7 @@ def record_from_run(run) -> RunRecord | None:
 
 def _host(params: dict[str, str]) -> dict[str, str]:
     env = names.ENV_PARAM
-    host = {"cpu_count": params.get(env + "cpu_count", "")}
+    host = {"cpu_count": params.get(env + "cpu_count", ""), "cpu_mhz": params.get(names.ENV_CPU_MHZ, "")}
     if params.get(env + "device_type") == "cpu":  # on CPU the device name is the CPU model
         host["cpu_model"] = params.get(env + "device_name", "")
     return {k: v for k, v in host.items() if v and v != "none"}
