@@ -95,6 +95,11 @@ def evidence(torch, device: str, outcome, result) -> list[dict]:
         in_range(m, "gpu/energy_per_image_j", 1e-6, 1e4, cuda),
         in_range(m, "gpu/sm_clock_mhz_mean", 100.0, 4000.0, cuda),
         in_range(m, "gpu/temp_c_max", 5.0, 110.0, cuda),
+        # the fleet view's evidence of a slow machine (H200: max SM clock 1980 MHz, 700 W, PCIe 5 x16)
+        in_range(m, "gpu/sm_clock_max_mhz", 300.0, 4000.0, cuda),
+        in_range(m, "gpu/power_limit_w", 50.0, 1500.0, cuda),
+        in_range(m, "gpu/pcie_gen", 1.0, 6.0, cuda),
+        in_range(m, "gpu/pcie_width", 1.0, 32.0, cuda),
         in_range(m, "perf/step_time_ms_p50", 0.01, 60_000.0),
         in_range(m, "perf/images_per_s", 0.01, 1e7),
     ]
