@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheelhouse for benchmarks/run_gpu_checks.sh: exactly the CPython 3.12 manylinux x86_64 wheels that the
-# GPU checks import and the lent GPU machine lacks (its python3 3.12 already holds torch, numpy, pandas,
+# GPU checks import and a bare GPU machine lacks (its python3 3.12 already holds torch, numpy, pandas,
 # scipy, matplotlib, opencv-python-headless, nvidia-ml-py, pyarrow, pytest, requests, pyyaml, rich, click,
 # anyio, httpx, jinja2 ...: see docs/gpu.md). Downloaded with pip (no dependencies resolved: the list is
 # explicit and pinned to the versions the project is tested with) into gpu-wheelhouse/ (git-ignored), which
