@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
 STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
-         "memory_by_holder", "diagnosis_tests", "gpu_sweep_compile"]
+         "memory_by_holder", "diagnosis_tests", "gpu_sweep_devices", "gpu_sweep_compile"]
 
 
 def _run(tmp_path: Path, *args: str,
@@ -78,7 +78,8 @@ def test_cpu_rehearsal_runs_every_step_to_its_end(tmp_path):
     # CPU timings are not judged against GPU goals ("ran"); only the CUDA-only compile sweep is skipped
     assert statuses == {"environment": "passed", "gpu_smoke": "passed", "nvml_tests": "passed",
                         "instrumentation_overhead": "ran", "gpu_sweep": "passed", "trace_analysis": "passed",
-                        "memory_by_holder": "ran", "diagnosis_tests": "passed", "gpu_sweep_compile": "skipped"}
+                        "memory_by_holder": "ran", "diagnosis_tests": "passed", "gpu_sweep_devices": "passed",
+                        "gpu_sweep_compile": "skipped"}
     smoke_checks = steps["gpu_smoke"]["result"]["checks"]
     # on a CPU the CUDA and NVML checks are not applicable (None), never passed; the rest really passed
     assert {c["name"] for c in smoke_checks if c["ok"] is True} == {
