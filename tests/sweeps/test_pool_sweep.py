@@ -31,12 +31,12 @@ TINY = {"imgsz": 64, "batch": 4, "max_steps": 6, "workers": 0, "device": "cpu", 
         "profiler": {"wait": 0, "warmup": 1, "active": 1}}
 SLOW_STEP = '''
 import time
-import torch.optim
-_step = torch.optim.Optimizer.step
-def _slow_step(self, *args, **kwargs):
-    time.sleep(0.15)  # planted: this machine's steps are slower
-    return _step(self, *args, **kwargs)
-torch.optim.Optimizer.step = _slow_step
+import torch
+_backward = torch.Tensor.backward
+def _slow_backward(self, *args, **kwargs):
+    time.sleep(0.15)  # planted: every training step of this machine is slower
+    return _backward(self, *args, **kwargs)
+torch.Tensor.backward = _slow_backward
 '''
 
 
