@@ -16,7 +16,7 @@ DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops import trends
     from yolo_mlops.tracking import store
-    from yolo_mlops.trends import history, report
+    from yolo_mlops.trends import history, power, report
     from yolo_mlops.trends.trend import WATCHED_BY_NAME
 
     if args.metric and args.metric not in WATCHED_BY_NAME:
@@ -25,6 +25,8 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
     if not 0 < args.max_pvalue <= 1:
         raise ConfigError(f"--max-pvalue {args.max_pvalue}: must be in (0, 1]")
+    if args.repeats is not None and args.repeats < 1:
+        raise ConfigError(f"--repeats {args.repeats}: must be >= 1")
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
@@ -33,13 +35,24 @@ def cmd_trends(args: argparse.Namespace) -> int:
     if args.series is None:
         series = [trends.series_trend(runs, settings) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
+        detectable = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
         if args.format == "json":
             print(json.dumps([{"series": t.series, "label": t.label, "runs": len(t.runs),
                                "latest_status": trends.latest_status(t),
-                               "change_points": sum(len(m.changes) for m in t.metrics)} for t in series], indent=2))
+                               "change_points": sum(len(m.changes) for m in t.metrics),
+                               "drifts": [m.metric for m in t.metrics if m.drift is not None],
+                               "min_detectable_shift_pct": {d.metric: _finite(d.shift_pct)
+                                                            for d in detectable[t.series]},
+                               "repeats": _repeats(t, args.repeats)} for t in series], indent=2))
         else:
             print(f"{len(series)} series in experiment {args.experiment!r}\n")
             print(report.series_table(series))
+            print("\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
+                  "last level change):")
+            for t in series:
+                for d in detectable[t.series]:
+                    if d.metric == "perf/step_time_ms_p50":
+                        print(f"- {t.series}: " + report.detectable_line(d))
         return 0
     matches = history.find_series(grouped, args.series)
     if not matches:
@@ -55,17 +68,32 @@ def cmd_trends(args: argparse.Namespace) -> int:
     if args.metric and trend.metric(args.metric) is None:
         raise ConfigError(f"no run of series {matches[0]} logged {args.metric}")
     attributions = trends.attributions(mlflow, trend)
+    detectable = power.for_trend(trend, _repeats(trend, args.repeats))
     if args.format == "json":
         print(json.dumps({"series": trend.series, "label": trend.label, "latest_status": trends.latest_status(trend),
+                          "min_detectable_shift": [{**asdict(d), "shift_pct": _finite(d.shift_pct)}
+                                                   for d in detectable if not wanted or d.metric in wanted],
                           "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
                           "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()}
                                            for k, a in attributions.items()]}, indent=2, default=str))
     else:
-        print(report.series_report(trend, attributions, wanted))
+        print(report.series_report(trend, attributions, wanted, detectable))
     if args.plot is not None:
         report.plot_series(trend, args.plot, wanted)
         print(f"\nplot: {args.plot}")
     return 0
+
+
+def _repeats(trend, given: int | None) -> int:
+    """Runs a night for the detection power: as given, else the runs of the series' newest night (3 without)."""
+    if given is not None:
+        return given
+    night = trend.runs[-1].night
+    return sum(r.night == night for r in trend.runs) if night is not None else 3
+
+
+def _finite(value: float) -> float | None:
+    return value if value != float("inf") else None
 
 
 def register(sub) -> None:
@@ -77,5 +105,7 @@ def register(sub) -> None:
     p.add_argument("--max-pvalue", type=float, default=0.001, help="significance of a change point (default 0.001)")
     p.add_argument("--across-machines", action="store_true",
                    help="judge every machine's runs of a workload as one history (a series is one machine's)")
+    p.add_argument("--repeats", type=int, help="runs a night for the smallest detectable step "
+                   "(default: the runs of the series' newest night)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_trends)

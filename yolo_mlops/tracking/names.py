@@ -37,6 +37,8 @@ TREND = TAG_PREFIX + "trend"
 TREND_PREFIX = TAG_PREFIX + "trend."  # + metric short name
 BENCHMARK_NIGHT = TAG_PREFIX + "benchmark.night"  # id of the benchmark flow run (one night) that made the run
 TREND_CHANGE_RUN = TAG_PREFIX + "trend.change_run"  # benchmark runs: first run of the newest change point judged
+TREND_EVIDENCE = TAG_PREFIX + "trend.evidence"  # benchmark runs: what their confirmation runs showed
+BENCHMARK_CONFIRMATION = TAG_PREFIX + "benchmark.confirmation"  # confirmation runs: id of the night they re-measure
 OPTIMIZE = TAG_PREFIX + "optimize"
 OPTIMIZE_PROFILE_RUN_ID = TAG_PREFIX + "optimize.profile_run_id"
 OPTIMIZE_RECOMMENDED = TAG_PREFIX + "optimize.recommended"
@@ -85,6 +87,7 @@ TRAIN = "train/"
 VAL = "val/"
 SWEEP = "sweep/"
 TREND_METRIC = "trend/"  # older benchmark runs only; no longer written
+POWER_METRIC = "power/"  # benchmark runs: detection power of their series (min_detectable_shift_metric)
 STEP_TIME_MS = "perf/step_time_ms"  # per-step history
 DATA_WAIT_MS = "perf/data_wait_ms"  # per-step history
 STEP_TIME_P50 = "perf/step_time_ms_p50"
@@ -156,6 +159,13 @@ TRENDS_DIR = "trends"
 TRENDS_PLOT_PNG = "trends/series.png"  # benchmark runs: their series' history, segments, change points
 TRENDS_REPORT_MD = "trends/report.md"  # benchmark runs: the series' change points, what changed, attribution
 COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-step operator/kernel/phase diff
+
+
+def min_detectable_shift_metric(metric: str) -> str:
+    """`power/min_detectable_shift_pct_<short>`: on benchmark runs, the smallest step (% of the level) in the
+    watched metric `<group>/<short>` that the change-point detector finds within one night with 90% probability,
+    given the series' recent noise and the night's repeats."""
+    return f"{POWER_METRIC}min_detectable_shift_pct_{metric.split('/', 1)[-1]}"
 
 
 def gpu_idle_cause_metric(cause: str) -> str:

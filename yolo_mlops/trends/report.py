@@ -7,7 +7,7 @@ from pathlib import Path
 
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.trends.attribution import Attribution
-from yolo_mlops.trends.trend import ChangeEvent, MetricTrend, SeriesTrend, latest_status
+from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status
 
 
 def when(ms: int) -> str:
@@ -31,6 +31,22 @@ def change_line(change: ChangeEvent, unit: str) -> str:
             f"({when(change.start_time_ms)}; {change.what_changed_text()})")
 
 
+def drift_line(drift: DriftEvent, unit: str) -> str:
+    return f"{drift.text(unit)} ({when(drift.start_time_ms)})"
+
+
+def candidate_line(candidate: CandidateEvent, unit: str) -> str:
+    return f"{candidate.text(unit)} ({when(candidate.start_time_ms)})"
+
+
+def detectable_line(detectable) -> str:
+    """One metric's minimum detectable shift (power.MinDetectable) as text."""
+    d = detectable
+    shift = "none in one night" if d.shift_pct == float("inf") else f"{d.shift_pct:.2f}%"
+    return (f"{d.metric}: smallest step found in one night ({d.power:.0%} of nights): {shift} "
+            f"(noise {d.noise_pct:.2f}%, {d.history_runs} runs since the last level change, {d.repeats} runs a night)")
+
+
 def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
     starts = {c.run_id: c for c in metric.changes}
     seg_of = {}
@@ -49,7 +65,7 @@ def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
 
 
 def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attribution],
-                  metric_names: list[str] | None = None) -> str:
+                  metric_names: list[str] | None = None, detectable=()) -> str:
     """One series: per metric its history table and change points, each with what changed and attribution."""
     blocks = [f"Series {trend.series}: {trend.label}, {len(trend.runs)} runs, latest status "
               f"{latest_status(trend)}"]
@@ -67,6 +83,10 @@ def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attrib
             attribution = attributions.get((m.metric, c.run_id))
             if attribution is not None:
                 blocks.append(attribution_text(attribution))
+        if m.drift is not None:
+            blocks.append("- " + drift_line(m.drift, m.unit))
+        blocks += ["- version boundary: " + candidate_line(c, m.unit) for c in m.candidates]
+        blocks += ["- detection power: " + detectable_line(d) for d in detectable if d.metric == m.metric]
     return "\n".join(blocks)
 
 
@@ -98,6 +118,17 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
             x = times[seg.start:seg.end]
             ax.hlines(seg.mean, x[0], x[-1], color="black", lw=1.5)
             ax.fill_between(x, seg.mean - seg.std, seg.mean + seg.std, color="gray", alpha=0.25, lw=0)
+        if m.drift is not None:  # the fitted slope over each segment of the drift region
+            for lo, hi, y0, y1 in m.drift.fit.lines:
+                ax.plot([times[lo], times[hi - 1]], [y0, y1], color="tab:orange", lw=2)
+            ax.annotate(f"drift {m.drift.fit.pct_per_100_runs:+.2f}%/100 runs",
+                        (times[m.drift.fit.start], min(m.values)), fontsize=7, color="tab:orange", va="bottom",
+                        xytext=(3, 0), textcoords="offset points")
+        for c in m.candidates:  # every version change, moved or not
+            ax.axvline(times[c.test.index], color="tab:purple", ls=":", lw=1)
+            ax.annotate(c.test.what_changed_text()[:40] + (" (moved)" if c.test.moved else ""),
+                        (times[c.test.index], min(m.values)), fontsize=6, color="tab:purple", rotation=90,
+                        va="bottom", xytext=(-8, 0), textcoords="offset points")
         for c in m.changes:
             colour = "tab:red" if c.direction == "regression" else "tab:green"
             ax.axvline(times[c.index], color=colour, ls="--", lw=1)
@@ -107,7 +138,7 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
         ax.set_ylabel(f"{m.metric.split('/', 1)[1]} ({m.unit})", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[0].set_title(f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points (dashed)",
-                      fontsize=9)
+    axes[0].set_title(f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points "
+                      "(dashed), drift slope (orange), version changes (dotted)", fontsize=9)
     fig.autofmt_xdate()
     return save_figure(fig, path)

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from yolo_mlops.trends import changepoint
+from yolo_mlops.trends import candidates, changepoint, drift
+from yolo_mlops.trends.candidates import Candidate
 from yolo_mlops.trends.changepoint import Segment
+from yolo_mlops.trends.drift import Drift
 from yolo_mlops.trends.history import RunRecord
 
 
@@ -40,7 +42,8 @@ WATCHED = (
 )
 WATCHED_BY_NAME = {w.metric: w for w in WATCHED}
 MIN_HISTORY = 3  # runs before tonight's below which no verdict is given
-STATUS_ORDER = ("regression", "improvement", "stable", "insufficient_history")
+# suspected: a regression tonight's confirmation runs did not repeat (set by the benchmark flow's confirmation)
+STATUS_ORDER = ("regression", "suspected", "drift", "improvement", "stable", "insufficient_history")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class DetectionSettings:
     window: int = changepoint.DEFAULT_WINDOW
     max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE
     min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE
+    drift_pvalue: float = drift.DEFAULT_DRIFT_PVALUE  # Mann-Kendall significance of a drift
+    candidate_pvalue: float = candidates.DEFAULT_CANDIDATE_PVALUE  # per version boundary: false-alarm rate
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,39 @@ class ChangeEvent:
 
 
 @dataclass(frozen=True)
+class DriftEvent:
+    metric: str
+    run_id: str  # first run of the drift region
+    start_time_ms: int
+    direction: str  # "regression" | "improvement": the way the metric drifts
+    fit: Drift
+
+    def text(self, unit: str) -> str:
+        f = self.fit
+        week = "" if f.slope_per_week is None else f", {f.pct_per_week:+.2f}%/week"
+        return (f"{self.metric} drift {f.pct_per_100_runs:+.2f}% per 100 runs{week} ({f.total_pct:+.1f}% so far over "
+                f"{f.end - f.start} runs, level {f.level:.4g} {unit}, p={f.pvalue:.2g}) {self.direction} since run "
+                f"{self.run_id}")
+
+
+@dataclass(frozen=True)
+class CandidateEvent:
+    metric: str
+    run_id: str  # first run with the new versions
+    start_time_ms: int
+    direction: str  # "regression" | "improvement" (the way the mean moved, whether or not beyond noise)
+    test: Candidate
+    at_change_point: bool  # a change point starts at the same run (reported there)
+
+    def text(self, unit: str) -> str:
+        c = self.test
+        verdict = "moved" if c.moved else "no shift beyond noise"
+        return (f"{self.metric} at {c.what_changed_text()}: {c.change_pct:+.1f}% ({c.mean_before:.4g} -> "
+                f"{c.mean_after:.4g} {unit}, {c.size_before} vs {c.size_after} runs, Welch p={c.pvalue:.2g}) "
+                f"{verdict}" + (f", {self.direction}" if c.moved else "") + f" from run {self.run_id}")
+
+
+@dataclass(frozen=True)
 class MetricTrend:
     metric: str
     higher_is_better: bool
@@ -92,6 +130,8 @@ class MetricTrend:
     segments: tuple[Segment, ...]
     changes: tuple[ChangeEvent, ...]
     runs_without_metric: int  # runs of the series that did not log this metric
+    drift: DriftEvent | None = None  # a significant drift since the last level change (or over several)
+    candidates: tuple[CandidateEvent, ...] = ()  # every version boundary, tested directly
 
 
 @dataclass(frozen=True)
@@ -100,6 +140,7 @@ class SeriesTrend:
     label: str
     runs: tuple[RunRecord, ...]
     metrics: tuple[MetricTrend, ...]
+    settings: DetectionSettings = DetectionSettings()
 
     def metric(self, name: str) -> MetricTrend | None:
         return next((m for m in self.metrics if m.metric == name), None)
@@ -111,6 +152,8 @@ class SeriesVerdict:
     label: str
     status: str  # regression | improvement | stable | insufficient_history
     new_changes: tuple[ChangeEvent, ...] = ()  # change points first seen in tonight's runs
+    new_drifts: tuple[DriftEvent, ...] = ()  # drifts that became significant (or changed slope) tonight
+    new_candidates: tuple[CandidateEvent, ...] = ()  # version boundaries among tonight's runs that moved a metric
     reason: str = ""
     per_metric: dict[str, str] = field(default_factory=dict)
 
@@ -135,8 +178,8 @@ def metric_trend(runs: list[RunRecord], watched: Watched, settings: DetectionSet
     if not points:
         return None
     values = np.array([r.metrics[watched.metric] for r in points], dtype=float)
-    cps = changepoint.detect(values, window=settings.window, max_pvalue=settings.max_pvalue,
-                             min_magnitude=settings.min_magnitude)
+    analysis = _analyse(values, [r.start_time_ms for r in points], settings)
+    cps = list(analysis.steps)
     segs = changepoint.segments(values, cps)
     bounds = [0, *[cp.index for cp in cps], len(points)]
     events = []
@@ -147,41 +190,93 @@ def metric_trend(runs: list[RunRecord], watched: Watched, settings: DetectionSet
             metric=watched.metric, index=cp.index, run_id=points[cp.index].run_id,
             start_time_ms=points[cp.index].start_time_ms, mean_before=cp.mean_before, mean_after=cp.mean_after,
             change_pct=cp.change_pct, pvalue=cp.pvalue,
-            direction="improvement" if went_up == watched.higher_is_better else "regression",
+            direction=_direction(went_up, watched),
             what_changed=what_changed(before, after),
             before_run_ids=tuple(r.run_id for r in before), after_run_ids=tuple(r.run_id for r in after)))
+    drift_event = None
+    if analysis.drift is not None:
+        start = points[analysis.drift.start]
+        drift_event = DriftEvent(watched.metric, start.run_id, start.start_time_ms,
+                                 _direction(analysis.drift.slope > 0, watched), analysis.drift)
+    labels = [{**r.versions, **({"machine": r.machine} if r.machine else {})} for r in points]
+    at_cps = {cp.index for cp in cps}
+    cands = tuple(CandidateEvent(watched.metric, points[c.index].run_id, points[c.index].start_time_ms,
+                                 _direction(c.mean_after > c.mean_before, watched), c, c.index in at_cps)
+                  for c in candidates.check_boundaries(analysis.detrended, labels, sorted(at_cps),
+                                                       settings.candidate_pvalue))
     return MetricTrend(
         metric=watched.metric, higher_is_better=watched.higher_is_better, unit=watched.unit,
         run_ids=tuple(r.run_id for r in points), times_ms=tuple(r.start_time_ms for r in points),
         values=tuple(float(v) for v in values), segments=tuple(segs), changes=tuple(events),
-        runs_without_metric=len(runs) - len(points))
+        runs_without_metric=len(runs) - len(points), drift=drift_event, candidates=cands)
+
+
+def _analyse(values: np.ndarray, times_ms: list[int], settings: DetectionSettings) -> drift.Analysis:
+    return drift.analyse(values, times_ms, window=settings.window, max_pvalue=settings.max_pvalue,
+                         min_magnitude=settings.min_magnitude, drift_pvalue=settings.drift_pvalue)
+
+
+def _direction(went_up: bool, watched: Watched | MetricTrend) -> str:
+    return "improvement" if went_up == watched.higher_is_better else "regression"
 
 
 def series_trend(runs: list[RunRecord], settings: DetectionSettings = DetectionSettings(),
                  metrics: tuple[Watched, ...] = WATCHED) -> SeriesTrend:
     trends = [t for t in (metric_trend(runs, w, settings) for w in metrics) if t is not None]
-    return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends))
+    return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends), settings)
 
 
 def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     """The series' verdict for the night whose runs are `tonight`: a metric regressed (or improved) when its
-    newest change point starts among tonight's runs; older change points were reported on their own night."""
+    newest change point starts among tonight's runs, or a version boundary among tonight's runs moved it;
+    it drifts when its drift became significant tonight (or its slope changed materially: the new slope's
+    95% interval excludes yesterday's). Older events were reported on their own night."""
     earlier = [r for r in trend.runs if r.run_id not in tonight]
     if len(earlier) < MIN_HISTORY:
         return SeriesVerdict(trend.series, trend.label, "insufficient_history",
                              reason=f"{len(earlier)} earlier runs (a verdict needs {MIN_HISTORY})")
     first_tonight = min((i for i, r in enumerate(trend.runs) if r.run_id in tonight), default=len(trend.runs))
     first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
-    new, per_metric = [], {}
+    new, drifts, cands, per_metric = [], [], [], {}
     for m in trend.metrics:
-        newest = m.changes[-1] if m.changes else None
-        if newest is not None and first_tonight_ms is not None and newest.start_time_ms >= first_tonight_ms:
-            new.append(newest)
-            per_metric[m.metric] = newest.direction
-        else:
+        if first_tonight_ms is None:
             per_metric[m.metric] = "stable"
-    status = min((c.direction for c in new), key=STATUS_ORDER.index, default="stable")
-    return SeriesVerdict(trend.series, trend.label, status, tuple(new), per_metric=per_metric)
+            continue
+        newest = m.changes[-1] if m.changes else None
+        moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
+                 and c.start_time_ms >= first_tonight_ms]
+        cands += moved
+        status = "stable"
+        if newest is not None and newest.start_time_ms >= first_tonight_ms:
+            new.append(newest)
+            status = newest.direction
+        elif any(c.direction == "regression" for c in moved):
+            status = "regression"
+        if m.drift is not None and _drift_is_new(m, first_tonight_ms, trend.settings):
+            drifts.append(m.drift)
+            status = min(status, "drift", key=STATUS_ORDER.index)
+        if status == "stable" and moved:
+            status = "improvement"
+        per_metric[m.metric] = status
+    status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
+    return SeriesVerdict(trend.series, trend.label, status, tuple(new), per_metric=per_metric,
+                         new_drifts=tuple(drifts), new_candidates=tuple(cands))
+
+
+def _drift_is_new(m: MetricTrend, first_tonight_ms: int, settings: DetectionSettings) -> bool:
+    """The metric's drift was not significant before tonight's runs, or its slope changed materially.
+
+    "Before tonight" looks back over the histories that ended 0, 3, 6, 12, 24, 48 and 96 runs before
+    tonight's: a drift whose p-value hovers around drift_pvalue, significant one night and not the next, is
+    then reported once and not again each time it crosses the line."""
+    times = [t for t in m.times_ms if t < first_tonight_ms]
+    for end in (len(times) - back for back in drift.LOOKBACK_RUNS):
+        if end < drift.MIN_DRIFT_POINTS:
+            break
+        prior = _analyse(np.array(m.values[:end]), list(times[:end]), settings).drift
+        if prior is not None and not m.drift.fit.slope_differs(prior):
+            return False
+    return True
 
 
 def latest_status(trend: SeriesTrend) -> str:

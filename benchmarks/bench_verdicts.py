@@ -1,0 +1,180 @@
+"""Benchmark: nightly verdicts — false alerts, steps alerted within a night, drifts, detection power, speed.
+
+1. False alerts per 1,000 series-nights: stationary histories (Gaussian and Student t(3) noise, 1% of the
+   level), 60 runs of history, then nights of 3 runs; a night alerts when its runs open a change point the
+   bad way (up), and with confirmation only when 3 more runs still show it (`confirm.judge`'s rule).
+2. Steps of 2, 3 and 5 noise sd at tonight's first run: the share alerted within that night, with confirmation.
+3. Drifts of 2-30% over 200 runs (noise 1%), judged night by night from run 12: events per drift (new drift
+   verdicts + new change points; goal 1) and the runs until the first.
+4. Minimum detectable shift: the prediction (`power.min_detectable_shift`) against the detector's simulated
+   power at 0.8 / 1.0 / 1.2 x the prediction (goal: 90% crossed inside that range).
+5. Known changes: power of the direct test of a version boundary (Welch, p <= 0.01) against the blind search.
+6. Speed: `drift.analyse` (change points + drift) over 1,000 runs x 8 metrics.
+
+Series come from numpy's default_rng with fixed seeds, so every figure is reproducible.
+
+    .venv/bin/python benchmarks/bench_verdicts.py [--series 250] [--seeds 200] [--drift-seeds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from yolo_mlops.render import fmt, markdown_table
+from yolo_mlops.trends import candidates, changepoint, drift, power
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_changepoint import history as cp_history  # noqa: E402
+
+HISTORY, NIGHT, CONFIRM = 60, 3, 3
+
+
+def noise(rng, n: int, heavy: bool) -> np.ndarray:
+    return rng.standard_t(3, n) / np.sqrt(3.0) if heavy else rng.standard_normal(n)
+
+
+def opens_regression(z: np.ndarray, first: int) -> bool:
+    """The newest change point starts at or after `first` and goes up (step time: the bad way)."""
+    steps = drift.analyse(z).steps
+    return bool(steps) and steps[-1].index >= first and steps[-1].mean_after > steps[-1].mean_before
+
+
+def confirmed(z: np.ndarray, first: int) -> bool:
+    """After the confirmation runs: the newest change point still starts among the night's own runs, up."""
+    steps = drift.analyse(z).steps
+    return bool(steps) and first <= steps[-1].index < first + NIGHT and steps[-1].mean_after > steps[-1].mean_before
+
+
+def bench_false_alerts(series: int, nights: int = 20) -> str:
+    rows = []
+    for heavy in (False, True):
+        raw = alerts = total = 0
+        for s in range(series):
+            rng = np.random.default_rng(50_000 + s)
+            z = 100 + noise(rng, HISTORY + nights * NIGHT, heavy)
+            for night in range(nights):
+                first = HISTORY + night * NIGHT
+                total += 1
+                if opens_regression(z[:first + NIGHT], first):
+                    raw += 1
+                    again = np.r_[z[:first + NIGHT], 100 + noise(rng, CONFIRM, heavy)]
+                    alerts += confirmed(again, first)
+        rows.append(["Student t(3)" if heavy else "Gaussian", total, fmt(1000 * raw / total, ".2f"),
+                     fmt(1000 * alerts / total, ".2f")])
+    return markdown_table(["noise", "series-nights", "alerts / 1,000 without confirmation",
+                           "... with confirmation (3 runs)"], rows)
+
+
+def bench_steps(seeds: int) -> str:
+    rows = []
+    for sd in (2.0, 3.0, 5.0):
+        opened = alerted = 0
+        for s in range(seeds):
+            rng = np.random.default_rng(s)
+            z = 100 + rng.standard_normal(HISTORY + NIGHT + CONFIRM)
+            z[HISTORY:] += sd
+            if opens_regression(z[:HISTORY + NIGHT], HISTORY):
+                opened += 1
+                alerted += confirmed(z, HISTORY)
+        rows.append([f"{sd:g} sd", fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
+    return markdown_table(["step (noise 1%, 60 runs before, 3 tonight)", "% opened tonight",
+                           "% alerted tonight with 3 confirmation runs"], rows)
+
+
+def bench_drifts(seeds: int, n: int = 200) -> str:
+    rows = []
+    for total in (2.0, 5.0, 10.0, 30.0):
+        events, delays, final_one = [], [], 0
+        for s in range(seeds):
+            rng = np.random.default_rng(s)
+            z = 100 + rng.standard_normal(n) + np.linspace(0, total, n)
+            count, first_at = 0, None
+            for end in range(12, n + 1, NIGHT):
+                a = drift.analyse(z[:end])
+                new_steps = [c for c in a.steps if c.index >= end - NIGHT]
+                new_drift = a.drift is not None and not any(  # trend.verdict's rule: not shown by earlier histories
+                    (p := drift.analyse(z[:end - NIGHT - back]).drift) is not None and not a.drift.slope_differs(p)
+                    for back in drift.LOOKBACK_RUNS if end - NIGHT - back >= drift.MIN_DRIFT_POINTS)
+                count += len(new_steps[-1:]) + new_drift
+                if (new_steps or new_drift) and first_at is None:
+                    first_at = end
+            final = drift.analyse(z)
+            final_one += final.drift is not None and not final.steps
+            events.append(count)
+            delays.append(first_at if first_at is not None else float("nan"))
+        found = [d for d in delays if d == d]
+        rows.append([f"+{total:g}% over {n} runs", fmt(100 * sum(e == 1 for e in events) / seeds, ".0f"),
+                     fmt(statistics.mean(events), ".2f"), fmt(100 * final_one / seeds, ".0f"),
+                     fmt(statistics.median(found), ".0f") if found else "-"])
+    return markdown_table(["drift (noise 1%)", "% with exactly 1 event, nightly", "mean events",
+                           "% one drift and no change point at the end", "median runs until the first event"], rows)
+
+
+def bench_power(seeds: int) -> str:
+    rows = []
+    for m, k in ((20, 3), (30, 3), (60, 3), (100, 3), (30, 5), (60, 2)):
+        d = power.min_detectable_shift(1.0, m, k)
+        sims = [power.simulate(1.0, m, k, f * d, seeds) for f in (0.8, 1.0, 1.2)]
+        heavy = power.simulate(1.0, m, k, d, seeds, heavy_tails=True)
+        rows.append([m, k, fmt(d, ".2f"), *(fmt(100 * x, ".0f") for x in sims), fmt(100 * heavy, ".0f")])
+    return markdown_table(["runs before", "runs tonight", "predicted shift (noise sd)", "% found at 0.8x",
+                           "% at 1.0x (target 90)", "% at 1.2x", "% at 1.0x, t(3) noise"], rows)
+
+
+def bench_candidates(seeds: int) -> str:
+    rows = []
+    for before, after, shift_sd in ((6, 6, 1.0), (6, 6, 1.8), (6, 6, 3.0), (3, 3, 3.0), (3, 3, 5.0), (30, 3, 3.0)):
+        moved = blind = 0
+        for s in range(seeds):
+            rng = np.random.default_rng(s)
+            z = 100 + rng.standard_normal(before + after)
+            z[before:] += shift_sd
+            labels = [{"torch": "a"}] * before + [{"torch": "b"}] * after
+            moved += candidates.check_boundaries(z, labels)[0].moved
+            blind += any(abs(c.index - before) <= 1 for c in changepoint.detect(z))
+        rows.append([f"{before} vs {after} runs, {shift_sd:g} sd", fmt(100 * moved / seeds, ".0f"),
+                     fmt(100 * blind / seeds, ".0f")])
+    false = sum(candidates.check_boundaries(100 + np.random.default_rng(s).standard_normal(12),
+                                            [{"t": "a"}] * 6 + [{"t": "b"}] * 6)[0].moved for s in range(10 * seeds))
+    rows.append(["6 vs 6 runs, no shift (false alarms)", fmt(100 * false / (10 * seeds), ".2f"), "-"])
+    return markdown_table(["version boundary", "% reported by the direct test (p <= 0.01)",
+                           "% found by the blind search (p <= 0.001)"], rows)
+
+
+def bench_speed(repeats: int = 5) -> str:
+    rows = []
+    for kind in ("stationary", "realistic", "busy"):
+        data = cp_history(kind)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for v in data:
+                drift.analyse(v)
+            times.append(time.perf_counter() - t0)
+        rows.append([kind, fmt(statistics.median(times), ".3f"), fmt(max(times), ".3f")])
+    return markdown_table(["history (8 metrics x 1,000 runs)", "median s (change points + drift)", "max s"], rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=250, help="stationary series (20 nights each) per noise")
+    parser.add_argument("--seeds", type=int, default=200, help="seeds per step / power / candidate cell")
+    parser.add_argument("--drift-seeds", type=int, default=30)
+    args = parser.parse_args()
+    print("### Speed\n\n" + bench_speed() + "\n", flush=True)
+    print("### False alerts on stationary histories\n\n" + bench_false_alerts(args.series) + "\n", flush=True)
+    print("### Steps alerted within one night\n\n" + bench_steps(args.seeds) + "\n", flush=True)
+    print("### Drifts\n\n" + bench_drifts(args.drift_seeds) + "\n", flush=True)
+    print("### Minimum detectable shift against simulation\n\n" + bench_power(args.seeds) + "\n", flush=True)
+    print("### Known changes: direct test against the blind search\n\n" + bench_candidates(args.seeds), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

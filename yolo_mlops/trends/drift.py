@@ -1,0 +1,226 @@
+"""A slow drift as one drift, not a staircase of change points: Theil-Sen slope with Mann-Kendall significance.
+
+Pure functions over numpy arrays (scipy for Kendall's tau and the normal distribution); no I/O, no randomness.
+
+The change-point detector models a series as flat levels. A slow drift breaks that model: the detector
+answers it with a staircase of change points, all in the drift's direction. `analyse` keeps the two apart:
+
+1. **Steps first.** `changepoint.detect` on the raw values gives the candidate level changes.
+2. **A drift region.** For each possible start of a drift region (the first run, then each change point,
+   earliest first), the runs from there on are tested for a monotone trend *within* the segments the change
+   points leave (Mann-Kendall summed over the segments, the blocked form of Hirsch et al. 1982; Theil-Sen's
+   slope pooled over the pairs inside segments), so a step never reads as a trend.
+3. **Steps on the detrended series.** When the trend is significant (p <= `drift_pvalue`), the slope is
+   subtracted from the region and change points are detected again on what is left; the segments and the
+   slope are refitted until the change points stop moving (three rounds at most). The drift is kept when the
+   detrended series needs fewer change points in the region than the raw one did: the staircase was the drift.
+   A real step on top of the drift survives the detrending and stays a change point.
+4. **Otherwise** the segment since the last change point is tested on its own: a drift too slow to have
+   made a staircase yet is still reported once it is significant.
+
+Mann-Kendall assumes independent runs. It is not corrected for autocorrelation: the change-point test next
+to it assumes independence too, and the nightly repeats of one night are the only correlation the benchmark
+produces by design; a correction (Hamed-Rao) would need an autocorrelation estimate from the very series
+whose trend is in question. The false-alarm rates are measured instead (docs/trends.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+from scipy import stats
+
+from yolo_mlops.trends import changepoint
+from yolo_mlops.trends.changepoint import ChangePoint
+
+DEFAULT_DRIFT_PVALUE = 0.001  # as the change-point test's default
+MIN_DRIFT_POINTS = 8  # fewer points than this in a drift region: no trend test
+LOOKBACK_RUNS = (0, 3, 6, 12, 24, 48, 96)  # earlier histories a new drift is checked against (trend.verdict)
+MS_PER_WEEK = 7 * 24 * 3600 * 1000
+SCREEN_PVALUE = 0.1  # trend inside the raw segments a drift region must show before it is fitted
+_MAX_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Drift:
+    start: int  # first index of the drift region (the run the drift is dated from)
+    end: int  # exclusive (the series' length)
+    slope: float  # units per run (Theil-Sen, pooled within segments)
+    slope_low: float  # 95% confidence interval of the slope (Sen's, from the Mann-Kendall variance)
+    slope_high: float
+    pvalue: float  # two-sided Mann-Kendall test, summed over the segments of the region
+    level: float  # level at the drift's start (median of the first segment, drift removed)
+    slope_per_week: float | None  # units per week from the runs' start times; None without times
+    lines: tuple[tuple[int, int, float, float], ...] = ()  # per segment of the region: (lo, hi, y at lo, y at hi-1)
+
+    def _pct(self, units: float | None) -> float:
+        if units is None or not self.level:
+            return float("nan")
+        return 100.0 * units / abs(self.level)
+
+    @property
+    def pct_per_100_runs(self) -> float:
+        return self._pct(100.0 * self.slope)
+
+    @property
+    def pct_per_week(self) -> float:
+        return self._pct(self.slope_per_week)
+
+    @property
+    def total_pct(self) -> float:
+        """Change so far: the slope over the region's runs, % of the level at its start."""
+        return self._pct(self.slope * (self.end - 1 - self.start))
+
+    def slope_differs(self, other: Drift) -> bool:
+        """Material change of slope: this slope's 95% interval excludes the other's slope."""
+        return not self.slope_low <= other.slope <= self.slope_high
+
+
+@dataclass(frozen=True)
+class Analysis:
+    steps: tuple[ChangePoint, ...]  # level changes (found on the detrended series when a drift was fitted)
+    drift: Drift | None
+    detrended: np.ndarray  # the values with the drift removed from its region (the values themselves without)
+    raw_steps: int  # change points of the raw values (the staircase when a drift absorbed it)
+
+
+def _block_s(block: np.ndarray) -> tuple[float, float]:
+    """(S, Var S) of the Mann-Kendall statistic of one block (ties corrected); (0, 0) below 3 distinct points."""
+    n = len(block)
+    if n < 3:
+        return 0.0, 0.0
+    _, counts = np.unique(block, return_counts=True)
+    n0 = n * (n - 1) / 2
+    ties = float(np.sum(counts * (counts - 1) / 2))
+    if ties >= n0:
+        return 0.0, 0.0  # a constant block
+    var = (n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))) / 18
+    if n <= 256:  # the sign of every pair: cheaper than scipy's call below this size
+        i, j = np.triu_indices(n, 1)
+        return float(np.sign(block[j] - block[i]).sum()), var
+    tau = stats.kendalltau(np.arange(n), block).statistic  # tau-b; the index has no ties
+    return float(tau) * float(np.sqrt(n0 * (n0 - ties))), var
+
+
+def _mk_p(s: float, var: float) -> float:
+    if var <= 0:
+        return 1.0
+    zscore = (abs(s) - 1.0) / np.sqrt(var) if abs(s) > 1 else 0.0  # continuity corrected
+    return float(2 * stats.norm.sf(zscore))
+
+
+def mann_kendall(z: np.ndarray, bounds: list[int]) -> tuple[float, float, float]:
+    """(S, Var S, two-sided p) of the Mann-Kendall test summed over the blocks z[bounds[i]:bounds[i+1]]
+    (ties and continuity corrected). p = 1 when no block has two distinct values."""
+    parts = [_block_s(z[lo:hi]) for lo, hi in pairwise(bounds)]
+    s_total, var_total = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    return s_total, var_total, _mk_p(s_total, var_total)
+
+
+def _pair_slopes(y: np.ndarray, x: np.ndarray, bounds: list[int]) -> np.ndarray:
+    out = []
+    for lo, hi in pairwise(bounds):
+        if hi - lo < 2:
+            continue
+        yy, xx = y[lo:hi], x[lo:hi]
+        i, j = np.triu_indices(hi - lo, 1)
+        dx = xx[j] - xx[i]
+        keep = dx != 0
+        out.append((yy[j] - yy[i])[keep] / dx[keep])
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def sen_slope(z: np.ndarray, bounds: list[int], var_s: float) -> tuple[float, float, float]:
+    """Theil-Sen slope per index over the pairs inside each block, with Sen's 95% interval."""
+    slopes = np.sort(_pair_slopes(z, np.arange(len(z), dtype=float), bounds))
+    if not slopes.size:
+        return 0.0, 0.0, 0.0
+    slope = float(np.median(slopes))
+    c = stats.norm.ppf(0.975) * np.sqrt(max(var_s, 0.0))
+    m1 = int(np.clip(np.round((slopes.size - c) / 2) - 1, 0, slopes.size - 1))
+    m2 = int(np.clip(np.round((slopes.size + c) / 2), 0, slopes.size - 1))
+    return slope, float(slopes[m1]), float(slopes[m2])
+
+
+def fit(z: np.ndarray, bounds: list[int], times_ms: np.ndarray | None = None) -> Drift:
+    """The drift over z[bounds[0]:bounds[-1]], the slope shared by the blocks between bounds."""
+    _, var_s, p = mann_kendall(z, bounds)
+    slope, low, high = sen_slope(z, bounds, var_s)
+    a, n = bounds[0], bounds[-1]
+    detrended = z[a:n] - slope * np.arange(n - a)
+    level = float(np.median(detrended[:bounds[1] - a]))
+    per_week = None
+    if times_ms is not None:
+        weekly = _pair_slopes(z, np.asarray(times_ms, dtype=float) / MS_PER_WEEK, bounds)
+        per_week = float(np.median(weekly)) if weekly.size else None
+    lines = []
+    for lo, hi in pairwise(bounds):
+        base = float(np.median(detrended[lo - a:hi - a]))
+        lines.append((lo, hi, base + slope * (lo - a), base + slope * (hi - 1 - a)))
+    return Drift(start=a, end=n, slope=slope, slope_low=low, slope_high=high, pvalue=p, level=level,
+                 slope_per_week=per_week, lines=tuple(lines))
+
+
+def analyse(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
+            max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
+            min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE,
+            min_segment: int = changepoint.DEFAULT_MIN_SEGMENT,
+            drift_pvalue: float = DEFAULT_DRIFT_PVALUE) -> Analysis:
+    """Level changes and the drift of a series (see the module doc). Raises ValueError on bad input."""
+    if not 0.0 < drift_pvalue <= 1.0:
+        raise ValueError(f"drift_pvalue must be in (0, 1], got {drift_pvalue!r}")
+    z = np.asarray(values, dtype=float)
+    times = None if times_ms is None else np.asarray(times_ms, dtype=float)
+
+    def detect(series: np.ndarray) -> list[ChangePoint]:
+        return changepoint.detect(series, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude,
+                                  min_segment=min_segment)
+
+    raw = detect(z)
+    n = len(z)
+    idx = [cp.index for cp in raw]
+    # S and Var S of each raw segment, once: a start's test inside the segments after it is a suffix sum
+    blocks = [_block_s(z[lo:hi]) for lo, hi in pairwise([0, *idx, n])]
+    for j, a in enumerate([0, *idx]):
+        later = idx[j:]
+        if not later or n - a < MIN_DRIFT_POINTS:
+            continue
+        # screens, cheapest first: a trend inside the raw segments at a loose level (a drift leaves one
+        # inside every stair; steps on flat levels leave none), then over the whole region at drift_pvalue
+        s_in = sum(b[0] for b in blocks[j:])
+        if _mk_p(s_in, sum(b[1] for b in blocks[j:])) > SCREEN_PVALUE:
+            continue
+        # a staircase climbs the drift's way: most of its stairs go the way of the trend inside them
+        if 2 * sum((cp.mean_after > cp.mean_before) == (s_in > 0) for cp in raw[j:]) <= len(later):
+            continue
+        if mann_kendall(z, [a, n])[2] > drift_pvalue:
+            continue
+        # the first slope over the whole region: a slope pooled inside the raw segments would be biased flat,
+        # since the raw split lands where the noise helps a step; the refits below pool inside segments
+        bounds = [a, n]
+        drift, steps, settled = fit(z, bounds), raw, False
+        for _ in range(_MAX_ROUNDS):
+            r = z.copy()
+            r[a:] -= drift.slope * np.arange(n - a)
+            steps = detect(r)
+            new_bounds = [a, *[cp.index for cp in steps if cp.index > a], n]
+            if new_bounds == bounds:
+                settled = True
+                break
+            bounds = new_bounds
+            drift = fit(z, bounds)
+        if drift.pvalue <= drift_pvalue and len(bounds) - 2 < len(later):
+            drift = fit(z, bounds, times)  # the same slope (same blocks), now with the slope per week
+            r = z.copy()
+            r[a:] -= drift.slope * np.arange(n - a)
+            return Analysis(tuple(steps if settled else detect(r)), drift, r, len(raw))
+    a = idx[-1] if idx else 0
+    drift = None
+    if n - a >= MIN_DRIFT_POINTS and mann_kendall(z, [a, n])[2] <= drift_pvalue:
+        drift = fit(z, [a, n], times)
+    r = z.copy()
+    if drift is not None:
+        r[a:] -= drift.slope * np.arange(n - a)
+    return Analysis(tuple(raw), drift, r, len(raw))
