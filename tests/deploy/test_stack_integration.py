@@ -96,7 +96,7 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
         assert (limit["limit"], limit["active"]) == (1, True)
 
     deployments = {d["name"]: d for d in api(prefect_api, "POST", "/deployments/filter", json={})}
-    assert {"profile", "profile-docker", "sweep", "nightly-benchmark-ci-node"} <= set(deployments)
+    assert {"profile", "profile-docker", "sweep", "bisect", "nightly-benchmark-ci-node"} <= set(deployments)
     # The pull step must reach the worker unresolved: each worker fills in its own project directory.
     assert deployments["profile"]["pull_steps"] == [
         {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $YOLO_MLOPS_PROJECT_DIR }}"}}]

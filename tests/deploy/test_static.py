@@ -185,7 +185,7 @@ def test_prefect_yaml_matches_prefects_schema(prefect_yaml: dict):
 
     model = PrefectYamlModel.model_validate(prefect_yaml)
     names = [d.name for d in model.deployments]
-    assert {"profile", "profile-docker", "sweep", "nightly-benchmark-{{ $YOLO_MLOPS_MACHINE }}"} <= set(names)
+    assert {"profile", "profile-docker", "sweep", "bisect", "nightly-benchmark-{{ $YOLO_MLOPS_MACHINE }}"} <= set(names)
     for deployment in model.deployments:
         assert (REPO / deployment.entrypoint.split(":")[0]).exists(), deployment.entrypoint
 
@@ -194,9 +194,12 @@ def test_deployment_parameters_fit_their_flows(prefect_yaml: dict):
     """What Prefect checks when a run is created (enforce_parameter_schema), done here for every deployment."""
     from prefect.flows import load_flow_from_entrypoint
 
+    # What a user must pass at `prefect deployment run` because no default can know it.
+    given_at_run_time = {"bisect": {"good": "v1.0", "bad": "main"}}
     for deployment in prefect_yaml["deployments"]:
         flow = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
-        flow.validate_parameters(deployment["parameters"])  # raises ParameterTypeError on a misfit
+        parameters = {**deployment["parameters"], **given_at_run_time.get(deployment["name"], {})}
+        flow.validate_parameters(parameters)  # raises ParameterTypeError on a misfit
 
 
 def test_nightly_benchmark_is_a_fixed_offline_suite(prefect_yaml: dict):

@@ -209,3 +209,27 @@ def sweep_variant_metrics(variant_suffix: str) -> dict[str, str]:
             "ci_high": f"{SWEEP}speedup_ci_high_{variant_suffix}",
             "images_per_s": f"{SWEEP}images_per_s_{variant_suffix}",
             "median_step_ms": f"{SWEEP}step_time_ms_p50_{variant_suffix}"}
+
+# bisect (yolo-mlops bisect, flows/bisect.py): a parent run per bisection, a child per profiled run ----------
+RUN_KIND_BISECT = "bisect"  # run_kind of a bisection's parent run
+RUN_KIND_BISECT_RUN = "bisect_run"  # run_kind of its profiled runs
+BISECT_PREFIX = TAG_PREFIX + "bisect."
+BISECT_GOOD = BISECT_PREFIX + "good"  # parent: the good commit (40 hex)
+BISECT_BAD = BISECT_PREFIX + "bad"  # parent: the bad commit
+BISECT_RESULT = BISECT_PREFIX + "result"  # parent: first_bad | no_regression | inconclusive
+BISECT_FIRST_BAD = BISECT_PREFIX + "first_bad"  # parent: the first bad commit, when found
+BISECT_RANGE = BISECT_PREFIX + "range"  # parent: last known good..first known bad commit
+BISECT_STEPS = BISECT_PREFIX + "steps"  # parent: steps taken, the premise (step 0) included
+BISECT_WORKLOAD_RUN = BISECT_PREFIX + "workload_run"  # parent: the run whose RunSpec every child ran
+BISECT_REPO = BISECT_PREFIX + "repo"  # parent: the repository the commits came from
+BISECT_COMMIT = BISECT_PREFIX + "commit"  # child: the commit whose code ran
+BISECT_STEP = BISECT_PREFIX + "step"  # child: its step (0 = premise: bad vs good)
+BISECT_ROLE = BISECT_PREFIX + "role"  # child: candidate | good
+BISECT_PARAM = "bisect."  # parent params: repeats, max_repeats, alpha, min_effect, metric, commits
+BISECT_METRIC = "bisect/"
+BISECT_SHIFT_PCT = "bisect/shift_pct"  # the metric's change from good to the first bad commit, %
+BISECT_SHIFT_CI_LOW = "bisect/shift_pct_ci_low"  # its 95% confidence interval
+BISECT_SHIFT_CI_HIGH = "bisect/shift_pct_ci_high"
+BISECT_RUNS_METRIC = "bisect/runs"  # profiled runs made
+BISECT_STEPS_METRIC = "bisect/steps"
+BISECT_REPORT_MD = "bisect/report.md"  # parent: the report the command prints

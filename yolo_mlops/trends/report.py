@@ -47,6 +47,18 @@ def detectable_line(detectable) -> str:
             f"(noise {d.noise_pct:.2f}%, {d.history_runs} runs since the last level change, {d.repeats} runs a night)")
 
 
+def bisect_command(change: ChangeEvent) -> str | None:
+    """The `yolo-mlops bisect` command for a regression whose what-changed holds a commit range."""
+    commit = next((v for v in change.what_changed if v.name == "commit"), None)
+    if change.direction != "regression" or commit is None:
+        return None
+    good, bad = commit.before[-1], commit.after[0]
+    if any(c in ("none", "?", "") for c in (good, bad)):
+        return None
+    return (f"yolo-mlops bisect --good {good[:12]} --bad {bad[:12]} --run {change.run_id}"
+            + (f" --metric {change.metric}" if change.metric != "perf/step_time_ms_p50" else ""))
+
+
 def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
     starts = {c.run_id: c for c in metric.changes}
     seg_of = {}
@@ -80,6 +92,8 @@ def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attrib
             blocks.append("no change points")
         for c in m.changes:
             blocks.append("- " + change_line(c, m.unit))
+            if bisect_command(c):
+                blocks.append(f"    bisect it: {bisect_command(c)}")
             attribution = attributions.get((m.metric, c.run_id))
             if attribution is not None:
                 blocks.append(attribution_text(attribution))

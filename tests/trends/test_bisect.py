@@ -1,0 +1,252 @@
+"""`yolo-mlops bisect`: the per-step decision's error rates (simulated), bad input (one line each), and end to end
+on CPU: a clone of this project with a planted history of 8 commits, one of which sleeps in every training
+step's forward pass, bisected with real YOLO11n training runs of each commit's own code (real SQLite MLflow
+store, real Prefect test server)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from yolo_mlops.bisect import decide
+from yolo_mlops.tracking import names
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = dict(imgsz=64, batch=4, max_steps=16, workers=0, device="cpu", synthetic_images=16, val=False,
+            profiler={"wait": 0, "warmup": 1, "active": 1})
+TRAINING = "yolo_mlops/run/training.py"
+HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
+PLANTED = ("            import time as _time\n\n            import torch as _torch\n\n"
+           "            with _torch.autograd.profiler.record_function(\"bisect_test::planted_sleep\"):\n"
+           "                _time.sleep(0.15)\n")
+SLOW_AT = 5  # the planted slow commit: the 5th of 8 after good
+
+
+# git histories built by the tests ---------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _clone(tmp: Path) -> Path:
+    repo = tmp / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(repo)], check=True, capture_output=True)
+    _git(repo, "config", "user.email", "bisect-test@example.invalid")
+    _git(repo, "config", "user.name", "bisect test")
+    return repo
+
+
+def _history(repo: Path, commits: int, slow_at: int | None) -> list[str]:
+    """[good, c1, ..., c_commits]: harmless note changes, and at `slow_at` a sleep in every training step."""
+    hashes = [_git(repo, "rev-parse", "HEAD")]
+    for i in range(1, commits + 1):
+        if i == slow_at:
+            path = repo / TRAINING
+            text = path.read_text()
+            assert HOOK in text, "the planted hook's anchor moved: update HOOK"
+            path.write_text(text.replace(HOOK, HOOK + PLANTED))
+            message = "Training: wait 150 ms in every forward pass"
+        else:
+            (repo / "docs" / "bisect-test-note.txt").write_text(f"note {i}\n")
+            message = f"Docs: note {i}"
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "--quiet", "-m", message)
+        hashes.append(_git(repo, "rev-parse", "HEAD"))
+    return hashes
+
+
+def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str | None = None,
+                  step_ms: float | None = None) -> str:
+    """A finished run that logged the tiny workload's run_spec.yaml (and, for a history, a commit and a step
+    time): what `--run` and `--series` read."""
+    from yolo_mlops import tracking
+
+    mlflow = tracking.client()
+    params = {names.ENV_PARAM + "git_commit": commit} if commit else {}
+    run_id = tracking.create_run(mlflow, experiment, "workload", {names.SERIES: series}, params)
+    tracking.log_text(mlflow, run_id, yaml.safe_dump({**TINY, "experiment": experiment}), names.RUN_SPEC_YAML)
+    if step_ms is not None:
+        tracking.log_values(mlflow, run_id, metrics={names.STEP_TIME_P50: step_ms})
+    tracking.end_run(mlflow, run_id, "FINISHED")
+    return run_id
+
+
+# the per-step decision: error rates by simulation (pure) ----------------------------------------------------
+
+def test_step_error_rates_by_simulation():
+    s = decide.Settings(repeats=3, max_repeats=6, alpha=0.01)
+    trials = 2000
+    margin = 3 * math.sqrt(s.alpha * (1 - s.alpha) / trials)
+    # a candidate exactly half-way: each wrong side at most alpha (the union bound over the looks)
+    half = decide.simulate_step(8.0, "half", s, trials, seed=1)
+    assert half.decided_bad <= s.alpha + margin and half.decided_good <= s.alpha + margin
+    for truth in ("good", "bad"):  # a one-commit regression: no wrong decision, nearly always decided
+        strong = decide.simulate_step(12.0, truth, s, trials, seed=2)
+        assert strong.wrong <= 0.001 and strong.inconclusive <= 0.01, strong
+        weak = decide.simulate_step(3.0, truth, s, trials, seed=3)  # too small for 6 runs: undecided, not wrong
+        assert weak.wrong <= 0.002 and weak.inconclusive >= 0.5, weak
+
+
+def test_premise_false_alarms_stay_below_alpha():
+    s = decide.Settings(repeats=3, max_repeats=6, alpha=0.01)
+    found, _ = decide.simulate_premise(0.0, s, trials=2000, seed=4)
+    assert found <= s.alpha + 3 * math.sqrt(s.alpha / 2000)
+    found, runs = decide.simulate_premise(8.0, s, trials=500, seed=5)  # +40% at 5% noise
+    assert found >= 0.99 and runs < 3.5
+
+
+def test_step_decision_reads_the_sides_right():
+    noise = decide.Noise(0.05, 10)
+    good, bad = [0.0, 0.01, -0.01], [0.7, 0.71, 0.69]
+    assert decide.step_decision(bad, good, bad, good, noise, 0.01).verdict == decide.BAD
+    assert decide.step_decision(good, good, bad, good, noise, 0.01).verdict == decide.GOOD
+    assert decide.step_decision([0.35] * 3, good, bad, good, noise, 0.01).verdict == decide.INCONCLUSIVE
+
+
+# the trends report offers the command ----------------------------------------------------------------------
+
+def test_a_regression_with_a_commit_range_offers_the_bisect_command():
+    from yolo_mlops.trends.report import bisect_command
+    from yolo_mlops.trends.trend import ChangeEvent, VersionChange
+
+    def change(direction, what):
+        return ChangeEvent("perf/step_time_ms_p50", 4, "r" * 32, 0, 100.0, 150.0, 50.0, 1e-6, direction, what,
+                           (), ())
+
+    commits = (VersionChange("commit", ("a" * 40,), ("b" * 40,)),)
+    assert bisect_command(change("regression", commits)) == \
+        f"yolo-mlops bisect --good {'a' * 12} --bad {'b' * 12} --run {'r' * 32}"
+    assert bisect_command(change("improvement", commits)) is None
+    assert bisect_command(change("regression", (VersionChange("torch", ("2.14",), ("2.15",)),))) is None
+
+
+# bad input: one line each, exit code 2, before any run -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_history(tmp_path_factory, mlflow_client):
+    repo = _clone(tmp_path_factory.mktemp("bisect-input"))
+    return repo, _history(repo, 4, slow_at=None)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, list[str]]:
+    from yolo_mlops import cli
+
+    code = cli.main(["bisect", *argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, [line for line in err.splitlines() if line.strip()]
+
+
+def test_bad_input_is_one_line(small_history, capsys):
+    repo, h = small_history
+    run = _workload_run("bisect-input")
+    cases = [
+        (["--good", "no-such-rev", "--bad", h[-1], "--run", run], "revision 'no-such-rev' does not name a commit"),
+        (["--good", h[-1], "--bad", h[0], "--run", run], "is not an ancestor of bad commit"),
+        (["--good", h[0], "--bad", h[-1]], "bisect needs one workload"),
+        (["--good", h[0], "--bad", h[-1], "--series", "0000dead", "--experiment", "bisect-input"],
+         "no series '0000dead' in experiment 'bisect-input': it has no runs"),
+        (["--good", h[0], "--bad", h[-1], "--run", "f" * 32], "no MLflow run"),
+    ]
+    for argv, expected in cases:
+        code, lines = _cli(capsys, *argv, "--repo", str(repo))
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("yolo-mlops: error: "), (argv, lines)
+        assert expected in lines[0], (argv, lines)
+
+
+def test_a_dirty_repository_is_refused(small_history, capsys, tmp_path):
+    repo, h = small_history
+    run = _workload_run("bisect-input")
+    readme = repo / "README.md"
+    original = readme.read_text()
+    readme.write_text(original + "\nuncommitted\n")
+    try:
+        code, lines = _cli(capsys, "--good", h[0], "--bad", h[-1], "--run", run, "--repo", str(repo))
+    finally:
+        readme.write_text(original)
+    assert code == 2 and len(lines) == 1 and "uncommitted changes to tracked files (README.md)" in lines[0]
+
+
+def test_a_good_commit_already_slow_in_the_history_is_refused(small_history, capsys):
+    repo, h = small_history
+    series, experiment = "5105ed5105ed5105", "bisect-slow-good"
+    for commit, ms in [(h[1], 100.0), (h[1], 101.0), (h[1], 99.0), (h[1], 100.5),
+                       (h[2], 150.0), (h[2], 151.0), (h[2], 149.0), (h[2], 150.5)]:
+        _workload_run(experiment, series, commit, ms)
+    code, lines = _cli(capsys, "--good", h[2], "--bad", h[4], "--series", series[:8], "--experiment", experiment,
+                       "--repo", str(repo))
+    assert code == 2 and len(lines) == 1, lines
+    assert f"good commit {h[2][:10]} is already slow" in lines[0] and "% from an earlier level" in lines[0]
+
+
+# end to end: real runs of each commit's code --------------------------------------------------------------
+
+def _bisect(repo: Path, good: str, bad: str, run_id: str, experiment: str):
+    from yolo_mlops.flows.bisect import bisect
+
+    return bisect(good=good, bad=bad, run_id=run_id, repo=str(repo), bisect_experiment=experiment, repeats=2,
+                  max_repeats=4)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory, prefect_server, mlflow_client):
+    repo = _clone(tmp_path_factory.mktemp("bisect-planted"))
+    hashes = _history(repo, 8, slow_at=SLOW_AT)
+    run = _workload_run("bisect-planted-workload")
+    result = _bisect(repo, hashes[0], hashes[-1], run, "bisect-planted")
+    print("\n" + result.report)
+    return repo, hashes, result
+
+
+@pytest.mark.slow
+def test_bisect_names_the_planted_commit(planted):
+    repo, hashes, result = planted
+    assert result.result == "first_bad"
+    assert result.first_bad.hash == hashes[SLOW_AT]
+    assert result.first_bad.subject == "Training: wait 150 ms in every forward pass"
+    assert len(result.steps) <= math.ceil(math.log2(8)) + 1  # the premise + at most 3 bisection steps
+    assert result.shift[1] > 0.3  # the 95% interval of the slowdown is well above zero
+    assert f"first bad commit: {hashes[SLOW_AT]}" in result.report
+    assert "bisect_test::planted_sleep" in result.report  # the attribution names the planted operator
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1  # only the clone's own working tree
+
+
+@pytest.mark.slow
+def test_bisect_evidence_in_mlflow(planted, mlflow_client):
+    from yolo_mlops import tracking
+
+    _, hashes, result = planted
+    parent = mlflow_client.get_run(result.parent_run_id)
+    tags = parent.data.tags
+    assert parent.info.status == "FINISHED"
+    assert tags[names.RUN_KIND] == names.RUN_KIND_BISECT
+    assert (tags[names.BISECT_GOOD], tags[names.BISECT_BAD]) == (hashes[0], hashes[-1])
+    assert tags[names.BISECT_RESULT] == "first_bad" and tags[names.BISECT_FIRST_BAD] == hashes[SLOW_AT]
+    assert names.BISECT_SHIFT_PCT in parent.data.metrics
+    children = tracking.child_runs(mlflow_client, result.parent_run_id)
+    assert len(children) == result.runs == sum(len(s.candidate_runs) + len(s.good_runs) for s in result.steps)
+    assert {c.status for c in children} == {"FINISHED"}
+    assert {c.tags[names.BISECT_ROLE] for c in children} == {"candidate", "good"}
+    by_step = {}
+    for c in children:
+        assert c.tags[names.BISECT_COMMIT] in hashes and c.tags[names.RUN_KIND] == names.RUN_KIND_BISECT_RUN
+        assert c.tags[names.GIT_COMMIT_TAG] == c.tags[names.BISECT_COMMIT]  # the code of that commit ran
+        by_step.setdefault(int(c.tags[names.BISECT_STEP]), set()).add(c.tags[names.BISECT_COMMIT])
+    assert by_step == {s.step: {hashes[0], s.commit.hash} for s in result.steps}
+
+
+@pytest.mark.slow
+def test_no_slowing_commit_means_no_regression(tmp_path, prefect_server, mlflow_client):
+    repo = _clone(tmp_path)
+    hashes = _history(repo, 3, slow_at=None)
+    result = _bisect(repo, hashes[0], hashes[-1], _workload_run("bisect-flat-workload"), "bisect-flat")
+    print("\n" + result.report)
+    assert result.result == "no_regression" and result.first_bad is None
+    assert "no regression between good and bad" in result.report
+    assert len(result.steps) == 1  # the premise only: nothing bisected
+    assert mlflow_client.get_run(result.parent_run_id).data.tags[names.BISECT_RESULT] == "no_regression"
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1

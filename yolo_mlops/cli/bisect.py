@@ -1,0 +1,63 @@
+"""`yolo-mlops bisect --good REV --bad REV (--run RUN_ID | --series KEY)`: the commit that made training slower.
+
+Checks the input first (one line each: a revision that does not exist, good not an ancestor of bad, uncommitted
+changes, a series without runs, a good commit the series' history already shows slow), then runs the Prefect
+flow `bisect`. Exit code 0 with a first bad commit or with "no regression between good and bad"; 3 when a step
+stayed inconclusive (the range narrowed so far is printed); 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from yolo_mlops.bisect import runner
+
+    request = runner.BisectRequest(
+        good=args.good, bad=args.bad, repo=args.repo, series=args.series, run_id=args.run,
+        experiment=args.experiment, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
+        max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect)
+    runner.prepare(request)  # bad input fails here, in one line, before Prefect starts
+    from yolo_mlops.run import prefect_server
+    from yolo_mlops.run.config import data_home
+
+    prefect_server.configure(data_home())  # before prefect is imported, as for the other flow commands
+    from yolo_mlops.run.prefect_session import detach_temporary_server
+
+    detach_temporary_server()
+    from yolo_mlops.cli import quiet_prefect_tracebacks
+    from yolo_mlops.flows.bisect import bisect
+
+    quiet_prefect_tracebacks()
+    result = bisect(good=args.good, bad=args.bad, run_id=args.run, series=args.series, experiment=args.experiment,
+                    repo=args.repo, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
+                    max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect)
+    print("\n" + result.report)
+    return runner.exit_code(result)
+
+
+DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # as yolo_mlops.bisect.runner (not imported for --help)
+DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bisect", help="find the commit between --good and --bad that made training slower")
+    p.add_argument("--good", required=True, help="a revision whose code was fast")
+    p.add_argument("--bad", required=True, help="a later revision whose code is slow")
+    p.add_argument("--repo", help="repository of the code the runs executed (default: this installation's)")
+    workload = p.add_mutually_exclusive_group()
+    workload.add_argument("--run", help="workload: the RunSpec (run_spec.yaml) this MLflow run logged")
+    workload.add_argument("--series", help="workload: the newest run of this series in --experiment")
+    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT,
+                   help=f"experiment of --series and of its history (default {DEFAULT_EXPERIMENT})")
+    p.add_argument("--bisect-experiment", default=DEFAULT_BISECT_EXPERIMENT,
+                   help=f"experiment the bisection's runs go to (default {DEFAULT_BISECT_EXPERIMENT})")
+    p.add_argument("--repeats", type=int, default=3, help="runs a side per step at the first look (default 3)")
+    p.add_argument("--max-repeats", type=int, default=6,
+                   help="runs a side before a step is called inconclusive (default 6)")
+    p.add_argument("--metric", default="perf/step_time_ms_p50", help="watched metric (default perf/step_time_ms_p50)")
+    p.add_argument("--alpha", type=float, default=0.01, help="error bound of each decision (default 0.01)")
+    p.add_argument("--min-effect", type=float, default=0.05,
+                   help="smallest slowdown the premise calls a regression, a fraction (default 0.05)")
+    p.set_defaults(handler=cmd_bisect)
