@@ -26,7 +26,7 @@ WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
 def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
-    from yolo_mlops.run.config import build_run_spec, data_home
+    from yolo_mlops.config import build_run_spec, data_home
     from yolo_mlops.run.datasets import synthetic_dataset
     from yolo_mlops.run.offline import configure_ultralytics
 

@@ -61,8 +61,8 @@ def window(build, out: Path, device: str) -> tuple[float, float, dict]:
     """(split seconds, total window seconds, MiB by holder) of one profiled window."""
     import torch
 
+    from yolo_mlops.config import ProfilerSettings
     from yolo_mlops.profiling.torch_profiler import TrainingProfiler
-    from yolo_mlops.run.config import ProfilerSettings
 
     settings = ProfilerSettings(**WINDOW)
     model, optimizer, loss = build()

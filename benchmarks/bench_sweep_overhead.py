@@ -69,9 +69,9 @@ def main() -> int:
     from prefect.testing.utilities import prefect_test_harness
 
     from yolo_mlops import sweeps
+    from yolo_mlops.config import RunSpec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
-    from yolo_mlops.run.config import RunSpec
 
     spent: dict[str, float] = {}
 

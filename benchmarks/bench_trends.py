@@ -1,7 +1,7 @@
 """Full `yolo-mlops trends` report over 20 series x 200 runs in a real SQLite MLflow store.
 
-The history is written once with the project's own store functions (`tracking.store.create_run`,
-`log_values`, `end_run`) and the params the pipeline logs (`pipeline.run_params`), not by training: 20
+The history is written once with the project's own tracking functions (`writes.create_run`,
+`writes.log_values`, `run_end.end_run`) and the params the pipeline logs (`pipeline.run_params`), not by training: 20
 series (batch 1..20) x 200 runs, each with the 7 watched metrics (noise 2%, a planted +10% step-time shift at
 run 120 in every other series) and the pipeline's ~50 params and tags. Measured the way a user meets it:
 
@@ -35,13 +35,13 @@ def _populate(db_dir: Path) -> None:
 
     import numpy as np
 
-    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.run.environment import Environment, data_identity, series_key
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
-    from yolo_mlops.tracking import names, store
+    from yolo_mlops.tracking import connection, names, run_end, writes
 
-    mlflow = store.client()
+    mlflow = connection.client()
     env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
                       torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
                       device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
@@ -65,18 +65,18 @@ def _populate(db_dir: Path) -> None:
                        "gpu/dram_bw_util_pct_mean": 40 + rng.standard_normal(),
                        "gpu/mem_used_gib_max": 10 + 0.01 * rng.standard_normal(),
                        "gpu/energy_per_image_j": 2 + 0.02 * rng.standard_normal()}
-            run_id = store.create_run(mlflow, EXPERIMENT, None, tags, run_params(spec, plan, run_env))
-            store.log_values(mlflow, run_id, metrics=metrics)
-            store.end_run(mlflow, run_id, "FINISHED")
+            run_id = writes.create_run(mlflow, EXPERIMENT, None, tags, run_params(spec, plan, run_env))
+            writes.log_values(mlflow, run_id, metrics=metrics)
+            run_end.end_run(mlflow, run_id, "FINISHED")
         if run % 20 == 19:
             print(f"  {run + 1}/{RUNS} nights written ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
 def _in_process() -> tuple[float, float, int, int]:
     from yolo_mlops import trends
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection
 
-    mlflow = store.client()
+    mlflow = connection.client()
     t0 = time.perf_counter()
     grouped = trends.load_experiment_series(mlflow, EXPERIMENT)
     t1 = time.perf_counter()
@@ -96,12 +96,12 @@ def main() -> int:
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update(YOLO_MLOPS_HOME=str(home / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
                       YOLO_OFFLINE="1")
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection, queries
 
-    if store.find_experiment_id(store.client(), EXPERIMENT) is None:
+    if queries.find_experiment_id(connection.client(), EXPERIMENT) is None:
         print(f"writing {SERIES} series x {RUNS} runs into {home / 'mlflow.db'}")
         _populate(home)
-    page = store.SEARCH_PAGE_SIZE
+    page = queries.SEARCH_PAGE_SIZE
     cli, query, detect = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()

@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-FIXTURE_TRACES = (ROOT / "shared" / "fixtures" / "gpu_traces", ROOT.parent / "shared" / "fixtures" / "gpu_traces")
+FIXTURE_TRACES = (ROOT / "tests" / "fixtures" / "gpu_traces",)  # real GPU traces (HTA test data, see its README)
 OVERHEAD_GOAL = 1.03
 STEP_LOG_CAP = 2 * 2**20  # bytes of one step's output kept in checks.log (head and tail)
 TRACE_CAP = 15 * 2**20  # the GPU machine returns files up to 16 MiB
@@ -126,8 +126,8 @@ class Checks:
             run.status, run.note = "skipped", command
             return run
         run.command = [_short(c) for c in command]
-        # a step's maximum sizes it for the GPU lease; a CPU rehearsal runs on whatever machine it is given, so
-        # there only the whole budget bounds it (a busy machine is slower, not broken)
+        # a step's maximum sizes it for the GPU machine's time budget; a CPU rehearsal runs on whatever machine it
+        # is given, so there only the whole budget bounds it (a busy machine is slower, not broken)
         cap = self.left() if self.mode == "cpu-rehearsal" else step.max_s
         limit = min(cap, self.left() - reserve_after)
         if limit < min(step.reserve_s, step.max_s) * 0.5 or limit < 5:

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_spec(args: argparse.Namespace):
-    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.config import build_run_spec
 
     return build_run_spec({
         "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": args.device,
@@ -112,8 +112,8 @@ def main() -> int:
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{home}/mlflow.db")
     import torch
 
-    from yolo_mlops import tracking
     from yolo_mlops.run import pipeline
+    from yolo_mlops.tracking import connection, run_end
 
     spec = run_spec(args)
     record: dict = {"step": "gpu_smoke", "device_arg": args.device, "spec": {
@@ -129,8 +129,8 @@ def main() -> int:
         return _finish(args, record, 2)
 
     prepared = pipeline.prepare(spec)
-    mlflow = tracking.client()
-    with tracking.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
+    mlflow = connection.client()
+    with run_end.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         outcome = pipeline.train(prepared)
         analysis = pipeline.analyse(prepared, outcome)
         result = pipeline.track(prepared, outcome, analysis)

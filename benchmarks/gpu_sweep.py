@@ -57,9 +57,9 @@ def main() -> int:
     import torch
 
     from yolo_mlops import sweeps
+    from yolo_mlops.config import RunSpec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock
-    from yolo_mlops.run.config import RunSpec
     from yolo_mlops.run.environment import cuda_indices, machine_name
     from yolo_mlops.sweeps.plan import check_devices
 

@@ -13,14 +13,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from yolo_mlops import sweeps, tracking
+from yolo_mlops import sweeps
 from yolo_mlops.analysis import Finding
+from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.flows.sweep import sweep
 from yolo_mlops.run import gpu_lock
-from yolo_mlops.run.config import RunSpec, build_run_spec, deep_merge
 from yolo_mlops.sweeps import RecommendationRow
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import connection, names, writes
 
 
 @dataclass
@@ -62,9 +62,9 @@ def optimize(
                                    names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
     rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
-        mlflow = tracking.client()
-        tracking.log_text(mlflow, result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
-        tracking.log_values(mlflow, result.parent_run_id, metrics=sweeps.saving_metrics(rows))
+        mlflow = connection.client()
+        writes.log_text(mlflow, result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
+        writes.log_values(mlflow, result.parent_run_id, metrics=sweeps.saving_metrics(rows))
     table = sweeps.json_rows(rows) or [{"variant": "-", "outcome": "no recommendations"}]
     create_table_artifact(table, key="optimize-recommendations",
                           description=f"recommendations of profile run {profiled.run_id}")

@@ -1,6 +1,6 @@
 """Prefect flow `profile-training`: one profiled YOLO11 training run, tracked in MLflow.
 
-Thin on purpose: each task calls one function of `yolo_mlops.pipeline`; the flow only wires them and
+Thin on purpose: each task calls one function of `yolo_mlops.run.pipeline`; the flow only wires them and
 guarantees the MLflow run ends FINISHED, or FAILED/KILLED with what was captured.
 """
 
@@ -10,11 +10,11 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from yolo_mlops import tracking
+from yolo_mlops.config import RunSpec
 from yolo_mlops.run import gpu_lock, pipeline
-from yolo_mlops.run.config import RunSpec
 from yolo_mlops.run.pipeline import PreparedRun, RunAnalysis, RunResult
 from yolo_mlops.run.training import TrainingOutcome
+from yolo_mlops.tracking import connection, run_end
 
 # Inputs are live objects (profiler tables, data frames): hashing them for Prefect's cache would be waste.
 _task = task(cache_policy=NO_CACHE, persist_result=False)
@@ -45,8 +45,8 @@ def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock
     """`gpu_limit`: Prefect concurrency limit held while training ("auto" = gpu-<index> on a GPU with a
     shared Prefect server; None when the caller, e.g. a sweep, already holds it)."""
     prepared = prepare(spec)
-    mlflow = tracking.client()
-    with tracking.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
+    mlflow = connection.client()
+    with run_end.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         with gpu_lock.hold(gpu_lock.limit_name(prepared.plan.device, gpu_limit)):
             outcome = train(prepared)
         analysis = analyse(prepared, outcome)

@@ -28,13 +28,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import Field
 
-from yolo_mlops import sweeps, tracking
+from yolo_mlops import sweeps
+from yolo_mlops.config import RunSpec
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.run import gpu_lock, pipeline, preflight
-from yolo_mlops.run.config import RunSpec
 from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow, remote
 from yolo_mlops.sweeps.plan import Lane
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import connection, names, queries, run_end, writes
 
 
 @dataclass
@@ -146,9 +146,9 @@ def end_lost_children(mlflow, outcomes: list[ChildOutcome]) -> None:
     """A child whose machine was lost left its MLflow run RUNNING: end it FAILED with the reason."""
     runs = {o.run_id: o for o in outcomes if o.status == "failed" and o.run_id}
     for run_id, outcome in runs.items():
-        run = tracking.find_run(mlflow, run_id)
+        run = queries.find_run(mlflow, run_id)
         if run is not None and run.info.status == "RUNNING":
-            tracking.finish_failed_run(mlflow, run_id, "FAILED", outcome.error or "lost")
+            run_end.finish_failed_run(mlflow, run_id, "FAILED", outcome.error or "lost")
 
 
 @flow(name="sweep", log_prints=True)
@@ -188,30 +188,31 @@ def sweep(
         for machine, why in sorted(target.idle.items()):
             print(f"machine {machine} of pool {pool} not used: {why}")
     limits = {lane.limit for lane in plan.lanes} if plan.lanes else {plan.concurrency_limit}
-    slots = [gpu_lock.check_limit(name) for name in sorted(x for x in limits if x)]
+    # check_limit gives None only for a None name; these names are all set
+    slots = [slot for name in sorted(x for x in limits if x) if (slot := gpu_lock.check_limit(name)) is not None]
     if target is None:
         dataset = pipeline.resolve_dataset(base, preflight.check(base))
     else:  # a pool's machines check their own dataset and device; the runs all go to this tracking store
-        tracking.check_reachable()
+        connection.check_reachable()
         dataset = None
     for name, reason in plan.skipped.items():
         print(f"skipping variant {name}: {reason}")
 
-    mlflow = tracking.client()
+    mlflow = connection.client()
     tags = {**sweeps.parent_tags(plan), **extra_tags}
     if slots:
         tags[names.SWEEP_CONCURRENCY_SLOTS] = str(min(slots))
-    parent_id = tracking.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
+    parent_id = writes.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
                                     sweeps.parent_params(plan))
-    experiment_id = tracking.experiment_of(mlflow, parent_id)
-    with tracking.run_guard(mlflow, parent_id):
+    experiment_id = queries.experiment_of(mlflow, parent_id)
+    with run_end.run_guard(mlflow, parent_id):
         outcomes = run_lanes(plan, parent_id, dataset.yaml_path if dataset else None, target, lost_after_s)
         records = sweeps.collect(mlflow, plan, parent_id, outcomes)
         end_lost_children(mlflow, outcomes)
         report = sweeps.compare(plan, records)
         markdown = sweeps.markdown(plan, report)
         sweeps.log_report(mlflow, parent_id, report, markdown)
-    url = tracking.run_url(parent_id, experiment_id)
+    url = queries.run_url(parent_id, experiment_id)
     table = sweeps.prefect_table(report)
     create_table_artifact(table, key="sweep-comparison",
                           description=f"Sweep {parent_id}: speed-up vs baseline with bootstrap 95% CI")

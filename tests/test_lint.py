@@ -1,4 +1,5 @@
-"""ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade; config in pyproject.toml) run as a test."""
+"""ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade) and mypy (types), configured in pyproject.toml,
+run as tests."""
 
 from __future__ import annotations
 
@@ -27,3 +28,21 @@ def test_ruff_fails_a_bad_file(tmp_path: Path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for rule in ("F401", "I001", "B006"):  # unused import, unsorted imports, mutable default
         assert rule in proc.stdout, proc.stdout
+
+
+def mypy(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--no-incremental",
+                           "--no-error-summary", *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+
+
+def test_library_and_flows_are_mypy_clean():
+    proc = mypy()  # the files of [tool.mypy]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_mypy_fails_a_bad_file(tmp_path: Path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def half(x: int) -> int:\n    return x / 2\n\n\nhalf(None)\n")
+    proc = mypy(str(bad))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[return-value]" in proc.stdout and "[arg-type]" in proc.stdout, proc.stdout

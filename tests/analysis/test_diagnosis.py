@@ -7,7 +7,7 @@ import pytest
 from yolo_mlops.analysis import analyze_traces
 from yolo_mlops.analysis import diagnosis as dx
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
-from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 FP16_GEMM = "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
 FP32_GEMM = "volta_sgemm_128x64_nn"

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from yolo_mlops.analysis import analyze_command, analyze_traces
+from yolo_mlops.analysis import analyze_traces
+from yolo_mlops.cli.analyze import analyze_command
 
 FIXTURES = ["a100_nccl_rank0.json.gz", "v100_compute_rank0.json.gz", "small_comm_rank0.json.gz"]
 PCT_TOLERANCE = 1.0  # percentage points

@@ -43,8 +43,8 @@ def run_profiled(prefect_server, mlflow_client, monkeypatch):
     ultralytics' default-callback table, as an integration would be)."""
     import ultralytics.utils.callbacks.base as callbacks_base
 
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.profile_training import profile_training
-    from yolo_mlops.run.config import build_run_spec
 
     def run(name: str, callbacks: dict | None = None, **overrides):
         table = {event: list(fns) for event, fns in callbacks_base.default_callbacks.items()}

@@ -116,7 +116,7 @@ def test_kernel_mix_without_kernel_time_is_not_reported_as_zero(tmp_path, trace_
 
 def test_run_summary_lists_typed_findings_with_the_headline():
     from yolo_mlops.analysis.diagnosis import Finding, Saving, headline
-    from yolo_mlops.run.config import RunSpec
+    from yolo_mlops.config import RunSpec
     from yolo_mlops.run.pipeline import RunResult, summary_markdown
 
     findings = [Finding("data_wait_high", "high", "40% of step time is spent waiting for data", {"data_wait_pct": 40.0},

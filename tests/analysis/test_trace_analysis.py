@@ -8,8 +8,10 @@ import shutil
 
 import pytest
 
-from yolo_mlops.analysis import TraceError, analyze_command, analyze_traces
-from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, PHASE_LABEL_PREFIX
+from yolo_mlops.analysis import TraceError, analyze_traces
+from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY
+from yolo_mlops.cli.analyze import analyze_command
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 # ------------------------------------------------------------------------------- real CPU trace
 

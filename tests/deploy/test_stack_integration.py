@@ -253,7 +253,7 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it, see deploy/ci-system-packages.txt)")
     client, run = mlflow_run
-    # the link the project prints (tracking.run_url), on the artifacts tab
+    # the link the project prints (queries.run_url), on the artifacts tab
     url = (f"{mlflow_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/artifacts"
            f"?{names.UI_TRAINING_VIEW_QUERY}")
     CI_OUTPUT.mkdir(exist_ok=True)

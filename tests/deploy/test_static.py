@@ -203,7 +203,7 @@ def test_deployment_parameters_fit_their_flows(prefect_yaml: dict):
 
 
 def test_nightly_benchmark_is_a_fixed_offline_suite(prefect_yaml: dict):
-    from yolo_mlops.flows.benchmark import BenchmarkSuite
+    from yolo_mlops.config import BenchmarkSuite
 
     [nightly] = [d for d in prefect_yaml["deployments"] if d["name"].startswith("nightly-benchmark")]
     suite = BenchmarkSuite.model_validate(nightly["parameters"]["suite"])

@@ -17,9 +17,10 @@ import types
 import pytest
 import torch
 
+from yolo_mlops.config import ProfilerSettings
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.profiling import torch_profiler
 from yolo_mlops.run import training
-from yolo_mlops.run.config import ProfilerSettings
 
 STEP_LABELS = ["data_wait", "preprocess", "forward_loss", "backward", "optimizer_step"]
 
@@ -109,7 +110,7 @@ def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeyp
     traces = profiler.trace_files()
     assert len(traces) == 1
     names = {e.get("name", "") for e in json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]}
-    assert {f"{torch_profiler.PHASE_PREFIX}{label}" for label in STEP_LABELS} <= names
+    assert {f"{PHASE_LABEL_PREFIX}{label}" for label in STEP_LABELS} <= names
     assert {n for n in names if n.startswith("ProfilerStep#")} == {"ProfilerStep#2", "ProfilerStep#3"}
 
 

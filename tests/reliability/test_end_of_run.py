@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops import tracking
-from yolo_mlops.tracking import upload
+from yolo_mlops.tracking import connection, run_end, upload, writes
 
 
 class Salvage:
@@ -20,7 +19,7 @@ class Salvage:
         self.ended_with = None
 
     def reason(self, exc: BaseException, status: str) -> str:
-        return f"{tracking.exception_line(exc)} (after 3 of 10 steps)"
+        return f"{run_end.exception_line(exc)} (after 3 of 10 steps)"
 
     def record(self, status: str, reason: str) -> None:
         raise OSError(28, "No space left on device", str(self.folder / "run_record.json"))
@@ -30,7 +29,7 @@ class Salvage:
             raise OSError(28, "No space left on device")
 
         def logs() -> None:
-            tracking.log_values(self.mlflow, self.run_id, metrics={"perf/steps_total": 3.0})
+            writes.log_values(self.mlflow, self.run_id, metrics={"perf/steps_total": 3.0})
 
         return [("artifacts", fails), ("metrics", logs)]
 
@@ -39,10 +38,10 @@ class Salvage:
 
 
 def test_failing_steps_skip_nothing_and_the_status_is_always_set(mlflow_client, tmp_path):
-    run_id = tracking.create_run(mlflow_client, "end-of-run", None, {}, {})
+    run_id = writes.create_run(mlflow_client, "end-of-run", None, {}, {})
     salvage = Salvage(mlflow_client, run_id, tmp_path)
-    with pytest.raises(OSError):
-        with tracking.run_guard(mlflow_client, run_id, salvage):
+    with pytest.raises(OSError) as raised:
+        with run_end.run_guard(mlflow_client, run_id, salvage):
             raise OSError(28, "No space left on device", "/data/runs/x/last.pt")
     run = mlflow_client.get_run(run_id)
     assert run.info.status == "FAILED"
@@ -51,27 +50,27 @@ def test_failing_steps_skip_nothing_and_the_status_is_always_set(mlflow_client, 
     assert run.data.metrics["perf/steps_total"] == 3.0  # logged after the failing artifact step
     end = salvage.ended_with
     assert not end.pending and [f.split(":")[0] for f in end.failures] == ["run folder", "artifacts"]
-    assert tracking.ended_runs()[-1] is end
+    assert run_end.ended_by(raised.value) is end  # the exception carries its run's end
 
 
 def test_the_cli_finds_the_run_an_exception_ended(mlflow_client):
-    run_id = tracking.create_run(mlflow_client, "end-of-run", None, {}, {})
+    run_id = writes.create_run(mlflow_client, "end-of-run", None, {}, {})
     try:  # an exception raised while handling it leads back to the same run (the CLI's one line uses this)
         try:
-            with tracking.run_guard(mlflow_client, run_id):
+            with run_end.run_guard(mlflow_client, run_id):
                 raise OSError(28, "No space left on device")
         except OSError:
             raise KeyboardInterrupt from None
     except KeyboardInterrupt as later:
-        assert later.__context__ is not None and tracking.ended_by(later).run_id == run_id
-    assert tracking.ended_by(RuntimeError("unrelated")) is None
+        assert later.__context__ is not None and run_end.ended_by(later).run_id == run_id
+    assert run_end.ended_by(RuntimeError("unrelated")) is None
 
 
 def test_interrupt_ends_killed_and_other_failures_failed(mlflow_client):
     for exc, status in ((KeyboardInterrupt(), "KILLED"), (RuntimeError("boom"), "FAILED")):
-        run_id = tracking.create_run(mlflow_client, "end-of-run", None, {}, {})
+        run_id = writes.create_run(mlflow_client, "end-of-run", None, {}, {})
         with pytest.raises(type(exc)):
-            with tracking.run_guard(mlflow_client, run_id):
+            with run_end.run_guard(mlflow_client, run_id):
                 raise exc
         run = mlflow_client.get_run(run_id)
         assert run.info.status == status
@@ -83,11 +82,11 @@ def test_upload_creates_a_run_that_never_existed_once(mlflow_client, tmp_path):
     folder = tmp_path / "run"
     (folder / "analysis").mkdir(parents=True)
     (folder / "analysis" / "step_times.csv").write_text("step,step_ms\n0,1.5\n1,1.25\n")
-    upload.write_tracking_info(folder, upload.TrackingInfo(tracking.tracking_uri(), "never-tracked", None, "late",
+    upload.write_tracking_info(folder, upload.TrackingInfo(connection.tracking_uri(), "never-tracked", None, "late",
                                                            {"yolo_mlops.run_kind": "profile"}, {"train.imgsz": "64"}))
-    upload.write_record(folder, upload.RunRecord(status="KILLED", reason="terminated by SIGTERM after 2 of 8 steps",
-                                                 metrics={"perf/steps_total": 2.0},
-                                                 histories={"perf/step_time_ms": [(0, 1.5), (1, 1.25)]}))
+    upload.write_record(folder, upload.UploadRecord(status="KILLED", reason="terminated by SIGTERM after 2 of 8 steps",
+                                                    metrics={"perf/steps_total": 2.0},
+                                                    histories={"perf/step_time_ms": [(0, 1.5), (1, 1.25)]}))
     first = upload.upload(folder)
     assert first.created and not first.already
     recorded = json.loads((folder / "tracking.json").read_text())["run_id"]
@@ -114,11 +113,12 @@ def test_upload_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
 
 def test_a_refused_final_status_marks_the_run_pending(mlflow_client, tmp_path):
     """The run's work is done but the store refuses its FINISHED status (here: the run was deleted meanwhile)."""
-    run_id = tracking.create_run(mlflow_client, "end-of-run", None, {}, {})
+    run_id = writes.create_run(mlflow_client, "end-of-run", None, {}, {})
     salvage = Salvage(mlflow_client, run_id, tmp_path)
-    with pytest.raises(Exception, match="active"):
-        with tracking.run_guard(mlflow_client, run_id, salvage):
+    with pytest.raises(Exception, match="active") as raised:
+        with run_end.run_guard(mlflow_client, run_id, salvage):
             mlflow_client.delete_run(run_id)
     end = salvage.ended_with
     assert end.pending and end.status == "FINISHED" and end.failures[0].startswith("status:")
     assert "is incomplete" in end.summary()
+    assert run_end.ended_by(raised.value) is end

@@ -381,8 +381,8 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
     from yolo_mlops import cli
+    from yolo_mlops.config import RunSpec, data_home
     from yolo_mlops.flows.profile_training import profile_training
-    from yolo_mlops.run.config import RunSpec, data_home
 
     limit = "gpu-sigterm-test"
     with get_client(sync_client=True) as client:

@@ -154,14 +154,14 @@ def test_other_pt_files_that_are_not_checkpoints(tmp_path, kind, fragment):
     ("mysql://mlflow:secret@127.0.0.1/mlflow", "needs the mysql driver 'mysqldb'"),
 ])
 def test_other_tracking_uris_that_cannot_be_served(tmp_path, monkeypatch, uri, fragment):
-    from yolo_mlops import tracking
     from yolo_mlops.errors import ConfigError
+    from yolo_mlops.tracking import connection
 
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     if "mysql" in uri and importlib.util.find_spec("MySQLdb") is not None:
         pytest.skip("mysqlclient is installed here")
     with pytest.raises(ConfigError, match=re.escape(fragment)):
-        tracking.check_reachable(uri.format(tmp=tmp_path))
+        connection.check_reachable(uri.format(tmp=tmp_path))
 
 
 def test_checkpoint_check_accepts_an_ultralytics_checkpoint_and_executes_nothing(tmp_path):
@@ -216,10 +216,9 @@ def test_max_steps_alone_sets_epochs(tmp_path, monkeypatch):
 
 
 def test_new_experiments_open_in_the_training_view(mlflow_client):
-    from yolo_mlops import tracking
-    from yolo_mlops.tracking import names
+    from yolo_mlops.tracking import names, writes
 
-    experiment = mlflow_client.get_experiment(tracking.experiment_id(mlflow_client, "kind-check"))
+    experiment = mlflow_client.get_experiment(writes.experiment_id(mlflow_client, "kind-check"))
     assert experiment.tags[names.EXPERIMENT_KIND] == "custom_model_development"
 
 
@@ -228,12 +227,12 @@ def test_store_refusing_the_run_leaves_no_run_folder(tmp_path, monkeypatch, mlfl
     """A deleted experiment passes every input check but MLflow refuses a run in it: the folder goes too."""
     from mlflow.exceptions import MlflowException
 
-    from yolo_mlops import tracking
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import pipeline
-    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.tracking import writes
 
     monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
-    mlflow_client.delete_experiment(tracking.experiment_id(mlflow_client, "deleted-experiment"))
+    mlflow_client.delete_experiment(writes.experiment_id(mlflow_client, "deleted-experiment"))
     spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
                            "max_steps": 2, "experiment": "deleted-experiment",
                            "profiler": {"wait": 0, "warmup": 1, "active": 1}})
@@ -245,10 +244,9 @@ def test_store_refusing_the_run_leaves_no_run_folder(tmp_path, monkeypatch, mlfl
 @pytest.mark.slow
 def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_client, capsys, monkeypatch):
     """ultralytics drops a corrupt image and a label with class 7 (nc=3) with warnings; the run says so."""
-    from yolo_mlops import tracking
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import pipeline
-    from yolo_mlops.run.config import build_run_spec
-    from yolo_mlops.tracking import names
+    from yolo_mlops.tracking import names, run_end
 
     monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
     data = _dataset(tmp_path, images=8)
@@ -259,7 +257,7 @@ def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_clien
                            "max_steps": 2, "val": False, "experiment": "skipped-images",
                            "profiler": {"wait": 0, "warmup": 1, "active": 1}})
     prepared = pipeline.prepare(spec)
-    with tracking.run_guard(mlflow_client, prepared.run_id):
+    with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)
         analysis = pipeline.analyse(prepared, outcome)
         pipeline.track(prepared, outcome, analysis)
@@ -279,15 +277,15 @@ def test_http_tracking_uri_checked_with_one_health_request(tmp_path):
     import threading
     from http.server import HTTPServer, SimpleHTTPRequestHandler
 
-    from yolo_mlops import tracking
     from yolo_mlops.errors import ConfigError
+    from yolo_mlops.tracking import connection
 
     with socket.socket() as probe:  # a port nothing listens on once the probe closes
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
     with pytest.raises(ConfigError, match=r"is unreachable: ConnectionError"):
-        tracking.check_reachable(closed)
-    assert not tracking.server_reachable(closed)
+        connection.check_reachable(closed)
+    assert not connection.server_reachable(closed)
 
     handler = lambda *a: SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
     server = HTTPServer(("127.0.0.1", 0), handler)
@@ -295,8 +293,8 @@ def test_http_tracking_uri_checked_with_one_health_request(tmp_path):
     try:
         uri = f"http://127.0.0.1:{server.server_port}"
         with pytest.raises(ConfigError, match=r"answered /health with HTTP 404"):
-            tracking.check_reachable(uri)
-        assert tracking.server_reachable(uri)
+            connection.check_reachable(uri)
+        assert connection.server_reachable(uri)
     finally:
         server.shutdown()
         server.server_close()

@@ -56,8 +56,8 @@ def test_unreachable_tracking_server(capsys, monkeypatch, mlflow_client):
 @pytest.mark.slow
 def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_client):
     """Input only ultralytics can reject (unknown optimizer) fails after the run exists: it must end FAILED."""
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.profile_training import profile_training
-    from yolo_mlops.run.config import build_run_spec
 
     spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
                            "max_steps": 4, "experiment": "fails", "train_args": {"optimizer": "NoSuchOptimizer"},
@@ -73,15 +73,15 @@ def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_clie
 @pytest.mark.slow
 def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
     """Analysis of a broken trace is recorded as failed; the run's measurements still land, FINISHED."""
-    from yolo_mlops import tracking
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import pipeline
-    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.tracking import run_end
 
     spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
                            "max_steps": 3, "experiment": "corrupt-trace",
                            "profiler": {"wait": 0, "warmup": 1, "active": 1}})
     prepared = pipeline.prepare(spec)
-    with tracking.run_guard(mlflow_client, prepared.run_id):
+    with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)
         trace = outcome.trace_files[-1]
         trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])  # truncated gzip

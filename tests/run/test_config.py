@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.run.config import ConfigError, ProfilerSettings, build_run_spec, load_run_spec
+from yolo_mlops.config import ProfilerSettings, build_run_spec, load_run_spec
+from yolo_mlops.errors import ConfigError
 
 
 def test_defaults_validate_and_window_arithmetic():

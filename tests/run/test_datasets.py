@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yolo_mlops.run.config import ConfigError
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.datasets import inspect_dataset, synthetic_dataset
 
 

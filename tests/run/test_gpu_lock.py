@@ -1,7 +1,7 @@
 import pytest
 
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import gpu_lock
-from yolo_mlops.run.config import ConfigError
 
 
 def _create_limit(name: str) -> None:

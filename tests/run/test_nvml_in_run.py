@@ -12,8 +12,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_fake_nvml_backend_lands_in_mlflow(prefect_server, mlflow_client, tmp_path: Path):
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.profile_training import profile_training
-    from yolo_mlops.run.config import build_run_spec
 
     spec = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
                            "synthetic_images": 16, "experiment": "nvml-fake",

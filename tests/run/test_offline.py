@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.run.config import data_home
+from yolo_mlops.config import data_home
 from yolo_mlops.run.offline import configure_ultralytics
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from yolo_mlops.analysis import Finding
+from yolo_mlops.config import RunSpec
 from yolo_mlops.run import pipeline
-from yolo_mlops.run.config import RunSpec
 from yolo_mlops.sweeps import stats
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from yolo_mlops.config import RunSpec
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import pipeline, preflight
-from yolo_mlops.run.config import ConfigError, RunSpec
 from yolo_mlops.sweeps import stats
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from yolo_mlops import sweeps
-from yolo_mlops.run.config import ConfigError, RunSpec
+from yolo_mlops.config import RunSpec
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.training import AppliedSettings
 from yolo_mlops.sweeps import Child, ChildOutcome, ChildRecord, VariantRow, stats, variants
 

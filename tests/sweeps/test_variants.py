@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from yolo_mlops.run.config import RunSpec
+from yolo_mlops.config import RunSpec
 from yolo_mlops.sweeps import variants
 from yolo_mlops.sweeps.variants import VariantError, apply_variant, canonical, requires_cuda, skip_reason
 

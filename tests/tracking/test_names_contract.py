@@ -9,6 +9,7 @@ a folder constant).
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from pathlib import Path
 
@@ -143,3 +144,87 @@ def test_the_checks_reject_unknown_names():
     assert expand_braces("p/k_{a,b}.txt") == ["p/k_a.txt", "p/k_b.txt"]
     assert not mentions("yolo_mlops.errorz", names.ERROR) and not mentions("yolo_mlops.analysis_error", names.ERROR)
     assert mentions("train.torch.*", names.TORCH_PARAM) and mentions("nvml/nvml_meta.json", names.NVML_META_JSON)
+
+
+# metrics ------------------------------------------------------------------------------------------------------
+# The Metrics section (and the sweep list below it) names each metric or a pattern of them: `<x>` stands for
+# one name part, `*` for any, `{a,b}` for either. A bare `group/*` only points at a full list elsewhere, so it
+# documents nothing here.
+METRIC_GROUPS = ("perf/", "trace/", "gpu/", "analysis/", "memory/", "data/", "train/", "val/", "trend/", "sweep/",
+                 "power/", "bisect/", "compare/", "optimize/")
+_ARTIFACT = re.compile(r"\.(" + "|".join(ARTIFACT_SUFFIXES) + r")$")
+RECORDED = json.loads((ROOT / "tests" / "tracking" / "demo_run_names.json").read_text())
+
+
+def documented_metric_patterns(text: str) -> list[re.Pattern]:
+    spans = code_spans(section(text, "Metrics")) + code_spans(section(text, "Sweeps and optimize"))
+    tokens = {t.strip() for span in spans for part in span.split(", ") for t in expand_braces(part.strip())}
+    out = []
+    for token in sorted(tokens):
+        if not token.startswith(METRIC_GROUPS) or _ARTIFACT.search(token) or re.fullmatch(r"\w+/\*", token):
+            continue
+        parts = re.split(r"(<[^>]+>|\*)", token)
+        regex = "".join(r"[\w.+-]+" if p.startswith("<") else r"[\w.+-]*" if p == "*" else re.escape(p)
+                        for p in parts)
+        out.append(re.compile(regex))
+    return out
+
+
+def metric_is_documented(metric: str) -> bool:
+    return any(p.fullmatch(metric) for p in documented_metric_patterns(TEXT))
+
+
+def _every_gpu_metric() -> list[str]:
+    """gpu/* names of a summary in which every column of the NVML catalogue and every clocks-event reason
+    was measured."""
+    import numpy as np
+
+    from yolo_mlops.nvml import METRIC_NAMES, Timeline, align, step_history, summarise
+    from yolo_mlops.nvml.backend import CLOCKS_EVENT_REASONS
+
+    s = 1_000_000_000
+    columns = {m: np.full(3, float(sum(CLOCKS_EVENT_REASONS.values())) if m == "clocks_event_mask" else 1.0 + i)
+               for i, m in enumerate(METRIC_NAMES)}
+    timeline = Timeline("fake", 0, np.array([1, 2, 3], np.int64) * s, np.zeros(3, np.int16),
+                        np.full(3, s, np.int64), columns)
+    aligned = align(timeline, [0, 2 * s], [2 * s, 4 * s], [False, True])
+    return sorted(names.gpu_metrics(summarise(aligned, 8))) + sorted({n for _, n, _ in step_history(aligned)})
+
+
+def written_metrics() -> list[str]:
+    """Every metric name names.py holds or builds: the constants (prefixes and artifact paths aside), each
+    builder for representative arguments, every name of the typed summaries, and the demo run's names."""
+    from yolo_mlops.analysis.idle_attribution import IDLE_CAUSES
+    from yolo_mlops.nvml.backend import CLOCKS_EVENT_REASONS
+    from yolo_mlops.profiling.memory_holders import HOLDERS
+    from yolo_mlops.profiling.step_timer import PerfSummary
+
+    out = {v for v in constants().values() if v.startswith(METRIC_GROUPS) and not v.endswith("/")
+           and not _ARTIFACT.search(v)}
+    out |= {names.gpu_idle_cause_metric(c) for c in IDLE_CAUSES}
+    out |= {names.clocks_event_metric(r) for r in CLOCKS_EVENT_REASONS}
+    out |= {names.memory_peak_metric(h) for h in HOLDERS}
+    out |= {names.min_detectable_shift_metric(m) for m in (names.STEP_TIME_P50, names.GPU_SM_UTIL_MEAN)}
+    out |= set(names.optimize_saving_metrics("amp_bf16").values())
+    out |= set(names.sweep_variant_metrics("amp_bf16__channels_last").values())
+    out |= {names.trace_host_metric(c) for c in ("data_loader", "cuda_sync", "optimizer", "forward_loss")}
+    out |= {names.trace_memory_metric(d, s) for d in ("gpu", "cpu")
+            for s in ("peak_allocated_gib", "peak_reserved_gib", "growth_mib_per_step")}
+    out |= {names.train_metric("box_loss"), names.val_metric("precision"), names.val_metric("box_loss")}
+    out |= set(names.perf_metrics(PerfSummary(1.0, 2.0, 1.5, 10.0, 5.0, 0.1, 3, 4, step_time_ms_p50_profiled=2.0)))
+    out |= set(_every_gpu_metric())
+    out |= set(RECORDED["metrics"])
+    return sorted(out)
+
+
+@pytest.mark.parametrize("metric", written_metrics())
+def test_every_metric_name_is_documented(metric):
+    assert metric_is_documented(metric), f"metric {metric!r} (names.py) is not in docs/mlflow.md's Metrics section"
+
+
+def test_the_metric_check_sees_the_doc_and_rejects_unknown_names():
+    assert len(documented_metric_patterns(TEXT)) > 40 and len(written_metrics()) > 100
+    assert metric_is_documented(names.STEP_TIME_P90) and metric_is_documented(names.clocks_event_metric("x_y"))
+    assert metric_is_documented(names.sweep_variant_metrics("amp")["ci_low"])
+    assert not metric_is_documented("perf/no_such_metric") and not metric_is_documented("gpu/no_such_thing")
+    assert not metric_is_documented("trace/host_data_loader_ms")

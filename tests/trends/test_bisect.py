@@ -63,15 +63,15 @@ def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str
                   step_ms: float | None = None) -> str:
     """A finished run that logged the tiny workload's run_spec.yaml (and, for a history, a commit and a step
     time): what `--run` and `--series` read."""
-    from yolo_mlops import tracking
+    from yolo_mlops.tracking import connection, run_end, writes
 
-    mlflow = tracking.client()
+    mlflow = connection.client()
     params = {names.ENV_PARAM + "git_commit": commit} if commit else {}
-    run_id = tracking.create_run(mlflow, experiment, "workload", {names.SERIES: series}, params)
-    tracking.log_text(mlflow, run_id, yaml.safe_dump({**TINY, "experiment": experiment}), names.RUN_SPEC_YAML)
+    run_id = writes.create_run(mlflow, experiment, "workload", {names.SERIES: series}, params)
+    writes.log_text(mlflow, run_id, yaml.safe_dump({**TINY, "experiment": experiment}), names.RUN_SPEC_YAML)
     if step_ms is not None:
-        tracking.log_values(mlflow, run_id, metrics={names.STEP_TIME_P50: step_ms})
-    tracking.end_run(mlflow, run_id, "FINISHED")
+        writes.log_values(mlflow, run_id, metrics={names.STEP_TIME_P50: step_ms})
+    run_end.end_run(mlflow, run_id, "FINISHED")
     return run_id
 
 
@@ -217,7 +217,7 @@ def test_bisect_names_the_planted_commit(planted):
 
 @pytest.mark.slow
 def test_bisect_evidence_in_mlflow(planted, mlflow_client):
-    from yolo_mlops import tracking
+    from yolo_mlops.tracking import queries
 
     _, hashes, result = planted
     parent = mlflow_client.get_run(result.parent_run_id)
@@ -227,7 +227,7 @@ def test_bisect_evidence_in_mlflow(planted, mlflow_client):
     assert (tags[names.BISECT_GOOD], tags[names.BISECT_BAD]) == (hashes[0], hashes[-1])
     assert tags[names.BISECT_RESULT] == "first_bad" and tags[names.BISECT_FIRST_BAD] == hashes[SLOW_AT]
     assert names.BISECT_SHIFT_PCT in parent.data.metrics
-    children = tracking.child_runs(mlflow_client, result.parent_run_id)
+    children = queries.child_runs(mlflow_client, result.parent_run_id)
     assert len(children) == result.runs == sum(len(s.candidate_runs) + len(s.good_runs) for s in result.steps)
     assert {c.status for c in children} == {"FINISHED"}
     assert {c.tags[names.BISECT_ROLE] for c in children} == {"candidate", "good"}

@@ -13,7 +13,7 @@ import pytest
 from mlflow.entities import Metric
 
 from yolo_mlops.trends import fleet
-from yolo_mlops.trends.history import RunRecord
+from yolo_mlops.trends.history import HistoryRun
 
 NOISE = 0.08  # run-to-run noise of the simulations: 8% (sd of log step time)
 
@@ -50,11 +50,11 @@ def test_holm_adjusts_step_down():
     assert fleet.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
 
 
-def _record(i: int, machine: str, step_ms: float, host: dict | None = None, **metrics) -> RunRecord:
-    return RunRecord(run_id=f"r{machine}{i}", experiment_id="1", start_time_ms=i, series=f"s-{machine}",
-                     label="w", metrics={"perf/step_time_ms_p50": step_ms, **metrics}, versions={}, night=None,
-                     profiled_steps=5, step_time_ms=step_ms, machine=machine, workload="w1",
-                     workload_label="yolo11n 640px", host={"cpu_count": "16"} if host is None else host)
+def _record(i: int, machine: str, step_ms: float, host: dict | None = None, **metrics) -> HistoryRun:
+    return HistoryRun(run_id=f"r{machine}{i}", experiment_id="1", start_time_ms=i, series=f"s-{machine}",
+                      label="w", metrics={"perf/step_time_ms_p50": step_ms, **metrics}, versions={}, night=None,
+                      profiled_steps=5, step_time_ms=step_ms, machine=machine, workload="w1",
+                      workload_label="yolo11n 640px", host={"cpu_count": "16"} if host is None else host)
 
 
 def test_the_records_path_agrees_with_the_simulated_test():
@@ -152,11 +152,11 @@ def _main(*args: str) -> tuple[int, str, str]:
 def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_path):
     """Runs logged with the params and tags a real run writes, on three machines, one planted 25% slower with
     a lower SM clock."""
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import environment
-    from yolo_mlops.run.config import build_run_spec
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
-    from yolo_mlops.tracking import names, store
+    from yolo_mlops.tracking import names, writes
 
     experiment = f"fleet-{time.time_ns()}"
     experiment_id = mlflow_client.create_experiment(experiment)
@@ -175,7 +175,7 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
             run = mlflow_client.create_run(experiment_id, tags={
                 names.SERIES: environment.series_key(spec, env, data, "0"), names.VARIANT: spec.variant,
                 names.DEVICE_TYPE: "cuda", names.DATASET: "synthetic"})
-            store.log_values(mlflow_client, run.info.run_id, params=run_params(spec, plan, env))
+            writes.log_values(mlflow_client, run.info.run_id, params=run_params(spec, plan, env))
             now = int(time.time() * 1000)
             mlflow_client.log_batch(run.info.run_id, metrics=[
                 Metric(names.STEP_TIME_P50, 80.0 * slow * rng.normal(1, 0.02), now, 0),
@@ -226,9 +226,9 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from yolo_mlops.flows.benchmark import BenchmarkSuite, benchmark
+    from yolo_mlops.config import BenchmarkSuite, build_run_spec
+    from yolo_mlops.flows.benchmark import benchmark
     from yolo_mlops.run import training
-    from yolo_mlops.run.config import build_run_spec
     from yolo_mlops.run.environment import MACHINE_VAR
 
     experiment = f"fleet-night-{time.time_ns()}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from yolo_mlops.tracking import names, store
+from yolo_mlops.tracking import names, queries
 from yolo_mlops.trends import history
 
 pytestmark = pytest.mark.slow
@@ -38,13 +38,14 @@ SETTINGS = _settings()
 
 
 def tiny_suite():
-    from yolo_mlops.flows.benchmark import BenchmarkSuite
-    from yolo_mlops.run.config import build_run_spec
+    from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
     tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
                            "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
                            "profiler": {"wait": 0, "warmup": 1, "active": 3}})
-    return BenchmarkSuite(runs=[tiny], repeats=4, max_pvalue=MAX_PVALUE)
+    # confirm_repeats=0: this history is about the verdict, the attribution and the artifacts of a night; the
+    # confirmation runs are exercised by the flow test in test_verdicts.py
+    return BenchmarkSuite(runs=[tiny], repeats=4, max_pvalue=MAX_PVALUE, confirm_repeats=0)
 
 
 def inject_slow_operator(monkeypatch) -> None:
@@ -84,7 +85,7 @@ def nights(prefect_server):
 @pytest.fixture(scope="module")
 def series(nights, mlflow_client):
     grouped = history.group_series(history.load_history(
-        mlflow_client, [store.find_experiment_id(mlflow_client, EXPERIMENT)]))
+        mlflow_client, [queries.find_experiment_id(mlflow_client, EXPERIMENT)]))
     (runs,) = grouped.values()
     return runs
 
@@ -207,7 +208,7 @@ def test_compare_two_runs_names_the_operator_and_logs_the_diff(series, mlflow_cl
     assert rc == 0 and data["warning"] is None
     operators = [c for c in data["contributions"] if c["kind"] == "operator"]
     assert operators[0]["name"] == INJECTED and operators[0]["delta_ms"] == pytest.approx(1000, rel=0.1)
-    table = store.load_run_table(mlflow_client, b, names.COMPARE_TABLE)
+    table = queries.load_run_table(mlflow_client, b, names.COMPARE_TABLE)
     operators = table[table["kind"] == "operator"].sort_values("delta_ms_per_step", ascending=False)
     assert operators["name"].iloc[0] == INJECTED
 

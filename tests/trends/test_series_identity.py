@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Metric
 
-from yolo_mlops.run.config import build_run_spec
+from yolo_mlops.config import build_run_spec
 from yolo_mlops.run.environment import (
     Environment,
     data_identity,
@@ -26,7 +26,7 @@ from yolo_mlops.run.environment import (
 )
 from yolo_mlops.run.pipeline import run_params
 from yolo_mlops.run.training import TrainingPlan
-from yolo_mlops.tracking import names, store
+from yolo_mlops.tracking import names, writes
 from yolo_mlops.trends import history, trend
 
 DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
@@ -102,7 +102,7 @@ def _logged(s, env: Environment) -> tuple[dict[str, str], dict[str, str]]:
 
 def _create(mlflow, experiment_id: str, params, tags, step_ms: float) -> str:
     run = mlflow.create_run(experiment_id, tags=tags)
-    store.log_values(mlflow, run.info.run_id, params=params)
+    writes.log_values(mlflow, run.info.run_id, params=params)
     mlflow.log_batch(run.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, int(time.time() * 1000), 0)])
     mlflow.set_terminated(run.info.run_id)
     time.sleep(0.005)  # distinct start times order the history

@@ -13,23 +13,23 @@ import numpy as np
 import pytest
 from mlflow.entities import Metric
 
-from yolo_mlops.tracking import names, store
+from yolo_mlops.tracking import names, queries
 from yolo_mlops.trends import attribution, history, trend
 from yolo_mlops.trends.attribution import RunProfile
-from yolo_mlops.trends.history import RunRecord
+from yolo_mlops.trends.history import HistoryRun
 
 VERSIONS = {"commit": "c" * 40, "torch": "2.14.1", "cuda": "13.0", "cudnn": "92400", "ultralytics": "8.4.190",
             "driver": "580.65", "python": "3.11.7"}
 
 
-def record(i: int, metrics: dict[str, float], night: str | None = None, **versions) -> RunRecord:
-    return RunRecord(run_id=f"run{i:03d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * 3_600_000,
-                     series="s1", label="yolo11n.yaml 640px b16", metrics=metrics,
-                     versions={**VERSIONS, **versions}, night=night, profiled_steps=5,
-                     step_time_ms=metrics.get(names.STEP_TIME_P50))
+def record(i: int, metrics: dict[str, float], night: str | None = None, **versions) -> HistoryRun:
+    return HistoryRun(run_id=f"run{i:03d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * 3_600_000,
+                      series="s1", label="yolo11n.yaml 640px b16", metrics=metrics,
+                      versions={**VERSIONS, **versions}, night=night, profiled_steps=5,
+                      step_time_ms=metrics.get(names.STEP_TIME_P50))
 
 
-def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: float = 1.12) -> list[RunRecord]:
+def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: float = 1.12) -> list[HistoryRun]:
     rng = np.random.default_rng(seed)
     runs = []
     for i in range(n_before + n_after):
@@ -114,7 +114,7 @@ def _run(mlflow, experiment_id: str, series: str, step_ms: float, **tags) -> str
 def test_history_reads_every_page(mlflow_client, monkeypatch):
     experiment_id = mlflow_client.create_experiment(f"pages-{time.time_ns()}")
     ids = [_run(mlflow_client, experiment_id, "paged", 100.0 + i) for i in range(7)]
-    monkeypatch.setattr(store, "SEARCH_PAGE_SIZE", 2)  # 7 runs = 4 pages
+    monkeypatch.setattr(queries, "SEARCH_PAGE_SIZE", 2)  # 7 runs = 4 pages
     records = history.load_history(mlflow_client, [experiment_id])
     assert [r.run_id for r in records] == ids
 

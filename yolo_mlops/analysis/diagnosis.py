@@ -10,10 +10,12 @@ compile, amp_bf16, amp_fp16, cudnn_benchmark, channels_last, tf32).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
-from yolo_mlops.analysis import attribution as at
-from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, PHASE_LABEL_PREFIX
-from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis, to_builtins
+from yolo_mlops.analysis import idle_attribution
+from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY
+from yolo_mlops.analysis.model import GpuSummary, RankAnalysis, TraceAnalysis, to_builtins
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 
@@ -87,7 +89,7 @@ class Finding:
     no_saving_reason: str | None = None  # why there is no saving, when the finding costs no step time
 
     def to_dict(self) -> dict:
-        return to_builtins(self)
+        return cast(dict, to_builtins(self))  # a dataclass converts to a dict
 
     def line(self) -> str:
         """One line: severity, title, what it could save, what to try."""
@@ -99,9 +101,9 @@ class Finding:
 SEVERITY_ORDER = {HIGH: 0, MEDIUM: 1, LOW: 2}
 
 
-def diagnose(inp: DiagnosisInput) -> list[Finding]:
+def diagnose(diagnosis_input: DiagnosisInput) -> list[Finding]:
     """Every rule's finding, largest estimated saving first (unestimated last, then by severity)."""
-    findings = [f for f in (rule(inp) for rule in RULES) if f is not None]
+    findings = [f for f in (rule(diagnosis_input) for rule in RULES) if f is not None]
     return sorted(findings, key=lambda f: (-(f.saving.ms_per_step if f.saving else -1.0),
                                            SEVERITY_ORDER[f.severity]))
 
@@ -116,18 +118,25 @@ def headline(findings: list[Finding]) -> str:
 # ------------------------------------------------------------------------------------- helpers
 
 
-def _ranks(inp: DiagnosisInput) -> list[RankAnalysis]:
-    return inp.analysis.ranks if inp.analysis is not None else []
+def _ranks(diagnosis_input: DiagnosisInput) -> list[RankAnalysis]:
+    return diagnosis_input.analysis.ranks if diagnosis_input.analysis is not None else []
 
 
-def _gpu_ranks(inp: DiagnosisInput) -> list[RankAnalysis]:
-    return [r for r in _ranks(inp) if r.gpu is not None]
+def _gpu_ranks(diagnosis_input: DiagnosisInput) -> list[RankAnalysis]:
+    return [r for r in _ranks(diagnosis_input) if r.gpu is not None]
 
 
-def _on_gpu(inp: DiagnosisInput) -> bool:
-    if inp.device_type is not None:
-        return inp.device_type == "cuda"
-    return bool(_gpu_ranks(inp))
+def _gpu(rank: RankAnalysis) -> GpuSummary:
+    """The GPU summary of a rank from `_gpu_ranks`, which keeps only ranks that have one."""
+    if rank.gpu is None:
+        raise ValueError(f"rank {rank.rank} has no GPU summary")
+    return rank.gpu
+
+
+def _on_gpu(diagnosis_input: DiagnosisInput) -> bool:
+    if diagnosis_input.device_type is not None:
+        return diagnosis_input.device_type == "cuda"
+    return bool(_gpu_ranks(diagnosis_input))
 
 
 def _worst(ranks: list[RankAnalysis], key) -> tuple[RankAnalysis, float] | None:
@@ -140,14 +149,14 @@ def _severity(value: float, high: float) -> str:
     return HIGH if value >= high else MEDIUM
 
 
-def _step_ms(inp: DiagnosisInput, rank: RankAnalysis | None = None) -> float | None:
+def _step_ms(diagnosis_input: DiagnosisInput, rank: RankAnalysis | None = None) -> float | None:
     """Mean step time from the same source as the share it multiplies: the rank's trace steps for a share
     measured on that rank, else the step timer's, else the slowest rank's."""
     if rank is not None and rank.step_time is not None:
         return rank.step_time.mean_us / 1000
-    if inp.step_time_ms:
-        return inp.step_time_ms
-    timed = [r.step_time.mean_us / 1000 for r in _ranks(inp) if r.step_time is not None]
+    if diagnosis_input.step_time_ms:
+        return diagnosis_input.step_time_ms
+    timed = [r.step_time.mean_us / 1000 for r in _ranks(diagnosis_input) if r.step_time is not None]
     return max(timed) if timed else None
 
 
@@ -158,7 +167,7 @@ def _idle_saving(rank: RankAnalysis, cause: str, assumption: str) -> Saving | No
     return Saving(row.ms_per_step, row.step_pct, assumption)
 
 
-def _double(value: int | None, default: int) -> int:
+def _doubled_or(value: int | None, default: int) -> int:
     return 2 * value if value else default
 
 
@@ -171,10 +180,15 @@ def _trace_data_wait_pct(rank: RankAnalysis) -> float | None:
     return labelled if labelled is not None else rank.host_pct(DATA_LOADER_CATEGORY)
 
 
-def data_wait_high(inp: DiagnosisInput) -> Finding | None:
-    source, pct, rank = "step timer", inp.data_wait_pct, None
+def _data_loader_idle_pct(rank: RankAnalysis) -> float | None:
+    row = rank.idle_cause(idle_attribution.DATA_LOADER)
+    return row.pct if row else None
+
+
+def data_wait_high(diagnosis_input: DiagnosisInput) -> Finding | None:
+    source, pct, rank = "step timer", diagnosis_input.data_wait_pct, None
     if pct is None:
-        worst = _worst(_ranks(inp), _trace_data_wait_pct)
+        worst = _worst(_ranks(diagnosis_input), _trace_data_wait_pct)
         if worst is None:
             return None
         rank, pct = worst
@@ -182,13 +196,13 @@ def data_wait_high(inp: DiagnosisInput) -> Finding | None:
     if pct < DATA_WAIT_PCT_WARN:
         return None
     # no persistent_workers: ultralytics' InfiniteDataLoader already keeps its workers for the whole run
-    variants = [f"workers_{_double(inp.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
+    variants = [f"workers_{_doubled_or(diagnosis_input.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
     evidence: dict[str, float | str] = {"data_wait_pct": round(pct, 2), "source": source,
                                         "threshold_pct": DATA_WAIT_PCT_WARN}
-    idle = _worst(_gpu_ranks(inp), lambda r: r.idle_cause(at.DATA_LOADER).pct if r.idle_cause(at.DATA_LOADER) else None)
+    idle = _worst(_gpu_ranks(diagnosis_input), _data_loader_idle_pct)
     if idle is not None:
         evidence["gpu_idle_data_loader_pct"] = round(idle[1], 2)
-    step_ms = _step_ms(inp, rank)
+    step_ms = _step_ms(diagnosis_input, rank)
     saving = None
     if step_ms is not None:
         # The host waits pct% of each step; overlapped loading removes that wait and nothing more.
@@ -213,60 +227,60 @@ def host_wait_share_of_idle(rank: RankAnalysis) -> float | None:
 
 
 def _launch_idle_pct(rank: RankAnalysis) -> float | None:
-    row = rank.idle_cause(at.LAUNCH_OVERHEAD)
+    row = rank.idle_cause(idle_attribution.LAUNCH_OVERHEAD)
     return row.pct if row is not None else None
 
 
-def gpu_idle_host_wait(inp: DiagnosisInput) -> Finding | None:
+def gpu_idle_host_wait(diagnosis_input: DiagnosisInput) -> Finding | None:
     """Launch-bound: GPU idle while the host runs Python/dispatch between operators. Idle the host spends
     waiting for data, in a sync, the optimizer or preprocessing belongs to those causes, not to this rule."""
-    if not _on_gpu(inp):
+    if not _on_gpu(diagnosis_input):
         return None
-    variants = ["compile", f"batch_{_double(inp.batch_size, 32)}"]
-    if not _gpu_ranks(inp):
-        if inp.sm_util_pct is None or inp.sm_util_pct >= SM_UTIL_LOW_PCT:
+    variants = ["compile", f"batch_{_doubled_or(diagnosis_input.batch_size, 32)}"]
+    if not _gpu_ranks(diagnosis_input):
+        if diagnosis_input.sm_util_pct is None or diagnosis_input.sm_util_pct >= SM_UTIL_LOW_PCT:
             return None
         return Finding(
             rule="gpu_idle_host_wait",
             severity=MEDIUM,
-            title=f"GPU SM utilisation is only {inp.sm_util_pct:.0f}% (NVML)",
-            evidence={"sm_util_pct": round(inp.sm_util_pct, 2), "threshold_pct": SM_UTIL_LOW_PCT},
+            title=f"GPU SM utilisation is only {diagnosis_input.sm_util_pct:.0f}% (NVML)",
+            evidence={"sm_util_pct": round(diagnosis_input.sm_util_pct, 2), "threshold_pct": SM_UTIL_LOW_PCT},
             recommended_variants=variants,
         )
-    worst = _worst(_gpu_ranks(inp), _launch_idle_pct)
+    worst = _worst(_gpu_ranks(diagnosis_input), _launch_idle_pct)
     if worst is None or worst[1] < GPU_IDLE_PCT_WARN:
         return None
     rank, launch_pct = worst
     evidence: dict[str, float | str] = {
         "rank": str(rank.rank),
-        "gpu_idle_pct": round(rank.gpu.idle_pct, 2),
+        "gpu_idle_pct": round(_gpu(rank).idle_pct, 2),
         "gpu_idle_launch_overhead_pct": round(launch_pct, 2),
         "threshold_pct": GPU_IDLE_PCT_WARN,
     }
-    if inp.sm_util_pct is not None:
-        evidence["sm_util_pct"] = round(inp.sm_util_pct, 2)
+    if diagnosis_input.sm_util_pct is not None:
+        evidence["sm_util_pct"] = round(diagnosis_input.sm_util_pct, 2)
     return Finding(
         rule="gpu_idle_host_wait",
         severity=_severity(launch_pct, GPU_IDLE_PCT_HIGH),
         title=f"GPU idle {launch_pct:.0f}% of the time while the host launches operators (launch-bound)",
         evidence=evidence,
         recommended_variants=variants,
-        saving=_idle_saving(rank, at.LAUNCH_OVERHEAD,
+        saving=_idle_saving(rank, idle_attribution.LAUNCH_OVERHEAD,
                             "if the host queued kernels ahead of the GPU (compiled / captured graphs)"),
     )
 
 
-def no_reduced_precision(inp: DiagnosisInput) -> Finding | None:
-    if not _on_gpu(inp) or inp.amp is True:
+def no_reduced_precision(diagnosis_input: DiagnosisInput) -> Finding | None:
+    if not _on_gpu(diagnosis_input) or diagnosis_input.amp is True:
         return None
-    ranks = [r for r in _gpu_ranks(inp) if r.gpu.reduced_precision_kernel_pct is not None]
-    if not ranks:
-        if inp.amp is False:  # no (usable) trace: the configuration alone says fp32
+    measured = [(r, r.gpu.reduced_precision_kernel_pct) for r in _ranks(diagnosis_input)
+                if r.gpu is not None and r.gpu.reduced_precision_kernel_pct is not None]
+    if not measured:
+        if diagnosis_input.amp is False:  # no (usable) trace: the configuration alone says fp32
             return Finding("no_reduced_precision", MEDIUM, "Training runs in fp32 (AMP off)",
                            {"amp": "off"}, ["amp_bf16", "amp_fp16"], saving=None)
         return None
-    rank = min(ranks, key=lambda r: r.gpu.reduced_precision_kernel_pct)
-    pct = rank.gpu.reduced_precision_kernel_pct
+    rank, pct = min(measured, key=lambda rank_pct: rank_pct[1])
     if pct >= REDUCED_PRECISION_PCT_MIN:
         return None
     capability = rank.device_compute_capability
@@ -282,7 +296,7 @@ def no_reduced_precision(inp: DiagnosisInput) -> Finding | None:
             "compute_capability": str(capability) if capability is not None else "unknown",
         },
         recommended_variants=variants,
-        saving=_per_step(rank, rank.gpu.compute_time_us * (1 - 1 / AMP_COMPUTE_SPEEDUP),
+        saving=_per_step(rank, _gpu(rank).compute_time_us * (1 - 1 / AMP_COMPUTE_SPEEDUP),
                          f"if mixed precision ran the fp32 compute kernels {AMP_COMPUTE_SPEEDUP:g}x faster"),
     )
 
@@ -294,8 +308,8 @@ def _per_step(rank: RankAnalysis, window_us: float, assumption: str) -> Saving |
     return Saving(window_us / 1000 / rank.window_steps, 100.0 * window_us / rank.window_step_us, assumption)
 
 
-def cudnn_autotune_off(inp: DiagnosisInput) -> Finding | None:
-    if not _on_gpu(inp) or inp.cudnn_benchmark is not False:
+def cudnn_autotune_off(diagnosis_input: DiagnosisInput) -> Finding | None:
+    if not _on_gpu(diagnosis_input) or diagnosis_input.cudnn_benchmark is not False:
         return None
     return Finding(
         rule="cudnn_autotune_off",
@@ -306,8 +320,8 @@ def cudnn_autotune_off(inp: DiagnosisInput) -> Finding | None:
     )
 
 
-def layout_conversions(inp: DiagnosisInput) -> Finding | None:
-    worst = _worst(_gpu_ranks(inp), lambda r: r.gpu.layout_conversion_kernel_pct)
+def layout_conversions(diagnosis_input: DiagnosisInput) -> Finding | None:
+    worst = _worst(_gpu_ranks(diagnosis_input), lambda r: r.gpu.layout_conversion_kernel_pct)
     if worst is None or worst[1] < LAYOUT_CONVERSION_PCT_WARN:
         return None
     return Finding(
@@ -318,13 +332,13 @@ def layout_conversions(inp: DiagnosisInput) -> Finding | None:
                   "threshold_pct": LAYOUT_CONVERSION_PCT_WARN},
         recommended_variants=["channels_last"],
         # conversion kernels may overlap other streams' work: their summed time bounds what removing them saves
-        saving=_per_step(worst[0], worst[0].gpu.layout_conversion_time_us or 0.0,
+        saving=_per_step(worst[0], _gpu(worst[0]).layout_conversion_time_us or 0.0,
                          "if channels_last removed every conversion kernel"),
     )
 
 
-def sync_in_step(inp: DiagnosisInput) -> Finding | None:
-    worst = _worst(_ranks(inp), lambda r: r.host_pct(CUDA_SYNC_CATEGORY))
+def sync_in_step(diagnosis_input: DiagnosisInput) -> Finding | None:
+    worst = _worst(_ranks(diagnosis_input), lambda r: r.host_pct(CUDA_SYNC_CATEGORY))
     if worst is None or worst[1] < SYNC_PCT_WARN:
         return None
     rank, pct = worst
@@ -333,9 +347,9 @@ def sync_in_step(inp: DiagnosisInput) -> Finding | None:
     assumption = "if the step never waited for the GPU (no .item()/.cpu()/blocking copy inside it)"
     if rank.gpu is not None:
         # The host blocked in a sync is not lost time while the GPU works; the GPU idle the sync left behind is.
-        saving = _idle_saving(rank, at.CUDA_SYNC, assumption)
+        saving = _idle_saving(rank, idle_attribution.CUDA_SYNC, assumption)
     else:
-        step_ms = _step_ms(inp, rank)
+        step_ms = _step_ms(diagnosis_input, rank)
         saving = Saving(step_ms * pct / 100, pct, assumption) if step_ms else None
     return Finding(
         rule="sync_in_step",
@@ -366,8 +380,8 @@ def exposed_communication_pct(rank: RankAnalysis) -> float | None:
     return _kernel_type_pct(rank, lambda label: "COMMUNICATION" in label and "COMPUTATION" not in label)
 
 
-def communication_high(inp: DiagnosisInput) -> Finding | None:
-    worst = _worst(_gpu_ranks(inp), exposed_communication_pct)
+def communication_high(diagnosis_input: DiagnosisInput) -> Finding | None:
+    worst = _worst(_gpu_ranks(diagnosis_input), exposed_communication_pct)
     if worst is None or worst[1] < COMMUNICATION_PCT_WARN:
         return None
     rank, pct = worst
@@ -377,33 +391,33 @@ def communication_high(inp: DiagnosisInput) -> Finding | None:
         title=f"{pct:.0f}% of GPU busy time is communication not overlapped with compute",
         evidence={"rank": str(rank.rank), "exposed_communication_pct": round(pct, 2),
                   "threshold_pct": COMMUNICATION_PCT_WARN},
-        recommended_variants=[f"batch_{_double(inp.batch_size, 32)}"],
+        recommended_variants=[f"batch_{_doubled_or(diagnosis_input.batch_size, 32)}"],
         saving=_per_step(rank, sum(k.time_us for k in rank.kernel_types
                                    if "COMMUNICATION" in k.kernel_type and "COMPUTATION" not in k.kernel_type),
                          "if communication were fully overlapped with compute"),
     )
 
 
-def memory_growth(inp: DiagnosisInput) -> Finding | None:
-    rising = [r for r in _ranks(inp) if r.memory is not None and r.memory.steadily_rising]
+def memory_growth(diagnosis_input: DiagnosisInput) -> Finding | None:
+    rising = [(r, r.memory) for r in _ranks(diagnosis_input) if r.memory is not None and r.memory.steadily_rising]
     if not rising:
         return None
-    rank = max(rising, key=lambda r: r.memory.growth_bytes_per_step or 0.0)
+    rank, memory = max(rising, key=lambda rank_memory: rank_memory[1].growth_bytes_per_step or 0.0)
     return Finding(
         rule="memory_growth",
         severity=MEDIUM,
         title="Allocated memory rises every step (a tensor kept alive across steps?)",
-        evidence={"rank": str(rank.rank), "device": rank.memory.device,
-                  "growth_mib_per_step": round((rank.memory.growth_bytes_per_step or 0.0) / 2**20, 2)},
+        evidence={"rank": str(rank.rank), "device": memory.device,
+                  "growth_mib_per_step": round((memory.growth_bytes_per_step or 0.0) / 2**20, 2)},
         recommended_variants=[],
         no_saving_reason="no step time to save: growing memory ends in an out-of-memory error, not a slower step",
     )
 
 
-def memory_near_capacity(inp: DiagnosisInput) -> Finding | None:
-    peak, total, source = inp.peak_memory_gib, inp.gpu_memory_total_gib, "run context"
+def memory_near_capacity(diagnosis_input: DiagnosisInput) -> Finding | None:
+    peak, total, source = diagnosis_input.peak_memory_gib, diagnosis_input.gpu_memory_total_gib, "run context"
     if peak is None or total is None:
-        for r in _gpu_ranks(inp):
+        for r in _gpu_ranks(diagnosis_input):
             if r.memory is not None and r.memory.device == "cuda" and r.device_memory_total_bytes:
                 trace_peak = (r.memory.peak_reserved_bytes or r.memory.peak_allocated_bytes) / 2**30
                 if peak is None or trace_peak > peak:
@@ -413,8 +427,8 @@ def memory_near_capacity(inp: DiagnosisInput) -> Finding | None:
     pct = 100.0 * peak / total
     if pct < MEMORY_NEAR_CAPACITY_PCT:
         return None
-    smaller_batch = f"batch_{max(1, inp.batch_size // 2)}" if inp.batch_size else "batch_8"
-    variants = [smaller_batch] if inp.amp is True else [smaller_batch, "amp_bf16"]
+    smaller_batch = f"batch_{max(1, diagnosis_input.batch_size // 2)}" if diagnosis_input.batch_size else "batch_8"
+    variants = [smaller_batch] if diagnosis_input.amp is True else [smaller_batch, "amp_bf16"]
     return Finding(
         rule="memory_near_capacity",
         severity=HIGH,

@@ -14,12 +14,8 @@ import numpy as np
 
 from yolo_mlops.analysis.gpu import merge_intervals, unique
 from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
-# Prefix of the training code's record_function phase labels. Defined here (torch-free) and imported
-# by yolo_mlops.profiling.torch_profiler as PHASE_PREFIX, so analysis never imports torch.
-PHASE_LABEL_PREFIX = "yolo_mlops/"
-# The training code's phases (labels PHASE_LABEL_PREFIX + phase) in the order they happen within a step.
-PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 DATA_LOADER_CATEGORY = "data_loader"
 OPTIMIZER_CATEGORY = "optimizer"
 CUDA_SYNC_CATEGORY = "cuda_sync"
@@ -114,9 +110,9 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
     idx = np.flatnonzero(host & np.isin(trace.name_id, list(numbers)))
     # One span per step number: a step can be recorded twice (e.g. cpu_op + user_annotation).
     longest: dict[int, tuple[float, float]] = {}
-    for i in idx:
-        n = numbers[int(trace.name_id[i])]
-        start, end = float(trace.ts[i]), float(trace.ts[i] + trace.dur[i])
+    for ev in idx:
+        n = numbers[int(trace.name_id[ev])]
+        start, end = float(trace.ts[ev]), float(trace.ts[ev] + trace.dur[ev])
         if n not in longest or end - start > longest[n][1] - longest[n][0]:
             longest[n] = (start, end)
     ordered = sorted(longest.items(), key=lambda kv: kv[1][0])

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
-from yolo_mlops.analysis.attribution import BETWEEN_PHASES, IDLE_CAUSES
 from yolo_mlops.analysis.diagnosis import (
     Finding,
     communication_pct,
@@ -25,10 +24,10 @@ from yolo_mlops.analysis.host import (
     CUDA_SYNC_CATEGORY,
     DATA_LOADER_CATEGORY,
     OPTIMIZER_CATEGORY,
-    PHASE_LABEL_PREFIX,
-    PHASE_ORDER,
 )
-from yolo_mlops.analysis.trace_analysis import RankAnalysis, TraceAnalysis
+from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES, IDLE_CAUSES
+from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
+from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.tracking import names
 
@@ -52,48 +51,50 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
         if measured:
             metrics[name] = float(mean(measured))
 
-    timed = [r for r in ranks if r.step_time is not None]
-    put("trace/step_time_ms_mean", [r.step_time.mean_us / 1000 for r in timed])
-    put("trace/step_time_ms_median", [r.step_time.median_us / 1000 for r in timed])
-    if timed:
-        metrics["trace/step_time_ms_max"] = max(r.step_time.max_us for r in timed) / 1000
-        metrics["trace/profiled_steps_count"] = float(min(r.step_time.count for r in timed))
+    step_times = [r.step_time for r in ranks if r.step_time is not None]
+    put(names.TRACE_STEP_TIME_MEAN, [t.mean_us / 1000 for t in step_times])
+    put(names.TRACE_STEP_TIME_MEDIAN, [t.median_us / 1000 for t in step_times])
+    if step_times:
+        metrics[names.TRACE_STEP_TIME_MAX] = max(t.max_us for t in step_times) / 1000
+        metrics[names.TRACE_PROFILED_STEPS] = float(min(t.count for t in step_times))
     if analysis.spread is not None:
-        metrics["trace/step_time_spread_ms"] = analysis.spread.spread_us / 1000
-        metrics["trace/step_time_spread_pct"] = analysis.spread.spread_pct
+        metrics[names.TRACE_STEP_TIME_SPREAD_MS] = analysis.spread.spread_us / 1000
+        metrics[names.TRACE_STEP_TIME_SPREAD_PCT] = analysis.spread.spread_pct
 
     for category in sorted({c.category for r in ranks for c in r.host}):
-        put(f"trace/host_{_metric_token(category)}_pct", [r.host_pct(category) for r in ranks])
+        put(names.trace_host_metric(_metric_token(category)), [r.host_pct(category) for r in ranks])
     gpu_ranks = [r for r in ranks if r.gpu is not None]
-    if gpu_ranks and f"trace/host_{CUDA_SYNC_CATEGORY}_pct" not in metrics and timed:
+    gpus = [r.gpu for r in ranks if r.gpu is not None]  # the summaries of gpu_ranks, in the same order
+    cuda_sync = names.trace_host_metric(_metric_token(CUDA_SYNC_CATEGORY))
+    if gpu_ranks and cuda_sync not in metrics and step_times:
         # The profiler records every CUDA runtime call: on a GPU trace, no sync call is a measured 0.
-        metrics[f"trace/host_{CUDA_SYNC_CATEGORY}_pct"] = 0.0
+        metrics[cuda_sync] = 0.0
 
-    put("trace/gpu_idle_pct", [r.gpu.idle_pct for r in gpu_ranks])
-    put("trace/gpu_compute_pct", [r.gpu.compute_pct for r in gpu_ranks])
-    put("trace/gpu_non_compute_pct", [r.gpu.non_compute_pct for r in gpu_ranks])
-    put("trace/gpu_kernel_time_ms", [r.gpu.kernel_time_us / 1000 for r in gpu_ranks])
-    put("trace/gpu_communication_pct", [communication_pct(r) for r in gpu_ranks])
-    put("trace/gpu_communication_exposed_pct", [exposed_communication_pct(r) for r in gpu_ranks])
+    put(names.TRACE_GPU_IDLE, [g.idle_pct for g in gpus])
+    put(names.TRACE_GPU_COMPUTE, [g.compute_pct for g in gpus])
+    put(names.TRACE_GPU_NON_COMPUTE, [g.non_compute_pct for g in gpus])
+    put(names.TRACE_GPU_KERNEL_TIME_MS, [g.kernel_time_us / 1000 for g in gpus])
+    put(names.TRACE_GPU_COMMUNICATION, [communication_pct(r) for r in gpu_ranks])
+    put(names.TRACE_GPU_COMMUNICATION_EXPOSED, [exposed_communication_pct(r) for r in gpu_ranks])
     host_wait_shares = [host_wait_share_of_idle(r) for r in gpu_ranks]
-    put("trace/gpu_idle_host_wait_pct", [None if s is None else 100.0 * s for s in host_wait_shares])
-    put("trace/gpu_reduced_precision_kernel_pct", [r.gpu.reduced_precision_kernel_pct for r in gpu_ranks])
+    put(names.TRACE_GPU_IDLE_HOST_WAIT, [None if s is None else 100.0 * s for s in host_wait_shares])
+    put(names.TRACE_GPU_REDUCED_PRECISION, [g.reduced_precision_kernel_pct for g in gpus])
     for cause in IDLE_CAUSES:
         put(names.gpu_idle_cause_metric(cause),
             [row.pct for r in gpu_ranks for row in r.gpu_idle_by_cause if row.cause == cause])
 
     for device in ("cuda", "cpu"):
-        with_memory = [r for r in ranks if r.memory is not None and r.memory.device == device]
+        memories = [r.memory for r in ranks if r.memory is not None and r.memory.device == device]
         prefix = "gpu" if device == "cuda" else "cpu"
-        if with_memory:
-            metrics[f"trace/{prefix}_memory_peak_allocated_gib"] = max(
-                r.memory.peak_allocated_bytes for r in with_memory) / 2**30
-            reserved = [r.memory.peak_reserved_bytes for r in with_memory if r.memory.peak_reserved_bytes is not None]
+        if memories:
+            metrics[names.trace_memory_metric(prefix, "peak_allocated_gib")] = max(
+                m.peak_allocated_bytes for m in memories) / 2**30
+            reserved = [m.peak_reserved_bytes for m in memories if m.peak_reserved_bytes is not None]
             if reserved:
-                metrics[f"trace/{prefix}_memory_peak_reserved_gib"] = max(reserved) / 2**30
-            put(f"trace/{prefix}_memory_growth_mib_per_step",
-                [None if r.memory.growth_bytes_per_step is None else r.memory.growth_bytes_per_step / 2**20
-                 for r in with_memory])
+                metrics[names.trace_memory_metric(prefix, "peak_reserved_gib")] = max(reserved) / 2**30
+            put(names.trace_memory_metric(prefix, "growth_mib_per_step"),
+                [None if m.growth_bytes_per_step is None else m.growth_bytes_per_step / 2**20
+                 for m in memories])
     return metrics
 
 

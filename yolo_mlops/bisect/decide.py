@@ -38,12 +38,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy.special import stdtr, stdtrit
 
-BAD, GOOD, INCONCLUSIVE = "bad", "good", "inconclusive"
-REGRESSION, NO_REGRESSION = "regression", "no_regression"
+Verdict = Literal["bad", "good", "inconclusive", "regression", "no_regression"]  # of a step; of the premise
+BAD: Verdict = "bad"
+GOOD: Verdict = "good"
+INCONCLUSIVE: Verdict = "inconclusive"
+REGRESSION: Verdict = "regression"
+NO_REGRESSION: Verdict = "no_regression"
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class Noise:
 
 @dataclass(frozen=True)
 class Decision:
-    verdict: str  # bad | good | inconclusive (step), regression | no_regression (premise)
+    verdict: Verdict  # bad | good | inconclusive (step), regression | no_regression (premise)
     shift: float  # candidate (bad) minus good, log units
     threshold: float  # what the shift was compared with (D/2 at a step; log(1 + min_effect) at the premise)
     t: float

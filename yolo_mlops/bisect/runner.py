@@ -26,21 +26,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import yaml
 
-from yolo_mlops import tracking
 from yolo_mlops.bisect import decide, git
 from yolo_mlops.bisect.decide import Decision, Settings
 from yolo_mlops.bisect.git import Commit
+from yolo_mlops.config import RunSpec, build_run_spec
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.run.config import RunSpec, build_run_spec
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import connection, names, queries, run_end, writes
+
+if TYPE_CHECKING:
+    from yolo_mlops.trends.attribution import Attribution
 
 DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # where series are looked up (the nightly benchmark's)
 DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
-FIRST_BAD, NO_REGRESSION, INCONCLUSIVE = "first_bad", "no_regression", "inconclusive"  # yolo_mlops.bisect.result
+Outcome = Literal["first_bad", "no_regression", "inconclusive"]  # tag names.BISECT_RESULT
+FIRST_BAD: Outcome = "first_bad"
+NO_REGRESSION: Outcome = "no_regression"
+INCONCLUSIVE: Outcome = "inconclusive"
+Role = Literal["candidate", "good"]  # tag names.BISECT_ROLE: the side of a step a profiled run measured
 NO_REGRESSION_LINE = "no regression between good and bad"
 RUN_ID_MARK = "BISECT_RUN_ID="
 UNSUPPORTED_MARK = "BISECT_DRIVER_UNSUPPORTED"
@@ -52,19 +59,22 @@ def _stop(number, frame):
     raise KeyboardInterrupt(signal.Signals(number).name)
 signal.signal(signal.SIGTERM, _stop)
 try:
-    from yolo_mlops import tracking
     from yolo_mlops.run import pipeline
-    from yolo_mlops.run.config import load_run_spec
-    steps = (pipeline.prepare, pipeline.train, pipeline.analyse, pipeline.track, pipeline.RunSalvage,
-             tracking.run_guard, tracking.client)
+    from yolo_mlops.config import load_run_spec
+    try:
+        from yolo_mlops.tracking.connection import client
+        from yolo_mlops.tracking.run_end import run_guard
+    except ImportError:  # code from before tracking/ had these modules: the package itself forwarded both
+        from yolo_mlops.tracking import client, run_guard
+    steps = (pipeline.prepare, pipeline.train, pipeline.analyse, pipeline.track, pipeline.RunSalvage)
 except (ImportError, AttributeError) as exc:
     print("{UNSUPPORTED_MARK}", exc, flush=True)
     sys.exit(3)
 spec = load_run_spec(sys.argv[1])
 prepared = pipeline.prepare(spec)
 print("{RUN_ID_MARK}" + prepared.run_id, flush=True)
-mlflow = tracking.client()
-with tracking.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
+mlflow = client()
+with run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
     outcome = pipeline.train(prepared)
     analysis = pipeline.analyse(prepared, outcome)
     pipeline.track(prepared, outcome, analysis)
@@ -114,7 +124,7 @@ class BisectPlan:
 class ProfiledRun:
     commit: Commit
     step: int
-    role: str  # candidate | good
+    role: Role
     run_id: str
     value: float  # the metric
     slowness: float  # log value (minus log for higher-is-better metrics)
@@ -128,14 +138,14 @@ class StepRecord:
     candidate_runs: list[ProfiledRun]
     good_runs: list[ProfiledRun]
 
-    def median(self, role: str) -> float:
+    def median(self, role: Role) -> float:
         runs = self.candidate_runs if role == "candidate" else self.good_runs
         return float(np.median([r.value for r in runs]))
 
 
 @dataclass
 class BisectResult:
-    result: str  # first_bad | no_regression | inconclusive
+    result: Outcome
     parent_run_id: str
     good: Commit
     bad: Commit
@@ -147,7 +157,7 @@ class BisectResult:
     shift: tuple[float, float, float] | None = None  # relative change of the metric, 95% interval
     good_value: float | None = None
     bad_value: float | None = None
-    attribution: object | None = None  # trends.attribution.Attribution
+    attribution: Attribution | None = None
     runs: int = 0
     wall_s: float = 0.0
     install_s: dict[str, float] = field(default_factory=dict)
@@ -178,7 +188,7 @@ def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
     good, bad = git.resolve(repo, request.good), git.resolve(repo, request.bad)
     commits = git.commit_range(repo, good, bad)
     git.check_clean(repo)
-    mlflow = mlflow or tracking.client()
+    mlflow = mlflow or connection.client()
     run, history = _workload(mlflow, request)
     spec = workload_spec(mlflow, run)
     from yolo_mlops.trends.history import record_from_run
@@ -195,14 +205,16 @@ def _workload(mlflow, request: BisectRequest):
     from yolo_mlops.trends.history import find_series, group_series, load_history, record_from_run
 
     if request.run_id is not None:
-        run = tracking.find_run(mlflow, request.run_id)
+        run = queries.find_run(mlflow, request.run_id)
         if run is None:
-            raise ConfigError(f"no MLflow run {request.run_id!r} in {tracking.tracking_uri()}")
+            raise ConfigError(f"no MLflow run {request.run_id!r} in {connection.tracking_uri()}")
         record = record_from_run(run)
         if record is None:
             return run, []
         grouped = group_series(load_history(mlflow, [run.info.experiment_id]))
         return run, grouped.get(record.series, [])
+    if request.series is None:  # prepare() lets no request through without a run or a series
+        raise ConfigError("bisect needs one workload: --run RUN_ID or --series KEY")
     grouped = trends.load_experiment_series(mlflow, request.experiment)
     matches = find_series(grouped, request.series)
     if not matches:
@@ -211,14 +223,14 @@ def _workload(mlflow, request: BisectRequest):
     if len(matches) > 1:
         raise ConfigError(f"series {request.series!r} is ambiguous: {', '.join(matches)}")
     history = grouped[matches[0]]
-    run = tracking.find_run(mlflow, history[-1].run_id)
+    run = queries.find_run(mlflow, history[-1].run_id)
     return run, history
 
 
 def workload_spec(mlflow, run) -> RunSpec:
     """The RunSpec a run logged (`run_spec.yaml`), else rebuilt from its params (fields the params do not
     hold, such as train_args, take their defaults)."""
-    text = tracking.load_artifact_text(mlflow, run.info.run_id, names.RUN_SPEC_YAML)
+    text = queries.load_artifact_text(mlflow, run.info.run_id, names.RUN_SPEC_YAML)
     if text is not None:
         try:
             return build_run_spec(yaml.safe_load(text) or {})
@@ -235,7 +247,7 @@ def spec_from_params(params: dict[str, str], tags: dict[str, str], run_id: str) 
         return int(value) if value not in (None, "none", "None") else None
 
     try:
-        fields = {"model": params[p + "model"], "imgsz": num(p + "imgsz"), "batch": num(p + "batch"),
+        fields: dict[str, Any] = {"model": params[p + "model"], "imgsz": num(p + "imgsz"), "batch": num(p + "batch"),
                   "workers": num(p + "workers"), "seed": num(p + "seed") or 0, "max_steps": num(p + "max_steps"),
                   "device": params.get(p + "device"), "variant": params.get(p + "variant", "baseline"),
                   "val": params.get(p + "val", "True") == "True",
@@ -306,7 +318,7 @@ class _Runner:
 
         self.device = resolve_device(plan.spec.device)
 
-    def spec_file(self, commit: Commit, step: int, role: str) -> Path:
+    def spec_file(self, commit: Commit, step: int, role: Role) -> Path:
         spec = self.plan.spec
         # only what differs from the defaults: older commits' RunSpecs refuse fields they do not know
         fields = spec.model_dump(mode="json", exclude_defaults=True)
@@ -317,7 +329,7 @@ class _Runner:
         path.write_text(yaml.safe_dump(fields, sort_keys=False))
         return path
 
-    def run(self, commit: Commit, step: int, role: str) -> ProfiledRun:
+    def run(self, commit: Commit, step: int, role: Role) -> ProfiledRun:
         site = self.installs.site(commit)
         spec_path = self.spec_file(commit, step, role)
         self.count += 1
@@ -338,7 +350,7 @@ class _Runner:
         if code != 0 or run_id is None:
             raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): "
                             f"{_tail(output)}")
-        stored = tracking.find_run(self.mlflow, run_id)
+        stored = queries.find_run(self.mlflow, run_id)
         value = stored.data.metrics.get(self.plan.request.metric) if stored is not None else None
         if value is None or not value > 0:
             raise RunFailed(f"run {run_id} of commit {commit.short} logged no positive {self.plan.request.metric}")
@@ -348,17 +360,17 @@ class _Runner:
         return ProfiledRun(commit, step, role, run_id, value, slowness)
 
     def _end_if_running(self, run_id: str, reason: str) -> None:
-        stored = tracking.find_run(self.mlflow, run_id)
+        stored = queries.find_run(self.mlflow, run_id)
         if stored is not None and stored.info.status == "RUNNING":
-            tracking.finish_failed_run(self.mlflow, run_id, "FAILED", reason)
+            run_end.finish_failed_run(self.mlflow, run_id, "FAILED", reason)
 
     def end_children(self) -> None:
-        for child in tracking.child_runs(self.mlflow, self.parent_id):
+        for child in queries.child_runs(self.mlflow, self.parent_id):
             if child.status == "RUNNING":
-                tracking.finish_failed_run(self.mlflow, child.run_id, "FAILED", "the bisection ended before this run")
+                run_end.finish_failed_run(self.mlflow, child.run_id, "FAILED", "the bisection ended before this run")
 
     def pairs(self, step: int, candidate: Commit, runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
-              role: str = "candidate") -> decide.Measure:
+              role: Role = "candidate") -> decide.Measure:
         """Interleaved pairs: good then candidate, candidate then good, ... (a linear drift cancels)."""
         good = self.plan.good
 
@@ -408,19 +420,19 @@ def _tail(output: str) -> str:
 
 def run(plan: BisectPlan, mlflow=None, hold: Hold = _no_hold, log: Callable[[str], None] = print) -> BisectResult:
     """Premise, then bisection steps; everything recorded under one parent run."""
-    mlflow = mlflow or tracking.client()
+    mlflow = mlflow or connection.client()
     r = plan.request
     tags = {names.RUN_KIND: names.RUN_KIND_BISECT, names.BISECT_GOOD: plan.good.hash, names.BISECT_BAD: plan.bad.hash,
             names.BISECT_WORKLOAD_RUN: plan.workload_run, names.BISECT_REPO: str(plan.repo)}
-    params = {names.BISECT_PARAM + k: v for k, v in (
+    params = {names.BISECT_PARAM + k: str(v) for k, v in (
         ("repeats", r.repeats), ("max_repeats", r.max_repeats), ("alpha", r.alpha), ("min_effect", r.min_effect),
         ("metric", r.metric), ("commits", len(plan.commits)))}
-    parent_id = tracking.create_run(mlflow, r.bisect_experiment, f"bisect {plan.good.short}..{plan.bad.short}",
+    parent_id = writes.create_run(mlflow, r.bisect_experiment, f"bisect {plan.good.short}..{plan.bad.short}",
                                     tags, params)
     t0 = time.perf_counter()
     log(f"bisect {plan.good.short}..{plan.bad.short}: {len(plan.commits)} commits, workload {plan.workload_label} "
         f"(run {plan.workload_run}); parent run {parent_id}")
-    with tracking.run_guard(mlflow, parent_id), git.Installs(plan.repo) as installs:
+    with run_end.run_guard(mlflow, parent_id), git.Installs(plan.repo) as installs:
         runner = _Runner(plan, mlflow, parent_id, installs, hold, log)
         try:
             result = _bisect(plan, runner, parent_id)
@@ -428,7 +440,7 @@ def run(plan: BisectPlan, mlflow=None, hold: Hold = _no_hold, log: Callable[[str
             runner.end_children()
         result.runs, result.wall_s, result.install_s = runner.count, time.perf_counter() - t0, dict(installs.install_s)
         if result.first_bad is not None:
-            result.attribution = _attribute(mlflow, result)
+            result.attribution = _attribute(mlflow, result.steps, result.first_bad)
         result.report = report(plan, result)
         _log_parent(mlflow, parent_id, result)
     return result
@@ -484,15 +496,15 @@ def _slowness(runs: list[ProfiledRun]) -> list[float]:
     return [r.slowness for r in runs]
 
 
-def _attribute(mlflow, result: BisectResult):
+def _attribute(mlflow, steps: list[StepRecord], first_bad: Commit) -> Attribution:
     """Which operators moved between the good runs and the first bad commit's runs (trends' attribution)."""
     from yolo_mlops.trends.attribution import attribute_runs
     from yolo_mlops.trends.history import record_from_run
 
-    where = next((s for s in reversed(result.steps) if s.commit.hash == result.first_bad.hash), result.steps[0])
+    where = next((s for s in reversed(steps) if s.commit.hash == first_bad.hash), steps[0])
 
     def records(runs: list[ProfiledRun]) -> list:
-        found = [record_from_run(tracking.find_run(mlflow, r.run_id)) for r in runs]
+        found = [record_from_run(queries.find_run(mlflow, r.run_id)) for r in runs]
         return [x for x in found if x is not None]
 
     return attribute_runs(mlflow, records(where.good_runs), records(where.candidate_runs))
@@ -508,8 +520,8 @@ def _log_parent(mlflow, parent_id: str, result: BisectResult) -> None:
     if result.shift is not None:
         metrics.update({names.BISECT_SHIFT_PCT: 100 * result.shift[0], names.BISECT_SHIFT_CI_LOW: 100 * result.shift[1],
                         names.BISECT_SHIFT_CI_HIGH: 100 * result.shift[2]})
-    tracking.log_values(mlflow, parent_id, tags=tags, metrics=metrics)
-    tracking.log_text(mlflow, parent_id, result.report, names.BISECT_REPORT_MD)
+    writes.log_values(mlflow, parent_id, tags=tags, metrics=metrics)
+    writes.log_text(mlflow, parent_id, result.report, names.BISECT_REPORT_MD)
 
 
 # report -----------------------------------------------------------------------------------------------------
@@ -536,12 +548,15 @@ def report(plan: BisectPlan, result: BisectResult) -> str:
                      f"{premise.n_candidate}+{premise.n_good} runs; not slower beyond noise by at least "
                      f"{100 * plan.request.min_effect:g}%; nothing bisected")
     elif result.result == INCONCLUSIVE:
-        last = result.steps[-1]
+        last, good, bad = result.steps[-1], result.last_good, result.first_known_bad
+        if good is None or bad is None:  # _bisect sets the narrowed range with the inconclusive result
+            raise ValueError("an inconclusive bisection result lacks its narrowed range")
         lines.append(f"inconclusive: step {last.step} (commit {last.commit.short}) stayed undecided after "
                      f"{len(last.candidate_runs)} runs a side; the first bad commit is after "
-                     f"{result.last_good.short} and at or before {result.first_known_bad.short}: "
-                     f"`git log {result.last_good.short}..{result.first_known_bad.short}`")
+                     f"{good.short} and at or before {bad.short}: `git log {good.short}..{bad.short}`")
     else:
+        if result.first_bad is None or result.shift is None:  # _bisect sets both with the first_bad result
+            raise ValueError("a first_bad bisection result lacks its commit or its shift")
         change, low, high = result.shift
         lines.append(f"first bad commit: {result.first_bad.hash} {result.first_bad.subject}")
         lines.append(f"{metric}: {fmt(result.good_value)} -> {fmt(result.bad_value)} (medians), "

@@ -59,24 +59,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _drop_prefect_traceback(record) -> bool:
-    """Prefect's engine logs a failing flow's whole traceback to the console; the CLI reports the failure
-    in one line and keeps the traceback in the run folder, and Prefect's API log handler (which runs
-    before the console one) still sends it to the Prefect UI."""
-    if record.exc_info and record.name.startswith("prefect"):
-        record.exc_info, record.exc_text = None, None
-    return True
-
-
-def quiet_prefect_tracebacks() -> None:
-    """Drop tracebacks from Prefect's console output (call after importing prefect, which sets up logging)."""
-    import logging
-
-    for handler in logging.getLogger().handlers:
-        if type(handler).__name__ == "PrefectConsoleHandler" and _drop_prefect_traceback not in handler.filters:
-            handler.addFilter(_drop_prefect_traceback)
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for `command` alone when it is one of COMMANDS; otherwise for every command."""
     parser = argparse.ArgumentParser(prog="yolo-mlops", description=__doc__.splitlines()[0])
@@ -95,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_word(argv)).parse_args(argv)
     if args.command in FLOW_COMMANDS:  # the commands that import prefect; the others stay light (analyze)
+        from yolo_mlops.config import data_home
         from yolo_mlops.run import prefect_server
-        from yolo_mlops.run.config import data_home
 
         prefect_server.configure(data_home())  # before prefect is imported
     previous = {}
@@ -112,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"yolo-mlops: error: {exc}", file=sys.stderr)
         return 2
     except BaseException as exc:
-        prefect_server = sys.modules.get("yolo_mlops.run.prefect_server")  # imported by the flow commands
-        line = prefect_server.startup_failure(exc) if prefect_server is not None else None
+        started = sys.modules.get("yolo_mlops.run.prefect_server")  # imported by the flow commands
+        line = started.startup_failure(exc) if started is not None else None
         if line is not None:
             print(f"yolo-mlops: error: {line}", file=sys.stderr)
             return 2
@@ -135,14 +117,15 @@ def _signal_number(exc: BaseException) -> int | None:
 
 
 def _failure_line(exc: BaseException, number: int | None) -> str:
-    """The reason, what happened to the MLflow run, and where the rest is: one line."""
-    store = sys.modules.get("yolo_mlops.tracking.store")
-    end = store.ended_by(exc) if store is not None else None
+    """The reason, what happened to the MLflow run, and where the rest is: one line. A run that the exception
+    ended travels with it (`run_end.ended_by`); run_end imports no MLflow, so a light command stays light."""
+    from yolo_mlops.tracking import run_end
+
+    end = run_end.ended_by(exc)
     if end is None:
         if number is not None:
             return f"interrupted by {signal.Signals(number).name}"
-        plain = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return "error: " + (store.failure_line(exc) if store is not None else plain)
+        return "error: " + run_end.failure_line(exc)
     line = (end.reason or str(exc)) if number is not None else f"error: {end.reason or exc}"
     line += f"; {end.summary()}"
     if (end.pending or end.failures) and end.folder:

@@ -22,13 +22,39 @@ def _on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on or off, got {text!r}")
 
 
+def analyze_command(path: str, fmt: str = "text", context=None) -> str:
+    """`yolo-mlops analyze PATH [--format text|json]`: breakdowns, then the diagnosis of the trace.
+
+    `context` is a DiagnosisInput holding what the trace cannot say (AMP, batch, workers, ...); its
+    `analysis` is filled in here. The rules and thresholds are the ones a profiled run uses."""
+    from dataclasses import replace
+
+    from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose, headline
+    from yolo_mlops.analysis.model import json_text
+    from yolo_mlops.analysis.render_text import render_text
+    from yolo_mlops.analysis.trace_analysis import analyze_traces
+
+    if fmt not in ("text", "json"):
+        raise ValueError(f"unknown format {fmt!r}: expected 'text' or 'json'")
+    analysis = analyze_traces(path)
+    findings = diagnose(replace(context or DiagnosisInput(), analysis=analysis))
+    if fmt == "json":
+        doc = analysis.to_dict()
+        doc["findings"] = [f.to_dict() for f in findings]
+        doc["headline"] = headline(findings)
+        return json_text(doc) + "\n"
+    lines = [render_text(analysis), "findings (largest estimated saving first):"]
+    lines += [f"  {f.line()}" for f in findings] or ["  none: no rule fired"]
+    lines += ["", headline(findings)]
+    return "\n".join(lines) + "\n"
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     if "numpy" not in sys.modules:
         # The analysis does no linear algebra: without this, importing numpy starts OpenBLAS' thread pool
         # (one thread per core), about 40% of the import's CPU time. A user's own setting wins.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from yolo_mlops.analysis.diagnosis import DiagnosisInput
-    from yolo_mlops.analysis.trace_analysis import analyze_command
     from yolo_mlops.analysis.trace_loader import TraceError
 
     context = DiagnosisInput(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from yolo_mlops.tracking import names
+
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops.bisect import runner
@@ -19,14 +21,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         experiment=args.experiment, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
         max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect)
     runner.prepare(request)  # bad input fails here, in one line, before Prefect starts
+    from yolo_mlops.config import data_home
     from yolo_mlops.run import prefect_server
-    from yolo_mlops.run.config import data_home
 
     prefect_server.configure(data_home())  # before prefect is imported, as for the other flow commands
     from yolo_mlops.run.prefect_session import detach_temporary_server
 
     detach_temporary_server()
-    from yolo_mlops.cli import quiet_prefect_tracebacks
+    from yolo_mlops.cli.prefect_output import quiet_prefect_tracebacks
     from yolo_mlops.flows.bisect import bisect
 
     quiet_prefect_tracebacks()
@@ -56,7 +58,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs a side per step at the first look (default 3)")
     p.add_argument("--max-repeats", type=int, default=6,
                    help="runs a side before a step is called inconclusive (default 6)")
-    p.add_argument("--metric", default="perf/step_time_ms_p50", help="watched metric (default perf/step_time_ms_p50)")
+    p.add_argument("--metric", default=names.STEP_TIME_P50, help=f"watched metric (default {names.STEP_TIME_P50})")
     p.add_argument("--alpha", type=float, default=0.01, help="error bound of each decision (default 0.01)")
     p.add_argument("--min-effect", type=float, default=0.05,
                    help="smallest slowdown the premise calls a regression, a fraction (default 0.05)")

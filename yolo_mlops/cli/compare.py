@@ -79,16 +79,16 @@ def _compare_traces(a: str, b: str):
 
 
 def _compare_runs(a: str, b: str):
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection, queries
     from yolo_mlops.trends.attribution import attribute, profile_from_run
     from yolo_mlops.trends.history import record_from_run
 
-    mlflow = store.client()
+    mlflow = connection.client()
     records = []
     for run_id in (a, b):
-        run = store.find_run(mlflow, run_id)
+        run = queries.find_run(mlflow, run_id)
         if run is None:
-            raise ConfigError(f"no MLflow run {run_id!r} in {store.tracking_uri()}")
+            raise ConfigError(f"no MLflow run {run_id!r} in {connection.tracking_uri()}")
         record = record_from_run(run)
         if record is None:
             raise ConfigError(f"run {run_id} is not a yolo-mlops profiled run (no series tag or params)")
@@ -110,12 +110,12 @@ def _compare_runs(a: str, b: str):
 def _log_diff(run_id: str, result) -> None:
     import pandas as pd
 
-    from yolo_mlops.tracking import names, store
+    from yolo_mlops.tracking import connection, names, writes
 
     frame = pd.DataFrame([{"kind": c.kind, "name": c.name, "a_ms_per_step": c.before_ms,
                            "b_ms_per_step": c.after_ms, "delta_ms_per_step": c.delta_ms,
                            "share_of_step_delta_pct": c.share_pct} for c in result.contributions])
-    store.log_table(store.client(), run_id, frame, names.COMPARE_TABLE)
+    writes.log_table(connection.client(), run_id, frame, names.COMPARE_TABLE)
 
 
 def register(sub) -> None:

@@ -14,7 +14,7 @@ from yolo_mlops.errors import ConfigError
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection
     from yolo_mlops.trends import fleet
 
     if args.plot is not None and not args.plot.parent.is_dir():
@@ -24,7 +24,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     if not 0 <= args.min_effect < 10:
         raise ConfigError(f"--min-effect {args.min_effect}: must be a fraction >= 0 (0.03 = 3%)")
     settings = fleet.FleetSettings(max_pvalue=args.max_pvalue, min_effect=args.min_effect)
-    report = fleet.load_fleet(store.client(), args.experiment, settings)
+    report = fleet.load_fleet(connection.client(), args.experiment, settings)
     if args.format == "json":
         print(json.dumps(fleet.to_json(report), indent=2))
     elif not report.workloads:

@@ -47,7 +47,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None):
-    from yolo_mlops.run.config import build_run_spec, deep_merge, load_run_spec
+    from yolo_mlops.config import build_run_spec, deep_merge, load_run_spec
 
     overrides: dict[str, Any] = {}
     if getattr(args, "max_steps", None) is not None and getattr(args, "epochs", None) is None and defaults:
@@ -78,17 +78,18 @@ def demo_defaults() -> dict[str, Any]:
 
 
 def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> int:
-    from yolo_mlops import tracking
     from yolo_mlops.run import preflight
 
     spec = spec_from_args(args, defaults)
     preflight.check(spec)  # bad input fails here, in one line, before Prefect or MLflow start
-    from yolo_mlops.cli import quiet_prefect_tracebacks
+    from yolo_mlops.cli.prefect_output import quiet_prefect_tracebacks
     from yolo_mlops.flows.profile_training import profile_training
 
     quiet_prefect_tracebacks()
     result = profile_training(spec)
-    print(f"\nMLflow run {result.run_id} ({tracking.tracking_uri()})")
+    from yolo_mlops.tracking import connection, queries
+
+    print(f"\nMLflow run {result.run_id} ({connection.tracking_uri()})")
     for key in sorted(result.metrics):
         print(f"  {key:<36} {result.metrics[key]:>12.4g}")
     from yolo_mlops.analysis.diagnosis import headline
@@ -96,7 +97,7 @@ def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None
     for f in result.findings:
         print(f"  finding {f.line()}")
     print(f"\n{headline(result.findings)}")
-    print(f"\nOpen the MLflow UI:  {tracking.ui_command()}\n  then {result.run_url}")
+    print(f"\nOpen the MLflow UI:  {queries.ui_command()}\n  then {result.run_url}")
     return 0
 
 

@@ -94,7 +94,10 @@ def _sweep_plan(args: argparse.Namespace, names: list[str]):
                              machines=target.machines if target else None, isolation=args.isolation)
     if target is None:
         preflight.check(spec)
-    for lane_limit in sorted({lane.limit for lane in plan.lanes if lane.limit} or {plan.concurrency_limit} - {None}):
+    limits = {lane.limit for lane in plan.lanes if lane.limit}
+    if not limits and plan.concurrency_limit is not None:
+        limits = {plan.concurrency_limit}
+    for lane_limit in sorted(limits):
         gpu_lock.check_limit(lane_limit)
     return spec
 

@@ -9,13 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from yolo_mlops.errors import ConfigError
+from yolo_mlops.tracking import names
 
 DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
 
 
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops import trends
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection
     from yolo_mlops.trends import history, power, report
     from yolo_mlops.trends.trend import WATCHED_BY_NAME
 
@@ -30,19 +31,19 @@ def cmd_trends(args: argparse.Namespace) -> int:
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
-    mlflow = store.client()
+    mlflow = connection.client()
     grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
     if args.series is None:
         series = [trends.series_trend(runs, settings) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
-        detectable = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
+        detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
         if args.format == "json":
             print(json.dumps([{"series": t.series, "label": t.label, "runs": len(t.runs),
                                "latest_status": trends.latest_status(t),
                                "change_points": sum(len(m.changes) for m in t.metrics),
                                "drifts": [m.metric for m in t.metrics if m.drift is not None],
                                "min_detectable_shift_pct": {d.metric: _finite(d.shift_pct)
-                                                            for d in detectable[t.series]},
+                                                            for d in detectable_by_series[t.series]},
                                "repeats": _repeats(t, args.repeats)} for t in series], indent=2))
         else:
             print(f"{len(series)} series in experiment {args.experiment!r}\n")
@@ -50,8 +51,8 @@ def cmd_trends(args: argparse.Namespace) -> int:
             print("\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
                   "last level change):")
             for t in series:
-                for d in detectable[t.series]:
-                    if d.metric == "perf/step_time_ms_p50":
+                for d in detectable_by_series[t.series]:
+                    if d.metric == names.STEP_TIME_P50:
                         print(f"- {t.series}: " + report.detectable_line(d))
         return 0
     matches = history.find_series(grouped, args.series)

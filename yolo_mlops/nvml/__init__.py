@@ -6,7 +6,7 @@
     fake.py      FakeNvmlBackend: scripted readings, backend name `fake`
     null.py      NullNvmlBackend: backend `none`, no samples
     sampler.py   the background thread that polls a backend into a bounded timeline
-    summary.py   alignment to training steps, gpu/* metrics and NvmlSummary, timeline CSV + plot
+    summary.py   alignment to training steps, NvmlSummary (the gpu/* statistics), timeline CSV + plot
 
 Typical use by the training code:
 
@@ -14,8 +14,9 @@ Typical use by the training code:
     with NvmlSampler(backend, interval_s=0.2) as sampler:
         train()                                              # steps timed with perf_counter_ns
     aligned = align(sampler.timeline(), step_start_ns, step_end_ns, profiler_active)
-    summary = summarise(aligned, images_per_step)            # NvmlSummary; .metrics: {"gpu/sm_util_pct_mean": ...}
-    history = step_history(aligned)                          # [(step, "gpu/sm_util_pct", v), ...]
+    summary = summarise(aligned, images_per_step)            # NvmlSummary: summary.sm_util_pct_mean, .stats, ...
+    metrics = names.gpu_metrics(summary)                     # where it is logged: {names.gpu_metric(...): v}
+    history = step_history(aligned)                          # [(step, names.gpu_metric("sm_util_pct"), v), ...]
     paths = write_timeline(aligned, out_dir)                 # CSV + PNG + JSON -> artifacts nvml/
 """
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from yolo_mlops.nvml.backend import BackendUnavailableError
 
 try:  # nvidia-ml-py is optional at import time: without it, auto falls back to `none`.
     import pynvml
 except ImportError:  # pragma: no cover - exercised only where nvidia-ml-py is absent
-    pynvml = None  # type: ignore[assignment]
+    pynvml = None
 
 ERR_NOT_FOUND = 6  # NVML_ERROR_NOT_FOUND
 
@@ -123,7 +124,8 @@ def torch_pci_bus_ids(cuda_devices: list[int]) -> dict[int, str] | None:
             return None
         ids = {}
         for index in cuda_devices:
-            props = torch.cuda.get_device_properties(index)
+            # typed Any: torch's stubs for _CudaDeviceProperties lack the pci_* attributes
+            props: Any = torch.cuda.get_device_properties(index)
             ids[index] = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
         return ids
     except Exception:  # no torch, no driver, odd device: fall back to the environment mapping

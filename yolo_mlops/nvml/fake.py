@@ -139,7 +139,7 @@ class FakeNvmlBackend:
                 for ts in range(first, now_us + 1, period_us)]
 
     def read(self) -> list[DeviceReading]:
-        if self._start_ns is None:
+        if self._start_ns is None or self._prev_ns is None:  # start() sets both together
             raise RuntimeError("FakeNvmlBackend.read() before start()")
         poll = self._poll
         self._poll += 1

@@ -26,6 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from yolo_mlops.nvml.backend import (
     DRIVER_UTIL_METRICS,
@@ -42,7 +44,7 @@ from yolo_mlops.nvml.devices import map_cuda_devices
 try:  # nvidia-ml-py is optional at import time: without it, auto falls back to `none`.
     import pynvml
 except ImportError:  # pragma: no cover - exercised only where nvidia-ml-py is absent
-    pynvml = None  # type: ignore[assignment]
+    pynvml = None
 
 _GIB = float(1 << 30)
 
@@ -137,7 +139,7 @@ class _Device:
     handle: object
     gpm_older: object = None  # GPM sample taken at the previous poll (or at start())
     gpm_newer: object = None  # buffer the next poll fills
-    gpm_request: object = None  # reusable c_nvmlGpmMetricsGet_t
+    gpm_request: Any = None  # reusable c_nvmlGpmMetricsGet_t (a ctypes struct, untyped)
     gpm_request_metrics: tuple[str, ...] = ()
     last_seen_us: dict[str, int] = field(default_factory=dict)
     power_from_usage: bool = False  # field POWER_INSTANT unsupported -> nvmlDeviceGetPowerUsage
@@ -239,15 +241,14 @@ class PynvmlBackend:
         for dev in self._devices:
             reading = DeviceReading(dev.cuda_index, time.perf_counter_ns())
             if self.name == "gpm":
-                self._guard(reading, GPM_METRICS, lambda r, d=dev: self._read_gpm(d, r))
+                self._guard(reading, GPM_METRICS, partial(self._read_gpm, dev))
             elif self.name == "samples":
                 for metric, sample_type in SAMPLE_TYPES.items():
-                    self._guard(reading, (metric,),
-                                lambda r, d=dev, m=metric, st=sample_type: self._read_samples(d, m, st, r))
+                    self._guard(reading, (metric,), partial(self._read_samples, dev, metric, sample_type))
             else:
-                self._guard(reading, DRIVER_UTIL_METRICS, lambda r, d=dev: self._read_utilization(d, r))
-            self._guard(reading, ("power_w", "energy_j"), lambda r, d=dev: self._read_fields(d, r))
-            self._guard(reading, ("mem_used_gib", "mem_total_gib"), lambda r, d=dev: self._read_memory(d, r))
+                self._guard(reading, DRIVER_UTIL_METRICS, partial(self._read_utilization, dev))
+            self._guard(reading, ("power_w", "energy_j"), partial(self._read_fields, dev))
+            self._guard(reading, ("mem_used_gib", "mem_total_gib"), partial(self._read_memory, dev))
             for metric, query in (
                 ("sm_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
                 ("mem_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
@@ -259,7 +260,7 @@ class PynvmlBackend:
                 ("pcie_gen", lambda h: _nvml("nvmlDeviceGetCurrPcieLinkGeneration")(h)),
                 ("pcie_width", lambda h: _nvml("nvmlDeviceGetCurrPcieLinkWidth")(h)),
             ):
-                self._guard(reading, (metric,), lambda r, d=dev, m=metric, q=query: self._put(r, m, q(d.handle)))
+                self._guard(reading, (metric,), partial(self._read_query, dev, metric, query))
             readings.append(reading)
         return readings
 
@@ -269,6 +270,11 @@ class PynvmlBackend:
     def _put(self, reading: DeviceReading, metric: str, value: float) -> None:
         if metric not in self._disabled:
             reading.values[metric] = float(value)
+
+    def _read_query(self, dev: _Device, metric: str, query: Callable[[Any], float],
+                    reading: DeviceReading) -> None:
+        """One scalar NVML query of the device handle, stored as `metric`."""
+        self._put(reading, metric, query(dev.handle))
 
     def _guard(self, reading: DeviceReading, metrics: tuple[str, ...],
                read_fn: Callable[[DeviceReading], None]) -> None:

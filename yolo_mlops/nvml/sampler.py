@@ -123,8 +123,9 @@ class NvmlSampler:
         self._reported: set[str] = set()
         for note in getattr(backend, "notes", []) or []:  # e.g. device-mapping assumptions
             self._note(f"nvml backend: {note}")
-        if getattr(backend, "reason", None):  # the null backend says why there is nothing
-            self._note(f"nvml backend {backend.name}: {backend.reason}")
+        reason = getattr(backend, "reason", None)  # the null backend says why there is nothing
+        if reason:
+            self._note(f"nvml backend {backend.name}: {reason}")
         if self.interval_s != interval_s:
             self._note(f"interval raised from {interval_s:g} s to {self.interval_s:g} s "
                        f"(backend {backend.name} needs > 100 ms between GPM samples)")

@@ -1,9 +1,9 @@
 """Alignment of NVML samples to training steps, summaries, timeline files.
 
 Everything here is a pure function over plain data (numpy arrays, dataclasses) except
-write_timeline, which writes files. `summarise` gives an NvmlSummary: typed headline
-fields for code that reasons about the run (the diagnosis) and the `gpu/*` metric dict
-for MLflow. The MLflow calls themselves live in yolo_mlops.tracking.
+write_timeline, which writes files. `summarise` gives an NvmlSummary: typed statistics
+for code that reasons about the run (the diagnosis); `tracking.names.gpu_metrics` names
+them `gpu/*` for MLflow. The MLflow calls themselves live in yolo_mlops.tracking.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from yolo_mlops.nvml.backend import (
 from yolo_mlops.nvml.sampler import Timeline
 from yolo_mlops.render import new_figure, save_figure
 from yolo_mlops.tracking import names
-from yolo_mlops.tracking.names import GPU, NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
+from yolo_mlops.tracking.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
 
 TIMELINE_CSV = NVML_TIMELINE_CSV
 TIMELINE_PNG = NVML_TIMELINE_PNG
@@ -83,8 +83,8 @@ def profiler_windows_ns(step_start_ns: np.ndarray, step_end_ns: np.ndarray,
     return windows
 
 
-def align(timeline: Timeline, step_start_ns: Sequence[int], step_end_ns: Sequence[int],
-          profiler_active: Sequence[bool]) -> AlignedTimeline:
+def align(timeline: Timeline, step_start_ns: Sequence[int] | np.ndarray, step_end_ns: Sequence[int] | np.ndarray,
+          profiler_active: Sequence[bool] | np.ndarray) -> AlignedTimeline:
     """Mark every sample with its training step (index into the sequences, -1 outside any
     step) and whether the profiler was active, judged at the sample's interval midpoint.
 
@@ -148,11 +148,6 @@ def _finite_min(values: np.ndarray) -> float | None:
     return float(values[ok].min()) if ok.any() else None
 
 
-def _put(out: dict[str, float], name: str, value: float | None) -> None:
-    if value is not None and math.isfinite(value):
-        out[name] = float(value)
-
-
 def _training_duration_s(aligned: AlignedTimeline) -> float:
     if aligned.step_start_ns.size:
         return (int(aligned.step_end_ns.max()) - int(aligned.step_start_ns.min())) / 1e9
@@ -192,75 +187,98 @@ def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray)
 class NvmlSummary:
     """What the NVML sampler measured over the training span, typed.
 
-    Means are time-weighted over the sample intervals inside the training span. None means
-    "not measured" (no sampler, unsupported metric), never zero. `metrics` holds the same
-    numbers and the rest of the `gpu/*` family under their MLflow names.
+    Means are time-weighted over the sample intervals inside the training span. Absent or None means
+    "not measured" (no sampler, unsupported metric), never zero. `tracking.names.gpu_metrics` gives the
+    `gpu/*` MLflow names of everything here.
     """
 
     backend: str
     samples: int = 0
-    sm_util_pct_mean: float | None = None
-    dram_bw_util_pct_mean: float | None = None
-    gpu_util_pct_mean: float | None = None
-    tensor_util_pct_mean: float | None = None
-    mem_used_gib_max: float | None = None
-    mem_total_gib: float | None = None
-    power_w_mean: float | None = None
-    energy_j: float | None = None
+    # NVML timeline column -> statistic (mean, p95, max, min, mean_profiled, mean_unprofiled) -> value;
+    # statistic "" is the single value of a limit or capacity column (power_limit_w, mem_total_gib, ...)
+    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    # % of the training time with a clocks event: the groups "power" and "thermal", then each reason seen;
+    # None: the clocks-event reasons were not measured
+    clocks_event_pct: dict[str, float] | None = None
+    energy_j: float | None = None  # all watched GPUs over the training span
     energy_per_image_j: float | None = None
-    sm_clock_mhz_mean: float | None = None
-    sm_clock_max_mhz: float | None = None
-    power_limit_w: float | None = None
-    temp_c_max: float | None = None
-    pcie_gen: float | None = None
-    pcie_width: float | None = None
-    clocks_events: tuple[str, ...] | None = None  # reasons seen while training; None: reasons not measured
-    metrics: dict[str, float] = field(default_factory=dict)
 
-    @classmethod
-    def from_metrics(cls, backend: str, samples: int, metrics: dict[str, float]) -> NvmlSummary:
-        return cls(
-            backend=backend, samples=samples,
-            sm_util_pct_mean=metrics.get(f"{GPU}sm_util_pct_mean"),
-            dram_bw_util_pct_mean=metrics.get(f"{GPU}dram_bw_util_pct_mean"),
-            gpu_util_pct_mean=metrics.get(f"{GPU}gpu_util_pct_mean"),
-            tensor_util_pct_mean=metrics.get(f"{GPU}tensor_util_pct_mean"),
-            mem_used_gib_max=metrics.get(f"{GPU}mem_used_gib_max"),
-            mem_total_gib=metrics.get(f"{GPU}mem_total_gib"),
-            power_w_mean=metrics.get(f"{GPU}power_w_mean"),
-            energy_j=metrics.get(f"{GPU}energy_j"),
-            energy_per_image_j=metrics.get(f"{GPU}energy_per_image_j"),
-            sm_clock_mhz_mean=metrics.get(names.GPU_SM_CLOCK_MEAN),
-            sm_clock_max_mhz=metrics.get(names.GPU_SM_CLOCK_MAX),
-            power_limit_w=metrics.get(names.GPU_POWER_LIMIT),
-            temp_c_max=metrics.get(names.GPU_TEMP_MAX),
-            pcie_gen=metrics.get(names.GPU_PCIE_GEN),
-            pcie_width=metrics.get(names.GPU_PCIE_WIDTH),
-            clocks_events=(tuple(r for r in CLOCKS_EVENT_REASONS if names.clocks_event_metric(r) in metrics)
-                           if names.GPU_CLOCKS_EVENT_POWER in metrics else None),
-            metrics=dict(metrics),
-        )
+    def stat(self, column: str, statistic: str = "") -> float | None:
+        return self.stats.get(column, {}).get(statistic)
+
+    @property
+    def sm_util_pct_mean(self) -> float | None:
+        return self.stat("sm_util_pct", "mean")
+
+    @property
+    def dram_bw_util_pct_mean(self) -> float | None:
+        return self.stat("dram_bw_util_pct", "mean")
+
+    @property
+    def gpu_util_pct_mean(self) -> float | None:
+        return self.stat("gpu_util_pct", "mean")
+
+    @property
+    def tensor_util_pct_mean(self) -> float | None:
+        return self.stat("tensor_util_pct", "mean")
+
+    @property
+    def mem_used_gib_max(self) -> float | None:
+        return self.stat("mem_used_gib", "max")
+
+    @property
+    def mem_total_gib(self) -> float | None:
+        return self.stat("mem_total_gib")
+
+    @property
+    def power_w_mean(self) -> float | None:
+        return self.stat("power_w", "mean")
+
+    @property
+    def sm_clock_mhz_mean(self) -> float | None:
+        return self.stat("sm_clock_mhz", "mean")
+
+    @property
+    def sm_clock_max_mhz(self) -> float | None:
+        return self.stat("sm_clock_max_mhz")
+
+    @property
+    def power_limit_w(self) -> float | None:
+        return self.stat("power_limit_w")
+
+    @property
+    def temp_c_max(self) -> float | None:
+        return self.stat("temp_c", "max")
+
+    @property
+    def pcie_gen(self) -> float | None:
+        return self.stat("pcie_gen")
+
+    @property
+    def pcie_width(self) -> float | None:
+        return self.stat("pcie_width")
+
+    @property
+    def clocks_events(self) -> tuple[str, ...] | None:
+        """Clocks-event reasons seen while training; None: reasons not measured."""
+        if self.clocks_event_pct is None:
+            return None
+        return tuple(r for r in CLOCKS_EVENT_REASONS if r in self.clocks_event_pct)
 
 
 def summarise(aligned: AlignedTimeline,
               images_per_step: float | Sequence[float] | np.ndarray | None) -> NvmlSummary:
-    """The run's NVML summary: typed headline fields plus the `gpu/*` metrics (see summary_metrics)."""
-    tl = aligned.timeline
-    return NvmlSummary.from_metrics(tl.backend, len(tl), summary_metrics(aligned, images_per_step))
+    """The run's NVML summary over the training span, time-weighted by sample interval.
 
-
-def summary_metrics(aligned: AlignedTimeline,
-                    images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
-    """`gpu/*` headline metrics over the training span, time-weighted by sample interval.
-
-    Only metrics that were measured appear; the null backend (no rows) gives {}.
+    Only what was measured appears; the null backend (no rows) gives an empty summary.
     `images_per_step` counts images per step over all watched GPUs: one number for every
     step, or one entry per step (e.g. StepTimes.images, for a short last batch).
     """
     tl = aligned.timeline
     if len(tl) == 0:
-        return {}
-    out: dict[str, float] = {}
+        return NvmlSummary(tl.backend)
+    stats: dict[str, dict[str, float]] = {}
+    clocks: dict[str, float] | None = None
     weights_s = tl.interval_ns.astype(np.float64) / 1e9
     rows = aligned.in_training
     w_rows = np.where(rows, weights_s, 0.0)
@@ -268,57 +286,83 @@ def summary_metrics(aligned: AlignedTimeline,
     w_unprofiled = np.where(rows & ~aligned.profiler_active, weights_s, 0.0)
 
     for metric, column in tl.columns.items():
+        put = _putter(stats, metric)
         if metric in _UTIL_METRICS:
-            _put(out, f"{GPU}{metric}_mean", weighted_mean(column, w_rows))
-            _put(out, f"{GPU}{metric}_p95", weighted_quantile(column, w_rows, 0.95))
-            _put(out, f"{GPU}{metric}_max", _finite_max(column[rows]))
+            put("mean", weighted_mean(column, w_rows))
+            put("p95", weighted_quantile(column, w_rows, 0.95))
+            put("max", _finite_max(column[rows]))
             if aligned.step_start_ns.size:
-                _put(out, f"{GPU}{metric}_mean_profiled", weighted_mean(column, w_profiled))
-                _put(out, f"{GPU}{metric}_mean_unprofiled", weighted_mean(column, w_unprofiled))
+                put("mean_profiled", weighted_mean(column, w_profiled))
+                put("mean_unprofiled", weighted_mean(column, w_unprofiled))
         elif metric == "mem_used_gib":
-            _put(out, f"{GPU}mem_used_gib_mean", weighted_mean(column, w_rows))
-            _put(out, f"{GPU}mem_used_gib_max", _finite_max(column[rows]))
-        elif metric == "mem_total_gib":
-            _put(out, f"{GPU}mem_total_gib", _finite_max(column[rows]))
+            put("mean", weighted_mean(column, w_rows))
+            put("max", _finite_max(column[rows]))
+        elif metric in ("mem_total_gib", "sm_clock_max_mhz"):  # capacities: the largest seen
+            put("", _finite_max(column[rows]))
         elif metric == "power_w":
-            _put(out, f"{GPU}power_w_mean", weighted_mean(column, w_rows))
-            _put(out, f"{GPU}power_w_p95", weighted_quantile(column, w_rows, 0.95))
-            _put(out, f"{GPU}power_w_max", _finite_max(column[rows]))
+            put("mean", weighted_mean(column, w_rows))
+            put("p95", weighted_quantile(column, w_rows, 0.95))
+            put("max", _finite_max(column[rows]))
         elif metric in ("sm_clock_mhz", "mem_clock_mhz"):
-            _put(out, f"{GPU}{metric}_mean", weighted_mean(column, w_rows))
-            _put(out, f"{GPU}{metric}_min", _finite_min(column[rows]))
+            put("mean", weighted_mean(column, w_rows))
+            put("min", _finite_min(column[rows]))
         elif metric == "temp_c":
-            _put(out, f"{GPU}temp_c_mean", weighted_mean(column, w_rows))
-            _put(out, f"{GPU}temp_c_max", _finite_max(column[rows]))
+            put("mean", weighted_mean(column, w_rows))
+            put("max", _finite_max(column[rows]))
         elif metric == "clocks_event_mask":
-            measured = np.isfinite(column)
-            masks = np.where(measured, column, 0).astype(np.int64)
-            for name, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
-                share = weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w_rows)
-                _put(out, f"{GPU}clocks_event_{name}_pct", share)
-            for reason, bit in CLOCKS_EVENT_REASONS.items():  # each reason seen while training, by name
-                share = weighted_mean(np.where(measured, ((masks & bit) != 0) * 100.0, np.nan), w_rows)
-                if share:
-                    _put(out, names.clocks_event_metric(reason), share)
-        elif metric == "sm_clock_max_mhz":
-            _put(out, names.GPU_SM_CLOCK_MAX, _finite_max(column[rows]))
+            clocks = _clocks_event_pct(column, w_rows)
         elif metric in ("power_limit_w", "pcie_gen", "pcie_width"):  # the tightest limit / narrowest link seen
-            _put(out, f"{GPU}{metric}", _finite_min(column[rows]))
+            put("", _finite_min(column[rows]))
 
-    energy = _energy_j(aligned, rows, weights_s)
-    _put(out, f"{GPU}energy_j", energy)
+    energy = _finite(_energy_j(aligned, rows, weights_s))
     images = _total_images(images_per_step, int(aligned.step_start_ns.size))
-    if energy is not None and images:
-        _put(out, f"{GPU}energy_per_image_j", energy / images)
+    per_image = _finite(energy / images) if energy is not None and images else None
+    return NvmlSummary(tl.backend, len(tl), stats, clocks, energy, per_image)
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _putter(stats: dict[str, dict[str, float]], column: str):
+    """Store one statistic of `column` when it was measured (finite)."""
+    def put(statistic: str, value: float | None) -> None:
+        finite = _finite(value)
+        if finite is not None:
+            stats.setdefault(column, {})[statistic] = finite
+    return put
+
+
+def _clocks_event_pct(column: np.ndarray, w_rows: np.ndarray) -> dict[str, float] | None:
+    """% of the training time with a power / thermal clocks event, then each reason seen, by name."""
+    measured = np.isfinite(column)
+    masks = np.where(measured, column, 0).astype(np.int64)
+    out: dict[str, float] = {}
+    for group, bits in (("power", CLOCKS_EVENT_POWER_BITS), ("thermal", CLOCKS_EVENT_THERMAL_BITS)):
+        share = _finite(weighted_mean(np.where(measured, ((masks & bits) != 0) * 100.0, np.nan), w_rows))
+        if share is not None:
+            out[group] = share
+    if not out:
+        return None
+    for reason, bit in CLOCKS_EVENT_REASONS.items():
+        share = _finite(weighted_mean(np.where(measured, ((masks & bit) != 0) * 100.0, np.nan), w_rows))
+        if share:
+            out[reason] = share
     return out
+
+
+def summary_metrics(aligned: AlignedTimeline,
+                    images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
+    """`summarise` under the `gpu/*` MLflow names (tracking.names.gpu_metrics); the null backend gives {}."""
+    return names.gpu_metrics(summarise(aligned, images_per_step))
 
 
 def _total_images(images_per_step: float | Sequence[float] | np.ndarray | None, n_steps: int) -> float:
     if images_per_step is None or n_steps == 0:
         return 0.0
-    if np.ndim(images_per_step) == 0:
-        return float(images_per_step) * n_steps
     per_step = np.asarray(images_per_step, dtype=np.float64)
+    if per_step.ndim == 0:  # one count for every step
+        return float(per_step) * n_steps
     if per_step.size != n_steps:
         raise ValueError(f"images_per_step has {per_step.size} entries for {n_steps} steps")
     return float(per_step.sum())
@@ -351,7 +395,7 @@ def step_history(aligned: AlignedTimeline) -> list[tuple[int, str, float]]:
     for step in np.unique(aligned.step[in_step]):
         for metric, (weighted, weight) in means.items():
             if weight[step] > 0:
-                out.append((int(step), f"{GPU}{metric}", float(weighted[step] / weight[step])))
+                out.append((int(step), names.gpu_metric(metric), float(weighted[step] / weight[step])))
     return out
 
 

@@ -103,8 +103,10 @@ class StepTimer:
             self._iteration_start = self._batch_at
 
     def batch_end(self, profiled: bool, images: int) -> None:
-        if self._batch_at is None:
-            return  # a batch_end without a batch_start (e.g. resumed trainer): nothing to time
+        if self._batch_at is None or self._iteration_start is None:
+            # a batch_end without a batch_start (e.g. resumed trainer): nothing to time. batch_start sets
+            # both, so the second test only narrows the type.
+            return
         self._start.append(self._iteration_start)
         self._batch.append(self._batch_at)
         self._end.append(CLOCK())
@@ -120,25 +122,38 @@ class StepTimer:
                          images=np.asarray(self._images, dtype=np.int64))
 
 
-def perf_metrics(times: StepTimes, discard_first: int = 1) -> dict[str, float]:
-    """`perf/*` headline metrics over the steady steps (falls back to all steps if none are steady)."""
+@dataclass(frozen=True)
+class PerfSummary:
+    """Step-timer summary over the steady steps; `tracking.names.perf_metrics` gives its `perf/*` names."""
+
+    step_time_ms_p50: float
+    step_time_ms_p90: float
+    step_time_ms_mean: float
+    images_per_s: float  # images in the steady steps / their summed step time
+    data_wait_pct: float  # share of the steady steps' time spent waiting for the data loader
+    data_wait_ms_p50: float
+    steps_measured: int  # steady steps summarised
+    steps_total: int  # all steps run
+    step_time_ms_p50_profiled: float | None = None  # inside the profiler window; None when no step was profiled
+
+
+def perf_summary(times: StepTimes, discard_first: int = 1) -> PerfSummary | None:
+    """Summary of the steady steps (falls back to all steps if none are steady); None without steps."""
     if len(times) == 0:
-        return {}
+        return None
     mask = times.steady(discard_first)
     if not mask.any():
         mask = np.ones(len(times), dtype=bool)
     step_ms, wait_ms = times.step_ms[mask], times.data_wait_ms[mask]
-    metrics = {
-        "perf/step_time_ms_p50": float(np.median(step_ms)),
-        "perf/step_time_ms_p90": float(np.percentile(step_ms, 90)),
-        "perf/step_time_ms_mean": float(step_ms.mean()),
-        "perf/images_per_s": float(times.images[mask].sum() / (step_ms.sum() / 1e3)),
-        "perf/data_wait_pct": float(100.0 * wait_ms.sum() / step_ms.sum()),
-        "perf/data_wait_ms_p50": float(np.median(wait_ms)),
-        "perf/steps_measured": float(mask.sum()),
-        "perf/steps_total": float(len(times)),
-    }
     profiled = times.profiled.astype(bool)
-    if profiled.any():
-        metrics["perf/step_time_ms_p50_profiled"] = float(np.median(times.step_ms[profiled]))
-    return metrics
+    return PerfSummary(
+        step_time_ms_p50=float(np.median(step_ms)),
+        step_time_ms_p90=float(np.percentile(step_ms, 90)),
+        step_time_ms_mean=float(step_ms.mean()),
+        images_per_s=float(times.images[mask].sum() / (step_ms.sum() / 1e3)),
+        data_wait_pct=float(100.0 * wait_ms.sum() / step_ms.sum()),
+        data_wait_ms_p50=float(np.median(wait_ms)),
+        steps_measured=int(mask.sum()),
+        steps_total=len(times),
+        step_time_ms_p50_profiled=float(np.median(times.step_ms[profiled])) if profiled.any() else None,
+    )

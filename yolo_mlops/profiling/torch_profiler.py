@@ -26,9 +26,9 @@ from torch.profiler import (
     tensorboard_trace_handler,
 )
 
-from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX as PHASE_PREFIX
+from yolo_mlops.config import ProfilerSettings
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.profiling.memory_holders import MemoryByHolderRecorder
-from yolo_mlops.run.config import ProfilerSettings
 from yolo_mlops.tracking import names
 
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
@@ -68,7 +68,8 @@ class TrainingProfiler(AbstractContextManager):
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._running:  # idempotent: the trainer's end callback and a crash handler may both close it
+        # idempotent: the trainer's end callback and a crash handler may both close it (running implies entered)
+        if self._running and self._prof is not None:
             self._running = False
             self._prof.__exit__(*exc)
 
@@ -79,12 +80,14 @@ class TrainingProfiler(AbstractContextManager):
         self.export_s += time.perf_counter() - started
 
     def step(self) -> None:
+        if self._prof is None:
+            raise RuntimeError("TrainingProfiler.step() called before the profiler was entered")
         self._prof.step()
 
     @property
     def recording(self) -> bool:
         """True while the profiler is warming up or recording (steps in the window)."""
-        return self._running and self._prof.current_action in _RECORDING
+        return self._running and self._prof is not None and self._prof.current_action in _RECORDING
 
     def trace_files(self) -> list[Path]:
         return sorted(self.trace_dir.glob("*.pt.trace.json.gz"))
@@ -98,7 +101,7 @@ class TrainingProfiler(AbstractContextManager):
 
 def phase(name: str) -> record_function:
     """A `record_function` label for one phase of a training step (the trainer opens it only in the window)."""
-    return record_function(PHASE_PREFIX + name)
+    return record_function(PHASE_LABEL_PREFIX + name)
 
 
 @dataclass(frozen=True)

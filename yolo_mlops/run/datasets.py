@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from yolo_mlops.run.config import ConfigError, yaml_error_line
+from yolo_mlops.config import yaml_error_line
+from yolo_mlops.errors import ConfigError
 
 SHAPES = ("circle", "rectangle", "triangle")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}

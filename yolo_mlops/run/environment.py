@@ -18,8 +18,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from yolo_mlops.config import RunSpec
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.run.config import RunSpec
 from yolo_mlops.tracking import names
 
 MACHINE_VAR = "YOLO_MLOPS_MACHINE"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from yolo_mlops.run.config import ConfigError
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import cuda_indices, machine_name
 
 AUTO = "auto"

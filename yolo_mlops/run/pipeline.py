@@ -11,26 +11,26 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from yolo_mlops import tracking
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
-from yolo_mlops.analysis.report import Heading, Paragraph, Table
-from yolo_mlops.nvml import NvmlSummary, align, step_history, summary_metrics, write_timeline
+from yolo_mlops.analysis.report import Block, Heading, Paragraph, Table
+from yolo_mlops.config import RunSpec, data_home
+from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
 from yolo_mlops.profiling import memory_holders
-from yolo_mlops.profiling.step_timer import StepTimes, perf_metrics
+from yolo_mlops.profiling.step_timer import PerfSummary, StepTimes, perf_summary
 from yolo_mlops.run import preflight
-from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, data_identity, series_key
 from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
-from yolo_mlops.tracking import names, upload
+from yolo_mlops.tracking import connection, names, queries, run_end, upload, writes
 
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
@@ -48,11 +48,13 @@ class PreparedRun:
 
 @dataclass
 class RunAnalysis:
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # under their MLflow names: what track() logs and analysis/metrics.json holds
     histories: dict[str, list[tuple[int, float]]]  # metric -> (training step, value)
     tags: dict[str, str] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)  # largest estimated saving first
     report_markdown: str | None = None
+    perf: PerfSummary | None = None  # the step timer's summary; None without steps
+    gpu: NvmlSummary | None = None  # what the NVML sampler measured; None without samples
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
     output_dir.mkdir(parents=True)
     plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
                         steps_expected=steps, epochs=checked.epochs)
-    mlflow = tracking.client()
+    mlflow = connection.client()
     tags = {
         names.RUN_KIND: spec.run_kind,
         names.VARIANT: spec.variant,
@@ -100,13 +102,13 @@ def prepare(spec: RunSpec) -> PreparedRun:
         tags[names.PARENT_RUN_TAG] = spec.parent_run_id
     params = run_params(spec, plan, env)
     try:
-        run_id = tracking.create_run(mlflow, spec.experiment, spec.run_name, tags, params)
+        run_id = writes.create_run(mlflow, spec.experiment, spec.run_name, tags, params)
     except BaseException:
         output_dir.rmdir()  # still empty: a store that refuses the run leaves no run folder behind
         raise
-    experiment_id = tracking.experiment_of(mlflow, run_id)
+    experiment_id = queries.experiment_of(mlflow, run_id)
     # the folder records where its run lives: `yolo-mlops upload` can send what the store missed there later
-    upload.write_tracking_info(output_dir, upload.TrackingInfo(tracking.tracking_uri(), spec.experiment, run_id,
+    upload.write_tracking_info(output_dir, upload.TrackingInfo(connection.tracking_uri(), spec.experiment, run_id,
                                                                spec.run_name, tags, params))
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
@@ -114,12 +116,13 @@ def prepare(spec: RunSpec) -> PreparedRun:
 
 
 def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str, str]:
-    params = {f"train.{k}": v for k, v in ultralytics_args(plan).items() if k not in ("project", "name")}
-    params.update({"train.max_steps": spec.max_steps, "train.variant": spec.variant,
-                   "train.steps_expected": plan.steps_expected})
-    params.update({f"train.torch.{k}": v for k, v in spec.torch.model_dump().items()})
-    params.update({f"profiler.{k}": v for k, v in spec.profiler.model_dump().items()})
-    params.update({f"sampler.{k}": v for k, v in spec.nvml.model_dump().items()})
+    train = names.TRAIN_PARAM
+    params = {f"{train}{k}": v for k, v in ultralytics_args(plan).items() if k not in ("project", "name")}
+    params.update({f"{train}max_steps": spec.max_steps, f"{train}variant": spec.variant,
+                   f"{train}steps_expected": plan.steps_expected})
+    params.update({f"{names.TORCH_PARAM}{k}": v for k, v in spec.torch.model_dump().items()})
+    params.update({f"{names.PROFILER_PARAM}{k}": v for k, v in spec.profiler.model_dump().items()})
+    params.update({f"{names.SAMPLER_PARAM}{k}": v for k, v in spec.nvml.model_dump().items()})
     params.update(env.as_params())
     return {k: "none" if v is None else str(v) for k, v in params.items()}
 
@@ -130,8 +133,9 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     from yolo_mlops.run import training
 
     outcome = training.train(prepared.plan)
-    outcome.steps.save_csv(_analysis_dir(prepared) / "step_times.csv")
-    profiler_dir = prepared.plan.output_dir / "profiler"
+    _analysis_dir(prepared)  # the folder the step times go to
+    outcome.steps.save_csv(prepared.plan.output_dir / names.STEP_TIMES_CSV)
+    profiler_dir = prepared.plan.output_dir / names.PROFILER_DIR
     for table in outcome.tables:
         (profiler_dir / f"{table.name}.txt").write_text(table.text)
         upload.save_table(prepared.plan.output_dir, table.name, table.frame)
@@ -139,7 +143,7 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
 
 
 def _analysis_dir(prepared: PreparedRun) -> Path:
-    folder = prepared.plan.output_dir / "analysis"
+    folder = prepared.plan.output_dir / names.ANALYSIS_DIR
     folder.mkdir(exist_ok=True)
     return folder
 
@@ -147,14 +151,16 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 # analyse ----------------------------------------------------------------------------------------------------
 
 def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
-    metrics = perf_metrics(outcome.steps, DISCARD_FIRST_STEPS)
+    perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
+    metrics = names.perf_metrics(perf) if perf is not None else {}
     metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s
     metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
     metrics.update(outcome.val_metrics)
-    histories = {name: list(enumerate(values)) for name, values in (
+    per_step: tuple[tuple[str, Iterable[float]], ...] = (
         (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
-        *outcome.step_losses.items())}
-    result = RunAnalysis(metrics=metrics, histories=histories)
+        *outcome.step_losses.items())
+    histories = {name: list(enumerate(values)) for name, values in per_step}
+    result = RunAnalysis(metrics=metrics, histories=histories, perf=perf)
     _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
     _memory_by_holder(outcome, result)
@@ -192,10 +198,11 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
         return
     steps = outcome.steps
     aligned = align(outcome.nvml, steps.start_ns, steps.end_ns, steps.profiled)
-    result.metrics.update(summary_metrics(aligned, steps.images))
+    result.gpu = summarise(aligned, steps.images)
+    result.metrics.update(names.gpu_metrics(result.gpu))
     for step, name, value in step_history(aligned):
         result.histories.setdefault(name, []).append((step, value))
-    write_timeline(aligned, prepared.plan.output_dir / "nvml")
+    write_timeline(aligned, prepared.plan.output_dir / names.NVML_DIR)
 
 
 def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
@@ -213,12 +220,12 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     folder = _analysis_dir(prepared)
     trace = analyze_traces(outcome.trace_files[-1])
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
-    m = result.metrics
     result.metrics.update(headline_metrics(trace))
-    gpu = NvmlSummary.from_metrics(outcome.nvml.backend, len(outcome.nvml), m)  # None fields: not measured
+    perf = result.perf
+    gpu = result.gpu or NvmlSummary(outcome.nvml.backend)  # None fields: not measured
     findings = diagnose(DiagnosisInput(
         analysis=trace,
-        data_wait_pct=m.get(names.DATA_WAIT_PCT),
+        data_wait_pct=perf.data_wait_pct if perf is not None else None,
         device_type=prepared.env.device_type,
         amp=outcome.applied.mixed_precision,
         cudnn_benchmark=outcome.applied.cudnn_benchmark,
@@ -228,15 +235,16 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         dram_util_pct=gpu.dram_bw_util_pct_mean,
         batch_size=prepared.spec.batch,
         workers=prepared.spec.workers,
-        step_time_ms=m.get(names.STEP_TIME_MEAN),
+        step_time_ms=perf.step_time_ms_mean if perf is not None else None,
     ))
     result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
     (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
-    nvml_plot = prepared.plan.output_dir / "nvml" / "nvml_timeline.png"
-    headline = {k: v for k, v in m.items() if k.startswith(names.PERF)}
-    memory_rows = memory_holders.table_rows(m)
-    sections = [] if memory_rows is None else [
+    nvml_plot = prepared.plan.output_dir / names.NVML_DIR / names.NVML_TIMELINE_PNG
+    headline = {**(names.perf_metrics(perf) if perf is not None else {}),
+                names.PROFILER_EXPORT_S: outcome.profiler_export_s}
+    memory_rows = memory_holders.table_rows(result.metrics)
+    sections: list[Block] = [] if memory_rows is None else [
         Heading(memory_holders.SECTION_TITLE), Paragraph(memory_holders.SECTION_TEXT),
         Table(memory_holders.TABLE_HEADERS, memory_rows)]
     write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None,
@@ -247,7 +255,7 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
 # track ------------------------------------------------------------------------------------------------------
 
 def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
-    mlflow = tracking.client()
+    mlflow = connection.client()
     run_id = prepared.run_id
     tags = outcome.applied.tags()
     tags.update(analysis.tags)
@@ -256,18 +264,18 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
         params[names.SAMPLER_EFFECTIVE_INTERVAL] = f"{outcome.nvml.interval_s * 1000:g}"
     # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
     summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
-    record = upload.RunRecord(status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags,
-                              params=params)
+    record = upload.UploadRecord(status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags,
+                                 params=params)
     upload.write_record(prepared.plan.output_dir, record)  # first: if the store fails now, `upload` sends it
-    tracking.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params,
+    writes.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params,
                         timestamp_ms=record.timestamp_ms)
     upload_run_folder(mlflow, prepared)
     for table in outcome.tables:
-        tracking.log_table(mlflow, run_id, table.frame, names.profiler_table(table.name))
+        writes.log_table(mlflow, run_id, table.frame, names.profiler_table(table.name))
     return RunResult(
         run_id=run_id,
         experiment_id=prepared.experiment_id,
-        run_url=tracking.run_url(run_id, prepared.experiment_id),
+        run_url=queries.run_url(run_id, prepared.experiment_id),
         metrics=analysis.metrics,
         findings=analysis.findings,
         trace_files=[names.profiler_file(p.name) for p in outcome.trace_files],
@@ -296,31 +304,32 @@ def captured_step_times(folder: Path) -> StepTimes | None:
 
 
 class RunSalvage:
-    """The end of a profiled run that did not finish (tracking.Salvage): a one-line reason, a local record of
+    """The end of a profiled run that did not finish (run_end.Salvage): a one-line reason, a local record of
     what the store should hold (perf/* from the step times so far), the uploads, and the folder's markers."""
 
     def __init__(self, mlflow, prepared: PreparedRun) -> None:
         self.mlflow, self.prepared = mlflow, prepared
         self.folder = prepared.plan.output_dir
-        self._record: upload.RunRecord | None = None
+        self._record: upload.UploadRecord | None = None
 
     def reason(self, exc: BaseException, status: str) -> str:
         times = captured_step_times(self.folder)
         progress = f"after {len(times) if times is not None else 0} of {self.prepared.plan.steps_expected} steps"
-        signal_name = tracking.interruption_signal(exc)
+        signal_name = run_end.interruption_signal(exc)
         if signal_name:
             return f"{'interrupted' if signal_name == 'SIGINT' else 'terminated'} by {signal_name} {progress}"
-        return f"{tracking.failure_line(exc, self.mlflow.tracking_uri)} ({progress})"
+        return f"{run_end.failure_line(exc, self.mlflow.tracking_uri)} ({progress})"
 
     def record(self, status: str, reason: str) -> None:
         existing = upload.read_record(self.folder)
         if existing is not None and existing.status == "FINISHED":
             self._record = existing  # training and analysis completed; only the store missed (part of) it
             return
-        record = upload.RunRecord(status=status, reason=reason)
+        record = upload.UploadRecord(status=status, reason=reason)
         times = captured_step_times(self.folder)
         if times is not None:
-            record.metrics = perf_metrics(times, DISCARD_FIRST_STEPS)
+            perf = perf_summary(times, DISCARD_FIRST_STEPS)
+            record.metrics = names.perf_metrics(perf) if perf is not None else {}
             record.histories = {names.STEP_TIME_MS: list(enumerate(times.step_ms.tolist())),
                                 names.DATA_WAIT_MS: list(enumerate(times.data_wait_ms.tolist()))}
         self._record = record
@@ -331,7 +340,7 @@ class RunSalvage:
         steps = []
         if record is not None and (record.metrics or record.histories or record.tags):
             summary = {k: v for k, v in record.metrics.items() if k not in record.histories}
-            steps.append(("metrics", lambda: tracking.log_values(
+            steps.append(("metrics", lambda: writes.log_values(
                 self.mlflow, self.prepared.run_id, metrics=summary, histories=record.histories, tags=record.tags,
                 timestamp_ms=record.timestamp_ms)))
         steps.append(("artifacts", lambda: upload_run_folder(self.mlflow, self.prepared)))
@@ -350,8 +359,8 @@ class RunSalvage:
 
 
 def summary_markdown(result: RunResult, spec: RunSpec) -> str:
-    m = result.metrics
-    rows = [(k, m[k]) for k in sorted(m) if k.startswith(names.HEADLINE_PREFIXES)]
+    metrics = result.metrics
+    rows = [(k, metrics[k]) for k in sorted(metrics) if k.startswith(names.HEADLINE_PREFIXES)]
     lines = [f"# Profiled run `{result.run_id}`", "",
              f"Model `{spec.model}`, imgsz {spec.imgsz}, batch {spec.batch}, variant `{spec.variant}`.", "",
              f"MLflow run: [{result.run_url}]({result.run_url})", "",
@@ -360,7 +369,7 @@ def summary_markdown(result: RunResult, spec: RunSpec) -> str:
     if result.findings:
         lines += ["", "## Findings", "", findings_headline(result.findings), ""] + [
             f"- {f.line()}" for f in result.findings]
-    memory = memory_holders.markdown_section(m)
+    memory = memory_holders.markdown_section(metrics)
     if memory is not None:
         lines += ["", memory]
     lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]

@@ -2,7 +2,7 @@
 
 `check(spec)` raises `ConfigError` with one line, or returns what the checks learned (`Preflight`). It
 writes nothing but ultralytics' isolated settings, which must exist before ultralytics is imported to look
-up a bundled model config, and the tables of a new SQLite MLflow store (`tracking.check_reachable`).
+up a bundled model config, and the tables of a new SQLite MLflow store (`connection.check_reachable`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from yolo_mlops import tracking
+from yolo_mlops.config import RunSpec, data_home, resolve_steps
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.run.config import RunSpec, data_home
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
 from yolo_mlops.run.environment import machine_name, resolve_device
 from yolo_mlops.run.offline import configure_ultralytics
-from yolo_mlops.run.training import resolve_steps
+from yolo_mlops.tracking import connection
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def check(spec: RunSpec) -> Preflight:
             + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
     if spec.nvml.backend == "real" and device == "cpu":
         raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
-    tracking.check_reachable()
+    connection.check_reachable()
     return Preflight(device=device, train_images=train_images, epochs=epochs, steps=steps, dataset=dataset)
 
 

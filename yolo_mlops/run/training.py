@@ -7,21 +7,19 @@ the model label forward+loss and backward. Outside the profiler window the label
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from yolo_mlops.config import AppliedSettings, RunSpec, TorchSettings
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
 from yolo_mlops.profiling.memory_holders import MemoryByHolder
 from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
-from yolo_mlops.run.config import RunSpec, TorchSettings
 from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
 from yolo_mlops.run.environment import cuda_indices
 from yolo_mlops.tracking import names
@@ -34,59 +32,7 @@ class TrainingPlan:
     device: str
     output_dir: Path  # per-run scratch folder: traces, tables, ultralytics' save_dir
     steps_expected: int
-    epochs: int | None = None  # resolved by preflight (resolve_steps); None: spec.epochs, else 1
-
-
-@dataclass(frozen=True)
-class AppliedSettings:
-    """The settings a run really trained with, after ultralytics resolved its arguments.
-
-    Recorded as tags `yolo_mlops.applied.<field>` = `str(value)` (`pin_memory` only when the run set it);
-    `from_tags` is the one parser of those tags.
-    """
-
-    cudnn_benchmark: bool
-    matmul_tf32: bool
-    cudnn_tf32: bool
-    amp: bool | str  # ultralytics' amp argument: True/False, or a precision such as "bf16"
-    channels_last: bool | None  # ultralytics' channels_last argument (None: its choice, on for CUDA)
-    compile: bool | str  # ultralytics' compile argument: False, True or a torch.compile mode
-    compiled: bool  # the model really is compiled (ultralytics falls back to eager silently)
-    channels_last_effective: bool  # the model's weights really are in channels_last memory format
-    pin_memory: bool | None = None  # train-loader override; None: ultralytics' choice
-
-    @property
-    def mixed_precision(self) -> bool:
-        return self.amp not in (False, "False", "fp32")
-
-    def tags(self) -> dict[str, str]:
-        return {names.APPLIED_PREFIX + f.name: str(getattr(self, f.name)) for f in fields(self)
-                if not (f.name == "pin_memory" and self.pin_memory is None)}
-
-    @classmethod
-    def from_tags(cls, tags: Mapping[str, str]) -> AppliedSettings | None:
-        """The settings a run's tags record; None when it has none (it ended before they were logged)."""
-        prefix = names.APPLIED_PREFIX
-        values = {k.removeprefix(prefix): v for k, v in tags.items() if k.startswith(prefix)}
-        required = [f.name for f in fields(cls) if f.name != "pin_memory"]
-        if not all(name in values for name in required):
-            return None
-        return cls(cudnn_benchmark=_flag(values["cudnn_benchmark"]), matmul_tf32=_flag(values["matmul_tf32"]),
-                   cudnn_tf32=_flag(values["cudnn_tf32"]), amp=_flag_or_text(values["amp"]),
-                   channels_last=None if values["channels_last"] == "None" else _flag(values["channels_last"]),
-                   compile=_flag_or_text(values["compile"]), compiled=_flag(values["compiled"]),
-                   channels_last_effective=_flag(values["channels_last_effective"]),
-                   pin_memory=_flag(values["pin_memory"]) if "pin_memory" in values else None)
-
-
-def _flag(text: str) -> bool:
-    if text not in ("True", "False"):
-        raise ValueError(f"expected 'True' or 'False' in an applied-settings tag, got {text!r}")
-    return text == "True"
-
-
-def _flag_or_text(text: str) -> bool | str:
-    return _flag(text) if text in ("True", "False") else text
+    epochs: int | None = None  # resolved by preflight (config.resolve_steps); None: spec.epochs, else 1
 
 
 @dataclass
@@ -103,20 +49,6 @@ class TrainingOutcome:
     memory_by_holder_status: str = ""  # MemoryByHolderRecorder.status: "recorded" or "skipped: <why>"
     memory_by_holder: MemoryByHolder | None = None  # peak memory split by holder, when recorded
     train_images: ImageCounts | None = None  # images the train loader kept / skipped
-
-
-def steps_per_epoch(train_images: int, batch: int) -> int:
-    return math.ceil(train_images / batch)  # ultralytics' train loader keeps the last partial batch
-
-
-def resolve_steps(train_images: int, batch: int, epochs: int | None, max_steps: int | None) -> tuple[int, int]:
-    """(epochs, steps) of a run. max_steps alone: exactly max_steps steps, in as many epochs as that takes;
-    epochs alone: whole epochs; both: the epochs, cut short at max_steps; neither: one epoch."""
-    per_epoch = steps_per_epoch(train_images, batch)
-    if epochs is None:
-        epochs = math.ceil(max_steps / per_epoch) if max_steps is not None else 1
-    steps = per_epoch * epochs
-    return epochs, steps if max_steps is None else min(steps, max_steps)
 
 
 class _Instrumentation:
@@ -224,7 +156,7 @@ def _loss_dict(trainer) -> dict[str, Any]:
     items = trainer.loss_items
     pairs = items.items() if isinstance(items, dict) else zip(
         trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
-    return {f"train/{name}": v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
+    return {names.train_metric(name): v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
 def _make_trainer_class():
@@ -403,7 +335,7 @@ def _val_metrics(metrics: dict[str, Any]) -> dict[str, float]:
         name = re.sub(r"\(B\)$", "", name)
         name = re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", name)
         try:
-            out[f"val/{name}"] = float(value)
+            out[names.val_metric(name)] = float(value)
         except (TypeError, ValueError):
             continue
     return out

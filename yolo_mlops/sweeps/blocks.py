@@ -70,7 +70,7 @@ class LaneComparison:
     speedup: float  # geometric mean of the lane's block ratios
     ci_low: float
     ci_high: float
-    verdict: str  # stats.verdict of the lane's own interval
+    verdict: stats.Verdict  # of the lane's own interval
     disagrees: bool  # see `disagrees`
     method: str
 
@@ -83,7 +83,7 @@ class PairedComparison:
     ci_low: float
     ci_high: float
     step_time_ratio: float  # geometric mean over the paired blocks of the median-step-time ratio
-    verdict: str
+    verdict: stats.Verdict
     method: str  # one line naming the estimator, the interval and what was dropped
     blocks: int  # paired blocks
     dropped: int  # blocks with a child of only one side
@@ -160,7 +160,7 @@ def pair_blocks(baseline: list[BlockRepeat], variant: list[BlockRepeat]) -> tupl
     return paired, len(sides) - len(paired)
 
 
-def disagrees(lane_verdict: str, pooled_verdict: str) -> bool:
+def disagrees(lane_verdict: stats.Verdict, pooled_verdict: stats.Verdict) -> bool:
     """A lane disagrees when its own interval claims what the pooled one contradicts or does not show.
 
     - pooled FASTER (SLOWER) and the lane significantly SLOWER (FASTER): opposite directions;

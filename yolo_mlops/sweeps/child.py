@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from yolo_mlops.run.config import RunSpec
+from yolo_mlops.config import RunSpec
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Each child's outcome, read back from MLflow: its status, whether its variant took effect, its steady steps.
 
-Children are found by their parent tag (`tracking.child_runs`), so collection works for any store and any
+Children are found by their parent tag (`queries.child_runs`), so collection works for any store and any
 process that ran them. A child counts only when it FINISHED, ran as its variant (ultralytics falls back
 silently) and has steady steps: outside the profiler window and after the first `warmup_steps`.
 """
@@ -12,15 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from yolo_mlops import tracking
+from yolo_mlops.config import AppliedSettings
 from yolo_mlops.profiling.step_timer import StepTimes
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.plan import Child, SweepPlan
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import names, queries
 
 if TYPE_CHECKING:
-    from yolo_mlops.run.training import AppliedSettings
-    from yolo_mlops.tracking.store import StoredRun
+    from yolo_mlops.tracking.queries import StoredRun
 
 LOSS_TOTAL = "train/loss_total"  # sum of the final detection losses; a comparison input, not an MLflow name
 
@@ -52,10 +51,8 @@ class ChildRecord:
 
 def collect(mlflow, plan: SweepPlan, parent_run_id: str, outcomes: list[ChildOutcome]) -> list[ChildRecord]:
     """Match each outcome with its MLflow child run (by variant and repeat) and read what it measured."""
-    from yolo_mlops.run.training import AppliedSettings  # imports torch: only when children are collected
-
     runs = {(r.tags.get(names.VARIANT), r.tags.get(names.SWEEP_REPEAT)): r
-            for r in tracking.child_runs(mlflow, parent_run_id)}
+            for r in queries.child_runs(mlflow, parent_run_id)}
     records = []
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
         for outcome in outcomes:
@@ -95,7 +92,7 @@ def ineffective(expr: str, applied: AppliedSettings | None,
 
 def _steady_steps(mlflow, run: StoredRun, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None, str | None]:
     try:
-        local = tracking.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
+        local = queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
     except Exception as exc:  # noqa: BLE001 - a child without step times cannot be compared, say why
         return None, f"no step times: {type(exc).__name__}: {exc}"
     steps = StepTimes.load_csv(local)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from yolo_mlops.render import is_missing
 from yolo_mlops.sweeps import blocks, stats, variants
@@ -15,12 +16,17 @@ from yolo_mlops.tracking import names
 NAN = math.nan
 
 
+RowStatus = Literal["", "ok", "partial", "failed", "skipped"]  # "": not judged yet; partial: some repeats did not count
+# the speed-up's verdict, or why the row has none: reference (the baseline itself), no baseline, no paired block
+RowVerdict = stats.Verdict | Literal["", "reference", "no baseline to compare with", "no paired block"]
+
+
 @dataclass
 class VariantRow:
     """One variant of a sweep. NaN: not measured (skipped, failed, no baseline, no GPU metrics)."""
 
     variant: str
-    status: str = ""  # ok | partial (some repeats did not count) | failed | skipped
+    status: RowStatus = ""
     repeats_ok: int = 0
     repeats_failed: int = 0
     steps: int = 0  # steady steps over all counted repeats
@@ -30,7 +36,7 @@ class VariantRow:
     ci_low: float = NAN
     ci_high: float = NAN
     step_time_ratio: float = NAN
-    verdict: str = ""  # reference | faster | slower | no measurable difference | no baseline to compare with
+    verdict: RowVerdict = ""
     loss_delta: float = NAN
     loss_flag: bool = False  # outside the baseline repeats' spread
     map_delta: float = NAN
@@ -135,6 +141,7 @@ def _accuracy(row: VariantRow, base: list[stats.Repeat], reps: list[stats.Repeat
 
 def _gpu_metric(metrics: dict[str, float], kind: str) -> str | None:
     """The GPU metric the children have: SM utilisation (GPM) or NVML's coarse one; peak memory used."""
+    preferred: tuple[str, ...]  # the metric names to try first, best first
     if kind == "util":
         preferred, pick = (names.GPU_SM_UTIL_MEAN, names.GPU_UTIL_MEAN), ("util_pct", "_mean")
     else:

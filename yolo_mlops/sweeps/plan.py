@@ -12,11 +12,13 @@ child's RunSpec, devices, the concurrency limit's name) and raises ConfigError w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import gpu_lock
-from yolo_mlops.run.config import ConfigError, RunSpec, build_run_spec, deep_merge
 from yolo_mlops.run.environment import resolve_device
 from yolo_mlops.sweeps import variants
 from yolo_mlops.tracking import names
@@ -151,8 +153,8 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
 def _lanes(base: RunSpec, devices: list[str] | None, pool: str | None, machines: list[str] | None,
            concurrency_limit: str | None) -> list[Lane]:
     if pool is not None:
-        return [Lane(f"{m}/{d or 'default'}", d, machine=m)
-                for m in machines or [] for d in (devices or [base.device])]
+        lane_devices: Sequence[str | None] = devices or [base.device]
+        return [Lane(f"{m}/{d or 'default'}", d, machine=m) for m in machines or [] for d in lane_devices]
     if devices is None:
         return []
     if len(devices) == 1 and concurrency_limit is not None:

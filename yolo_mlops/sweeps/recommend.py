@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.render import fmt, markdown_table
-from yolo_mlops.run.config import ConfigError
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.compare import VariantRow
 from yolo_mlops.sweeps.report import ci_text

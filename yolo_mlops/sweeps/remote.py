@@ -17,13 +17,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import MACHINE_VAR, check_machine_name
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
+    from prefect.client.schemas import FlowRun
 
     from yolo_mlops.sweeps.collect import ChildOutcome
     from yolo_mlops.sweeps.plan import Lane
@@ -123,11 +124,14 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
         outcome.started = time.time()
         # The queue is the machine: its name goes in as YOLO_MLOPS_MACHINE, since in a container of the
         # docker pool the host name is the container's id.
-        flow_run = run_deployment(target.deployment_id, parameters={"spec": spec_json},
-                                  flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
-                                  work_queue_name=machine, timeout=0, as_subflow=False,
-                                  tags=["yolo-mlops", "sweep-child"],
-                                  job_variables={"env": {**target.job_env, MACHINE_VAR: machine}})
+        # cast: run_deployment dispatches on the caller; called synchronously, as here, it returns
+        # the FlowRun itself, not a coroutine
+        flow_run = cast("FlowRun", run_deployment(
+            target.deployment_id, parameters={"spec": spec_json},
+            flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
+            work_queue_name=machine, timeout=0, as_subflow=False,
+            tags=["yolo-mlops", "sweep-child"],
+            job_variables={"env": {**target.job_env, MACHINE_VAR: machine}}))
         outcome.flow_run_id = str(flow_run.id)
         while True:
             state = client.read_flow_run(flow_run.id).state

@@ -12,12 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from yolo_mlops import tracking
 from yolo_mlops.render import fmt, is_missing, markdown_table, new_figure, save_figure
 from yolo_mlops.sweeps import stats
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow
 from yolo_mlops.sweeps.plan import SweepPlan
-from yolo_mlops.tracking import names
+from yolo_mlops.tracking import names, writes
 
 OUTSIDE_SPREAD = " (outside baseline spread)"
 COLUMNS = ("variant", "status", "repeats", "images/s", "median step ms", "speed-up", "95% CI", "verdict",
@@ -101,19 +100,19 @@ def frame(rows: list[VariantRow]) -> pd.DataFrame:
 
 def log_report(mlflow, parent_run_id: str, report: SweepReport, markdown_text: str) -> None:
     """Tags, metrics, the MLflow table and the report files on the parent run."""
-    tracking.log_values(mlflow, parent_run_id, metrics=report.metrics, tags={
+    writes.log_values(mlflow, parent_run_id, metrics=report.metrics, tags={
         names.SWEEP_BEST_VARIANT: report.best,
         names.SWEEP_BEST_EVIDENCE: report.best_evidence[:names.TAG_MAX_CHARS],
         names.SWEEP_FAILED_CHILDREN: str(report.failed_children),
     })
     table = frame(report.rows)
-    tracking.log_table(mlflow, parent_run_id, table, names.SWEEP_COMPARISON_TABLE)
+    writes.log_table(mlflow, parent_run_id, table, names.SWEEP_COMPARISON_TABLE)
     with tempfile.TemporaryDirectory(prefix="sweep-report-") as tmp:
         folder = Path(tmp)
         (folder / _file(names.SWEEP_COMPARISON_MD)).write_text(markdown_text)
         table.to_csv(folder / _file(names.SWEEP_COMPARISON_CSV), index=False)
         chart(report, folder / _file(names.SWEEP_SPEEDUP_PNG))
-        tracking.log_folder(mlflow, parent_run_id, folder, names.SWEEP_DIR)
+        writes.log_folder(mlflow, parent_run_id, folder, names.SWEEP_DIR)
 
 
 def _file(artifact_path: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -31,7 +32,10 @@ DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 20240601
 CONFIDENCE = 0.95
 
-FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
+Verdict = Literal["faster", "slower", "no measurable difference"]  # what a speed-up's confidence interval shows
+FASTER: Verdict = "faster"
+SLOWER: Verdict = "slower"
+SAME: Verdict = "no measurable difference"
 
 
 @dataclass
@@ -71,7 +75,7 @@ class Comparison:
     ci_low: float
     ci_high: float
     step_time_ratio: float  # median step time variant / baseline (< 1 = shorter steps)
-    verdict: str
+    verdict: Verdict
     method: str
 
 
@@ -112,7 +116,7 @@ def compare(baseline: list[Repeat], variant: list[Repeat], *, resamples: int = D
                       verdict=verdict(low, high), method=method_label(len(baseline), len(variant)))
 
 
-def verdict(ci_low: float, ci_high: float) -> str:
+def verdict(ci_low: float, ci_high: float) -> Verdict:
     if ci_low > 1.0:
         return FASTER
     if ci_high < 1.0:

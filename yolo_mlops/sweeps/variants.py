@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from yolo_mlops.run.config import ConfigError, RunSpec, build_run_spec, deep_merge
+from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import cuda_indices
 
 BASELINE = "baseline"

@@ -1,23 +1,18 @@
-"""MLflow tracking: `names` (every tag, param, metric and artifact name, the naming contract of
-docs/mlflow.md) and `store` (the only module that calls the MLflow client).
+"""MLflow tracking, the only package that calls the MLflow client:
 
-`tracking.<function>` forwards to `store` lazily, so importing the names does not import MLflow.
+    names       every tag, param, metric and artifact name (the naming contract of docs/mlflow.md)
+    connection  the tracking URI, the client, whether the store can be used and the server still answers
+    writes      experiments, runs, batched params/metrics/tags, artifact uploads
+    run_end     how a run ends (FINISHED, FAILED, KILLED) and the reason that travels with its exception
+    queries     run lookups, sweep children, paginated searches, artifacts read back, MLflow UI links
+    upload      a run folder as the record of its run, and `yolo-mlops upload` to send it later
+
+Importing the package or `names` does not import MLflow; `connection` and `run_end` import it only inside the
+functions that call it.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from yolo_mlops.tracking import names
-
-
-def __getattr__(attr: str) -> Any:
-    store = importlib.import_module("yolo_mlops.tracking.store")
-    try:
-        return getattr(store, attr)
-    except AttributeError:
-        raise AttributeError(f"module 'yolo_mlops.tracking' has no attribute {attr!r}") from None
-
 
 __all__ = ["names"]

@@ -7,6 +7,12 @@ needs a migration or a reader of both names.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the typed summaries perf_metrics and gpu_metrics name; never imported at run time
+    from yolo_mlops.nvml.summary import NvmlSummary
+    from yolo_mlops.profiling.step_timer import PerfSummary
+
 # tags ---------------------------------------------------------------------------------------------------------
 TAG_PREFIX = "yolo_mlops."
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]
@@ -91,14 +97,38 @@ POWER_METRIC = "power/"  # benchmark runs: detection power of their series (min_
 STEP_TIME_MS = "perf/step_time_ms"  # per-step history
 DATA_WAIT_MS = "perf/data_wait_ms"  # per-step history
 STEP_TIME_P50 = "perf/step_time_ms_p50"
+STEP_TIME_P90 = "perf/step_time_ms_p90"
 STEP_TIME_MEAN = "perf/step_time_ms_mean"
+STEP_TIME_P50_PROFILED = "perf/step_time_ms_p50_profiled"  # median step time inside the profiler window
 IMAGES_PER_S = "perf/images_per_s"
 DATA_WAIT_PCT = "perf/data_wait_pct"
+DATA_WAIT_P50 = "perf/data_wait_ms_p50"
+STEPS_MEASURED = "perf/steps_measured"  # steady steps the perf/* summary is over
+STEPS_TOTAL = "perf/steps_total"  # all steps run
 PROFILER_EXPORT_S = "perf/profiler_export_s"
 FINDINGS_COUNT = "analysis/findings"
+# trace/*: trace analysis of the last profiler cycle (means over ranks unless said otherwise)
+TRACE_STEP_TIME_MEAN = "trace/step_time_ms_mean"
+TRACE_STEP_TIME_MEDIAN = "trace/step_time_ms_median"
+TRACE_STEP_TIME_MAX = "trace/step_time_ms_max"  # slowest profiled step of any rank
+TRACE_PROFILED_STEPS = "trace/profiled_steps_count"  # fewest profiled steps of any rank
+TRACE_STEP_TIME_SPREAD_MS = "trace/step_time_spread_ms"  # slowest minus fastest rank's step time
+TRACE_STEP_TIME_SPREAD_PCT = "trace/step_time_spread_pct"
+TRACE_GPU_IDLE = "trace/gpu_idle_pct"
+TRACE_GPU_COMPUTE = "trace/gpu_compute_pct"
+TRACE_GPU_NON_COMPUTE = "trace/gpu_non_compute_pct"
+TRACE_GPU_KERNEL_TIME_MS = "trace/gpu_kernel_time_ms"
+TRACE_GPU_COMMUNICATION = "trace/gpu_communication_pct"
+TRACE_GPU_COMMUNICATION_EXPOSED = "trace/gpu_communication_exposed_pct"  # not overlapped by compute
+TRACE_GPU_IDLE_HOST_WAIT = "trace/gpu_idle_host_wait_pct"  # share of GPU idle the host spent waiting
+TRACE_GPU_REDUCED_PRECISION = "trace/gpu_reduced_precision_kernel_pct"
 GPU_SM_UTIL_MEAN = "gpu/sm_util_pct_mean"  # GPM (Hopper+)
 GPU_UTIL_MEAN = "gpu/gpu_util_pct_mean"  # older GPUs: NVML's coarse utilisation
 GPU_MEM_USED_MAX = "gpu/mem_used_gib_max"
+GPU_MEM_TOTAL = "gpu/mem_total_gib"
+GPU_DRAM_BW_UTIL_MEAN = "gpu/dram_bw_util_pct_mean"  # GPM (Hopper+)
+GPU_ENERGY = "gpu/energy_j"  # all watched GPUs over the training span
+GPU_ENERGY_PER_IMAGE = "gpu/energy_per_image_j"
 # what explains one machine being slower than its peers (the fleet view): NVML clocks, limits, link, heat
 GPU_SM_CLOCK_MEAN = "gpu/sm_clock_mhz_mean"
 GPU_SM_CLOCK_MIN = "gpu/sm_clock_mhz_min"
@@ -161,6 +191,11 @@ TRENDS_REPORT_MD = "trends/report.md"  # benchmark runs: the series' change poin
 COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-step operator/kernel/phase diff
 
 
+def trend_metric_tag(metric: str) -> str:
+    """`yolo_mlops.trend.<short>`: on benchmark runs, the night's verdict for one watched metric `<group>/<short>`."""
+    return TREND_PREFIX + metric.split("/", 1)[1]
+
+
 def min_detectable_shift_metric(metric: str) -> str:
     """`power/min_detectable_shift_pct_<short>`: on benchmark runs, the smallest step (% of the level) in the
     watched metric `<group>/<short>` that the change-point detector finds within one night with 90% probability,
@@ -182,6 +217,60 @@ def clocks_event_metric(reason: str) -> str:
 def memory_peak_metric(holder: str) -> str:
     """`memory/peak_<holder>_mib`: bytes one holder (parameter, gradient, ...) kept at the peak, in MiB."""
     return f"{MEMORY}peak_{holder}_mib"
+
+
+def gpu_metric(column: str, statistic: str = "") -> str:
+    """`gpu/<column>_<statistic>`: one statistic (`mean`, `p95`, `max`, `min`, `mean_profiled`,
+    `mean_unprofiled`) of an NVML timeline column over the training span; without a statistic
+    `gpu/<column>`: the per-step history, or the single value of a limit or capacity column
+    (`power_limit_w`, `pcie_gen`, `mem_total_gib`, ...)."""
+    return f"{GPU}{column}_{statistic}" if statistic else f"{GPU}{column}"
+
+
+def trace_host_metric(category: str) -> str:
+    """`trace/host_<category>_pct`: share of the step the host spent in one category (data loader, a
+    training phase, optimizer, cuda_sync); `<category>` is already a metric token (no `/`)."""
+    return f"{TRACE}host_{category}_pct"
+
+
+def trace_memory_metric(device: str, statistic: str) -> str:
+    """`trace/<device>_memory_<statistic>`: the profiler's memory events on `gpu` or `cpu`:
+    `peak_allocated_gib`, `peak_reserved_gib`, `growth_mib_per_step`."""
+    return f"{TRACE}{device}_memory_{statistic}"
+
+
+def train_metric(name: str) -> str:
+    """`train/<name>`: one of ultralytics' training losses (`box_loss`, ...), per step."""
+    return f"{TRAIN}{name}"
+
+
+def val_metric(name: str) -> str:
+    """`val/<name>`: one of ultralytics' validation metrics (`mAP50-95`, `precision`, `box_loss`, ...)."""
+    return f"{VAL}{name}"
+
+
+def perf_metrics(summary: PerfSummary) -> dict[str, float]:
+    """The step timer's summary under its `perf/*` names; the profiled median only when profiled steps ran."""
+    out = {STEP_TIME_P50: summary.step_time_ms_p50, STEP_TIME_P90: summary.step_time_ms_p90,
+           STEP_TIME_MEAN: summary.step_time_ms_mean, IMAGES_PER_S: summary.images_per_s,
+           DATA_WAIT_PCT: summary.data_wait_pct, DATA_WAIT_P50: summary.data_wait_ms_p50,
+           STEPS_MEASURED: float(summary.steps_measured), STEPS_TOTAL: float(summary.steps_total)}
+    if summary.step_time_ms_p50_profiled is not None:
+        out[STEP_TIME_P50_PROFILED] = summary.step_time_ms_p50_profiled
+    return out
+
+
+def gpu_metrics(summary: NvmlSummary) -> dict[str, float]:
+    """The NVML summary under its `gpu/*` names: every statistic of every column measured, the
+    clocks-event shares (`gpu/clocks_event_<group or reason>_pct`), energy and energy per image."""
+    out = {gpu_metric(column, statistic): value
+           for column, stats in summary.stats.items() for statistic, value in stats.items()}
+    out.update({clocks_event_metric(reason): pct for reason, pct in (summary.clocks_event_pct or {}).items()})
+    if summary.energy_j is not None:
+        out[GPU_ENERGY] = summary.energy_j
+    if summary.energy_per_image_j is not None:
+        out[GPU_ENERGY_PER_IMAGE] = summary.energy_per_image_j
+    return out
 
 
 def profiler_table(name: str) -> str:

@@ -46,7 +46,7 @@ class TrackingInfo:
 
 
 @dataclass
-class RunRecord:
+class UploadRecord:
     status: str  # FINISHED | FAILED | KILLED: the status the run ends with once the store has it all
     reason: str = ""  # one line; goes to the yolo_mlops.error tag of a FAILED/KILLED run
     metrics: dict[str, float] = field(default_factory=dict)
@@ -76,18 +76,18 @@ def read_tracking_info(folder: Path) -> TrackingInfo:
         raise ConfigError(f"{path} is not readable: {exc}") from None
 
 
-def write_record(folder: Path, record: RunRecord) -> None:
+def write_record(folder: Path, record: UploadRecord) -> None:
     _write_json(folder / RUN_RECORD_JSON, asdict(record))
 
 
-def read_record(folder: Path) -> RunRecord | None:
+def read_record(folder: Path) -> UploadRecord | None:
     path = folder / RUN_RECORD_JSON
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
         data["histories"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in data["histories"].items()}
-        return RunRecord(**data)
+        return UploadRecord(**data)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged or partial record
         raise ConfigError(f"{path} is not readable ({type(exc).__name__}: {exc}); the run cannot be "
                           "uploaded from it") from None
@@ -118,17 +118,17 @@ def pending_reason(folder: Path) -> str | None:
 
 def upload_artifacts(mlflow, run_id: str, folder: Path) -> None:
     """Everything the run wrote, in the contract's layout (re-sending overwrites the same paths)."""
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import writes
 
     for name in names.RUN_FOLDERS:
-        store.log_folder(mlflow, run_id, folder / name, name)
+        writes.log_folder(mlflow, run_id, folder / name, name)
     for name in (names.ENV_JSON, names.RUN_SPEC_YAML):
         if (folder / name).exists():
-            store.log_file(mlflow, run_id, folder / name)
+            writes.log_file(mlflow, run_id, folder / name)
     ultra = folder / names.ULTRALYTICS_DIR
     for name in names.ULTRALYTICS_FILES:
         if (ultra / name).exists():
-            store.log_file(mlflow, run_id, ultra / name, names.ULTRALYTICS_DIR)
+            writes.log_file(mlflow, run_id, ultra / name, names.ULTRALYTICS_DIR)
 
 
 def save_table(folder: Path, name: str, frame) -> None:
@@ -142,7 +142,7 @@ def upload_tables(mlflow, run_id: str, folder: Path) -> None:
     """Send the saved tables that the run does not hold yet (MLflow appends rows to an existing table)."""
     import pandas as pd
 
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import writes
 
     saved = sorted((folder / TABLES_DIR).glob("*.json"))
     if not saved:
@@ -151,7 +151,7 @@ def upload_tables(mlflow, run_id: str, folder: Path) -> None:
     for path in saved:
         artifact = names.profiler_table(path.stem)
         if artifact not in present:
-            store.log_table(mlflow, run_id, pd.read_json(path, orient="split"), artifact)
+            writes.log_table(mlflow, run_id, pd.read_json(path, orient="split"), artifact)
 
 
 @dataclass
@@ -164,37 +164,39 @@ class UploadResult:
 
 def upload(folder: Path) -> UploadResult:
     """Send a run folder to its tracking store (see the module docstring); raises ConfigError on bad input."""
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection, queries, run_end, writes
 
     folder = Path(folder)
     info = read_tracking_info(folder)
     record = read_record(folder)
     if (folder / UPLOADED).is_file() and record is not None:
         return UploadResult(info.run_id or "", record.status, created=False, already=True)
-    store.bound_http_retries()
+    connection.bound_http_retries()
     from mlflow.tracking import MlflowClient
 
     mlflow = MlflowClient(tracking_uri=info.tracking_uri)
-    if not store.server_reachable(info.tracking_uri):
+    if not connection.server_reachable(info.tracking_uri):
         raise ConfigError(f"MLflow tracking server {info.tracking_uri} is unreachable; {folder} stays pending")
     created = False
-    existing = None if info.run_id is None else store.find_run(mlflow, info.run_id)
+    existing = None if info.run_id is None else queries.find_run(mlflow, info.run_id)
     if existing is None:
-        info.run_id = store.create_run(mlflow, info.experiment, info.run_name, info.tags, info.params)
+        run_id = info.run_id = writes.create_run(mlflow, info.experiment, info.run_name, info.tags, info.params)
         write_tracking_info(folder, info)  # recorded before anything else: a retry goes to this run
         created = True
+    else:
+        run_id = existing.info.run_id
     if record is None:  # the run ended before it recorded anything (e.g. killed during preparation)
-        record = RunRecord(status="FAILED", reason=pending_reason(folder) or "the run recorded no result")
+        record = UploadRecord(status="FAILED", reason=pending_reason(folder) or "the run recorded no result")
     logged = dict(info.params) if existing is None else existing.data.params  # params are written once only
     params = {k: v for k, v in record.params.items() if k not in logged}
     tags = dict(record.tags)
     if record.status != "FINISHED" and record.reason:
         tags[names.ERROR] = record.reason[:names.TAG_MAX_CHARS]
-    store.log_values(mlflow, info.run_id, params=params, metrics=record.metrics, tags=tags,
-                     histories=record.histories, timestamp_ms=record.timestamp_ms)
-    upload_artifacts(mlflow, info.run_id, folder)
-    upload_tables(mlflow, info.run_id, folder)
-    store.end_run(mlflow, info.run_id, record.status)
+    writes.log_values(mlflow, run_id, params=params, metrics=record.metrics, tags=tags,
+                      histories=record.histories, timestamp_ms=record.timestamp_ms)
+    upload_artifacts(mlflow, run_id, folder)
+    upload_tables(mlflow, run_id, folder)
+    run_end.end_run(mlflow, run_id, record.status)
     mark_uploaded(folder)
-    return UploadResult(info.run_id, record.status, created=created, already=False)
+    return UploadResult(run_id, record.status, created=created, already=False)
 

@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import store
+from yolo_mlops.tracking import connection, names, queries
 from yolo_mlops.trends.attribution import Attribution, attribute_runs
-from yolo_mlops.trends.history import RunRecord, group_series, load_history
+from yolo_mlops.trends.history import HistoryRun, group_series, load_history
 from yolo_mlops.trends.trend import (
     STATUS_ORDER,
     WATCHED,
@@ -28,21 +28,21 @@ from yolo_mlops.trends.trend import (
     verdict,
 )
 
-ATTRIBUTED_METRICS = ("perf/step_time_ms_p50", "perf/images_per_s")  # metrics whose change points get attribution
+ATTRIBUTED_METRICS = (names.STEP_TIME_P50, names.IMAGES_PER_S)  # metrics whose change points get attribution
 
 __all__ = [
-    "ATTRIBUTED_METRICS", "STATUS_ORDER", "WATCHED", "Attribution", "DetectionSettings", "RunRecord",
+    "ATTRIBUTED_METRICS", "STATUS_ORDER", "WATCHED", "Attribution", "DetectionSettings", "HistoryRun",
     "SeriesTrend", "SeriesVerdict", "attributions", "fleet_section", "latest_status", "load_experiment_series",
     "series_trend", "verdict",
 ]
 
 
-def load_experiment_series(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[RunRecord]]:
+def load_experiment_series(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
     """The series of an experiment (all pages of its FINISHED runs); a clear error when there are none.
     `across_machines`: one history per workload, every machine's runs in it (only when a user asks)."""
-    experiment_id = store.find_experiment_id(mlflow, experiment)
+    experiment_id = queries.find_experiment_id(mlflow, experiment)
     if experiment_id is None:
-        raise ConfigError(f"experiment {experiment!r} does not exist in {store.tracking_uri()}")
+        raise ConfigError(f"experiment {experiment!r} does not exist in {connection.tracking_uri()}")
     records = load_history(mlflow, [experiment_id])
     if not records:
         raise ConfigError(f"experiment {experiment!r} has no finished runs with a series: no history yet")
@@ -62,11 +62,11 @@ def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUT
     by_id = {r.run_id: r for r in trend.runs}
     profiles: dict = {}  # run id -> profile: change points of several metrics share their runs
     found = {}
-    for m in trend.metrics:
-        if m.metric not in metrics:
+    for per_metric in trend.metrics:
+        if per_metric.metric not in metrics:
             continue
-        for c in m.changes:
+        for c in per_metric.changes:
             before = [by_id[i] for i in c.before_run_ids]
             after = [by_id[i] for i in c.after_run_ids]
-            found[(m.metric, c.run_id)] = attribute_runs(mlflow, before, after, cache=profiles)
+            found[(per_metric.metric, c.run_id)] = attribute_runs(mlflow, before, after, cache=profiles)
     return found

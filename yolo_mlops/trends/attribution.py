@@ -10,17 +10,20 @@ of the step-time shift it explains, with how consistently the runs on each side 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from yolo_mlops.tracking import names, store
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
+from yolo_mlops.tracking import names, queries
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROFILER_STEP_ROW = "ProfilerStep*"
 HOST_TABLE = "key_averages_self_cpu"
 DEVICE_TABLE = "key_averages_self_device"
-PHASE_PREFIX = "yolo_mlops/"
 MAX_RUNS_PER_SIDE = 5  # runs nearest the change point on each side whose tables are read
 
 
@@ -74,7 +77,7 @@ class Attribution:
         return ", ".join(parts)
 
 
-def profile_from_tables(run_id: str, host: object | None, device: object | None, trace_json: str | None,
+def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataFrame | None, trace_json: str | None,
                         profiled_steps: int | None, step_ms: float | None) -> RunProfile | None:
     """A run's profile from its key_averages tables (pandas frames) and trace analysis JSON."""
     if host is None and device is None:
@@ -92,22 +95,34 @@ def profile_from_tables(run_id: str, host: object | None, device: object | None,
             if name != PROFILER_STEP_ROW and us:
                 entries[(kind, str(name))] = float(us) / steps / 1000.0
     trace_step_ms = None
-    if trace_json:
-        ranks = json.loads(trace_json).get("ranks") or []
-        per_step = ranks[0].get("steps") if ranks else None
-        if per_step:
-            for category in {c for s in per_step for c in s["host_us"]}:
-                ms = float(np.mean([s["host_us"].get(category, 0.0) for s in per_step])) / 1000.0
-                entries[("phase", category.removeprefix(PHASE_PREFIX))] = ms
-            trace_step_ms = float(np.mean([s["duration_us"] for s in per_step])) / 1000.0
+    analysis = _stored_analysis(trace_json)
+    per_step = analysis.ranks[0].steps if analysis is not None and analysis.ranks else []
+    if per_step:
+        for category in {c for s in per_step for c in s.host_us}:
+            ms = float(np.mean([s.host_us.get(category, 0.0) for s in per_step])) / 1000.0
+            entries[("phase", category.removeprefix(PHASE_LABEL_PREFIX))] = ms
+        trace_step_ms = float(np.mean([s.duration_us for s in per_step])) / 1000.0
     return RunProfile(run_id, steps, trace_step_ms if trace_step_ms is not None else step_ms, entries)
+
+
+def _stored_analysis(trace_json: str | None):
+    """The run's stored trace analysis (a TraceAnalysis; older runs' files lack some fields), or None when
+    the run has none or it cannot be read: the phases are then left out of the profile."""
+    if not trace_json:
+        return None
+    from yolo_mlops.analysis.stored import StoredAnalysisError, trace_analysis_from_json
+
+    try:
+        return trace_analysis_from_json(trace_json)
+    except StoredAnalysisError:
+        return None
 
 
 def profile_from_run(mlflow, run_id: str, profiled_steps: int | None, step_ms: float | None) -> RunProfile | None:
     """A logged run's profile; None when it has no key_averages tables (runs logged before they existed)."""
-    host = store.load_run_table(mlflow, run_id, names.profiler_table(HOST_TABLE))
-    device = store.load_run_table(mlflow, run_id, names.profiler_table(DEVICE_TABLE))
-    trace = store.load_artifact_text(mlflow, run_id, f"{names.ANALYSIS_DIR}/{names.TRACE_ANALYSIS_JSON}")
+    host = queries.load_run_table(mlflow, run_id, names.profiler_table(HOST_TABLE))
+    device = queries.load_run_table(mlflow, run_id, names.profiler_table(DEVICE_TABLE))
+    trace = queries.load_artifact_text(mlflow, run_id, f"{names.ANALYSIS_DIR}/{names.TRACE_ANALYSIS_JSON}")
     return profile_from_tables(run_id, host, device, trace, profiled_steps, step_ms)
 
 
@@ -123,7 +138,7 @@ def profile_from_trace(path: str, analysis) -> RunProfile:
         entries[("device", kernel.name)] = kernel.time_us / steps / 1000.0
     for s in rank.steps:
         for category, us in s.host_us.items():
-            key = ("phase", category.removeprefix(PHASE_PREFIX))
+            key = ("phase", category.removeprefix(PHASE_LABEL_PREFIX))
             entries[key] = entries.get(key, 0.0) + us / steps / 1000.0
     step_ms = rank.step_time.mean_us / 1000.0 if rank.step_time else None
     return RunProfile(path, steps, step_ms, entries)
@@ -156,12 +171,14 @@ def attribute(before: list[RunProfile], after: list[RunProfile], top: int | None
 
 def attribute_runs(mlflow, before: list, after: list, top: int = 15,
                    cache: dict[str, RunProfile | None] | None = None) -> Attribution:
-    """Attribution between two groups of RunRecords (nearest MAX_RUNS_PER_SIDE to the change on each side);
+    """Attribution between two groups of HistoryRuns (nearest MAX_RUNS_PER_SIDE to the change on each side);
     runs without key_averages tables are left out and named; too few on a side: the note says so.
     `cache` (run id -> profile) is shared by the change points of one report, so each run is read once."""
     before, after = before[-MAX_RUNS_PER_SIDE:], after[:MAX_RUNS_PER_SIDE]
     cache = {} if cache is None else cache
-    profiles_b, profiles_a, missing = [], [], []
+    profiles_b: list[RunProfile] = []
+    profiles_a: list[RunProfile] = []
+    missing: list[str] = []
     for records, profiles in ((before, profiles_b), (after, profiles_a)):
         if records is after and not profiles_b:
             break  # nothing to compare the after side with: do not download it

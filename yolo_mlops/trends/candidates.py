@@ -13,6 +13,7 @@ Pure functions over numpy arrays; no I/O, no randomness.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +70,7 @@ def welch(left: np.ndarray, right: np.ndarray) -> float:
     return float(2.0 * stdtr(df, -t))
 
 
-def check_boundaries(values, labels: list[dict[str, str]], level_changes: list[int] = (),
+def check_boundaries(values, labels: list[dict[str, str]], level_changes: Sequence[int] = (),
                     candidate_pvalue: float = DEFAULT_CANDIDATE_PVALUE) -> list[Candidate]:
     """Every version boundary of a series, tested against its neighbours (see the module doc).
 

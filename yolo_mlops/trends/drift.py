@@ -163,6 +163,26 @@ def fit(z: np.ndarray, bounds: list[int], times_ms: np.ndarray | None = None) ->
                  slope_per_week=per_week, lines=tuple(lines))
 
 
+def _rss(values: np.ndarray, bounds: list[int]) -> float:
+    """Residual sum of squares about each segment's mean."""
+    return float(sum(((values[lo:hi] - values[lo:hi].mean()) ** 2).sum() for lo, hi in pairwise(bounds)))
+
+
+def _line_fits_as_well(z: np.ndarray, a: int, raw: list[ChangePoint], drift: Drift, bounds: list[int]) -> bool:
+    """Whether the drift (slope plus its steps) explains the region from `a` at least as well as the raw
+    staircase of flat levels, by BIC (Schwarz): a few large steps between short flat stairs are steps, even
+    when a line through them is significant and the detrended series is too short to show them again."""
+    region = z[a:]
+    m = len(region)
+    stairs = [0, *[cp.index - a for cp in raw], m]
+    detrended = region - drift.slope * np.arange(m)
+    line = [b - a for b in bounds]
+    floor = 1e-12 * max(float(np.var(region)), 1e-300) * m  # a noiseless series: compare by parameters only
+    steps_bic = m * np.log(max(_rss(region, stairs), floor) / m) + (2 * len(raw) + 1) * np.log(m)
+    drift_bic = m * np.log(max(_rss(detrended, line), floor) / m) + (2 * (len(line) - 2) + 2) * np.log(m)
+    return bool(drift_bic <= steps_bic)
+
+
 def analyse(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
             max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
             min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE,
@@ -211,16 +231,17 @@ def analyse(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
                 break
             bounds = new_bounds
             drift = fit(z, bounds)
-        if drift.pvalue <= drift_pvalue and len(bounds) - 2 < len(later):
+        if drift.pvalue <= drift_pvalue and len(bounds) - 2 < len(later) and _line_fits_as_well(z, a, raw[j:],
+                                                                                               drift, bounds):
             drift = fit(z, bounds, times)  # the same slope (same blocks), now with the slope per week
             r = z.copy()
             r[a:] -= drift.slope * np.arange(n - a)
             return Analysis(tuple(steps if settled else detect(r)), drift, r, len(raw))
     a = idx[-1] if idx else 0
-    drift = None
+    tail_drift: Drift | None = None  # a drift inside the last segment only, if any
     if n - a >= MIN_DRIFT_POINTS and mann_kendall(z, [a, n])[2] <= drift_pvalue:
-        drift = fit(z, [a, n], times)
+        tail_drift = fit(z, [a, n], times)
     r = z.copy()
-    if drift is not None:
-        r[a:] -= drift.slope * np.arange(n - a)
-    return Analysis(tuple(raw), drift, r, len(raw))
+    if tail_drift is not None:
+        r[a:] -= tail_drift.slope * np.arange(n - a)
+    return Analysis(tuple(raw), tail_drift, r, len(raw))

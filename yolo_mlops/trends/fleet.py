@@ -1,7 +1,7 @@
 """The fleet view: the same workload on several machines, each machine's step time, and the slow machine.
 
 A series is one workload on one machine (the machine is in the series key), so the runs of one *workload*
-(`RunRecord.workload`) on different machines are the fleet's health check: "identical" hosts that differ
+(`HistoryRun.workload`) on different machines are the fleet's health check: "identical" hosts that differ
 in clocks, power caps, cooling, PCIe or CPU show up as one machine slower than its peers.
 
 The test, per workload with runs on >= 2 machines (each with >= `min_runs` runs): for every machine, a
@@ -19,7 +19,7 @@ clock-event (throttle) reasons seen, the hottest temperature and the PCIe link g
 every machine the CPU model (CPU runs), clock and core count. A figure a run did not record is said to be
 not recorded, never shown as zero.
 
-Pure functions over `RunRecord`s; `load_fleet` / `fleet_section` read MLflow through `history`.
+Pure functions over `HistoryRun`s; `load_fleet` / `fleet_section` read MLflow through `history`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from scipy import stats as sps
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.tracking import names
-from yolo_mlops.trends.history import RunRecord
+from yolo_mlops.trends.history import HistoryRun
 
 ALPHA = 0.01  # default family-wise false-alarm rate per workload
 MIN_EFFECT = 0.03
@@ -205,17 +205,17 @@ def describe_test(settings: FleetSettings) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def fleet_report(records: list[RunRecord], settings: FleetSettings | None = None,
+def fleet_report(records: list[HistoryRun], settings: FleetSettings | None = None,
                  experiment: str | None = None) -> FleetReport:
     """Every workload run on >= 2 machines (with >= min_runs runs each that logged a step time)."""
     settings = settings or FleetSettings()
-    by_workload: dict[str, list[RunRecord]] = defaultdict(list)
+    by_workload: dict[str, list[HistoryRun]] = defaultdict(list)
     for r in records:
         if r.workload and r.machine and r.step_time_ms and math.isfinite(r.step_time_ms) and r.step_time_ms > 0:
             by_workload[r.workload].append(r)
     workloads, single = [], 0
     for key, runs in sorted(by_workload.items()):
-        per_machine: dict[str, list[RunRecord]] = defaultdict(list)
+        per_machine: dict[str, list[HistoryRun]] = defaultdict(list)
         for r in runs:
             per_machine[r.machine].append(r)  # type: ignore[index]
         kept = {m: rs for m, rs in sorted(per_machine.items()) if len(rs) >= settings.min_runs}
@@ -227,7 +227,7 @@ def fleet_report(records: list[RunRecord], settings: FleetSettings | None = None
     return FleetReport(tuple(workloads), describe_test(settings), settings, single, experiment)
 
 
-def judge_workload(key: str, label: str, per_machine: dict[str, list[RunRecord]],
+def judge_workload(key: str, label: str, per_machine: dict[str, list[HistoryRun]],
                    settings: FleetSettings | None = None, left_out: tuple[str, ...] = ()) -> WorkloadFleet:
     settings = settings or FleetSettings()
     rng = np.random.default_rng(settings.seed)
@@ -262,11 +262,11 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def _machine_value(runs: list[RunRecord], read) -> float | None:
+def _machine_value(runs: list[HistoryRun], read) -> float | None:
     return _median([v for v in (read(r) for r in runs) if v is not None and math.isfinite(v)])
 
 
-def _peers_value(per_machine: dict[str, list[RunRecord]], machine: str, read) -> float | None:
+def _peers_value(per_machine: dict[str, list[HistoryRun]], machine: str, read) -> float | None:
     """The median of the peers' medians (only peers whose runs recorded the figure)."""
     return _median([v for m, rs in per_machine.items() if m != machine
                     for v in [_machine_value(rs, read)] if v is not None])
@@ -281,28 +281,31 @@ def _float(text: str | None) -> float | None:
 
 def _reason_share(reason: str):
     """A run's share of time with a clock-event reason: 0 when it measured reasons and did not see this one."""
-    def read(r: RunRecord) -> float | None:
+    def read(r: HistoryRun) -> float | None:
         if names.GPU_CLOCKS_EVENT_POWER not in r.metrics:
             return None  # reasons not measured on this run
         return r.metrics.get(names.clocks_event_metric(reason), 0.0)
     return read
 
 
-def _item(name: str, unit: str, mine: float | None, peers: float | None, kind: str, machine: str) -> Evidence:
+def _item(name: str, unit: str, machine_median: float | None, peers: float | None, kind: str,
+          machine: str) -> Evidence:
     u = f" {unit}" if unit else ""
-    if mine is None:
+    if machine_median is None:
         text = f"{name}: not recorded on {machine}'s runs" + (f" (peers {fmt(peers)}{u})" if peers is not None else "")
         return Evidence(name, unit, None, peers, False, text)
     if peers is None:
-        return Evidence(name, unit, mine, None, False, f"{name}: {fmt(mine)}{u}; not recorded on its peers' runs")
+        return Evidence(name, unit, machine_median, None, False,
+                        f"{name}: {fmt(machine_median)}{u}; not recorded on its peers' runs")
     if kind == "share":
-        out = abs(mine - peers) >= 100 * STANDS_OUT
+        out = abs(machine_median - peers) >= 100 * STANDS_OUT
     else:
-        out = peers != 0 and abs(mine / peers - 1) >= STANDS_OUT
-    return Evidence(name, unit, mine, peers, out, f"{name}: {fmt(mine)}{u} vs peers {fmt(peers)}{u}")
+        out = peers != 0 and abs(machine_median / peers - 1) >= STANDS_OUT
+    return Evidence(name, unit, machine_median, peers, out,
+                    f"{name}: {fmt(machine_median)}{u} vs peers {fmt(peers)}{u}")
 
 
-def evidence(per_machine: dict[str, list[RunRecord]], machine: str) -> tuple[Evidence, ...]:
+def evidence(per_machine: dict[str, list[HistoryRun]], machine: str) -> tuple[Evidence, ...]:
     """The machine's recorded figures against its peers' medians, the ones that stand out first; a figure
     its runs did not record is said to be not recorded (never zero)."""
     own = per_machine[machine]
@@ -310,7 +313,7 @@ def evidence(per_machine: dict[str, list[RunRecord]], machine: str) -> tuple[Evi
     items: list[Evidence] = []
     if any(k.startswith(names.GPU) for r in everyone for k in r.metrics):
         for name, metric, unit, kind in GPU_EVIDENCE:
-            def read(r: RunRecord, metric=metric) -> float | None:
+            def read(r: HistoryRun, metric=metric) -> float | None:
                 return r.metrics.get(metric)
             items.append(_item(name, unit, _machine_value(own, read), _peers_value(per_machine, machine, read),
                                kind, machine))
@@ -319,10 +322,10 @@ def evidence(per_machine: dict[str, list[RunRecord]], machine: str) -> tuple[Evi
         items.append(_item("SM clock mean / max", "%", clock_share, peers_share, "share", machine))
         seen = {}
         for reason in CLOCKS_EVENT_REASONS:
-            mine = _machine_value(own, _reason_share(reason))
+            machine_share = _machine_value(own, _reason_share(reason))
             peers = _peers_value(per_machine, machine, _reason_share(reason))
-            if (mine or 0) > 0 or (peers or 0) > 0:
-                seen[reason] = _item(f"clocks event {reason}", "% of time", mine, peers, "share", machine)
+            if (machine_share or 0) > 0 or (peers or 0) > 0:
+                seen[reason] = _item(f"clocks event {reason}", "% of time", machine_share, peers, "share", machine)
         if not seen and _machine_value(own, _reason_share("sw_power_cap")) is not None:
             items.append(Evidence("clocks events", "", "none", "none", False,
                                   "clocks events: none seen on this machine or its peers"))
@@ -338,14 +341,14 @@ def evidence(per_machine: dict[str, list[RunRecord]], machine: str) -> tuple[Evi
         items.append(Evidence("CPU model", "", mine_text, peers_text, bool(models and models != peer_models),
                               f"CPU model: {mine_text or 'not recorded'} vs peers {peers_text or 'not recorded'}"))
     for name, key, unit in CPU_EVIDENCE:
-        def read_host(r: RunRecord, key=key) -> float | None:
+        def read_host(r: HistoryRun, key=key) -> float | None:
             return _float(r.host.get(key))
         items.append(_item(name, unit, _machine_value(own, read_host), _peers_value(per_machine, machine, read_host),
                            "level", machine))
     return tuple(sorted(items, key=lambda e: not e.stands_out))
 
 
-def _share_of_max(r: RunRecord) -> float | None:
+def _share_of_max(r: HistoryRun) -> float | None:
     mean, top = r.metrics.get(names.GPU_SM_CLOCK_MEAN), r.metrics.get(names.GPU_SM_CLOCK_MAX)
     return 100.0 * mean / top if mean is not None and top else None
 
@@ -418,12 +421,12 @@ def plot_fleet(report: FleetReport, path: Path) -> Path:
 
 def load_fleet(mlflow, experiment: str, settings: FleetSettings | None = None) -> FleetReport:
     """The fleet view of an experiment's FINISHED runs; ConfigError when the experiment does not exist."""
-    from yolo_mlops.tracking import store
+    from yolo_mlops.tracking import connection, queries
     from yolo_mlops.trends import history
 
-    experiment_id = store.find_experiment_id(mlflow, experiment)
+    experiment_id = queries.find_experiment_id(mlflow, experiment)
     if experiment_id is None:
-        raise ConfigError(f"experiment {experiment!r} does not exist in {store.tracking_uri()}")
+        raise ConfigError(f"experiment {experiment!r} does not exist in {connection.tracking_uri()}")
     return fleet_report(history.load_history(mlflow, [experiment_id]), settings, experiment)
 
 

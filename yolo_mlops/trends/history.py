@@ -16,11 +16,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
-from yolo_mlops.tracking import names, store
+from yolo_mlops.tracking import names, queries
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class HistoryRun:
     run_id: str
     experiment_id: str
     start_time_ms: int
@@ -37,10 +37,11 @@ class RunRecord:
     host: dict[str, str] = field(default_factory=dict)  # cpu_model (CPU runs), cpu_count, cpu_mhz: fleet evidence
 
 
-def record_from_run(run) -> RunRecord | None:
+def record_from_run(run) -> HistoryRun | None:
     """A typed record of one MLflow run; None when its series cannot be known (no tag, no params)."""
     params, tags = run.data.params, run.data.tags
     identity = series_identity_from_params(params, tags)
+    series: str | None
     if identity is not None and names.ENV_MACHINE not in params:
         series = identity.key  # logged before the machine joined the key: its machine's series
     else:
@@ -54,7 +55,7 @@ def record_from_run(run) -> RunRecord | None:
         steps = int(params[names.PROFILER_PARAM + "active"]) * int(params[names.PROFILER_PARAM + "repeat"])
     except (KeyError, ValueError):
         steps = None
-    return RunRecord(
+    return HistoryRun(
         run_id=run.info.run_id,
         experiment_id=run.info.experiment_id,
         start_time_ms=int(run.info.start_time),
@@ -80,17 +81,17 @@ def _host(params: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in host.items() if v and v != "none"}
 
 
-def load_history(mlflow, experiment_ids: list[str]) -> list[RunRecord]:
+def load_history(mlflow, experiment_ids: list[str]) -> list[HistoryRun]:
     """Every FINISHED run of the experiments (all pages), oldest first (ties broken by run id)."""
-    runs = store.search_all_runs(mlflow, experiment_ids, filter_string="attributes.status = 'FINISHED'")
+    runs = queries.search_all_runs(mlflow, experiment_ids, filter_string="attributes.status = 'FINISHED'")
     records = [r for r in (record_from_run(run) for run in runs) if r is not None]
     return sorted(records, key=lambda r: (r.start_time_ms, r.run_id))
 
 
-def group_series(records: list[RunRecord], across_machines: bool = False) -> dict[str, list[RunRecord]]:
+def group_series(records: list[HistoryRun], across_machines: bool = False) -> dict[str, list[HistoryRun]]:
     """Series key -> its runs, oldest first (input order kept). `across_machines`: group by workload instead,
     so one history holds every machine's runs of a workload (records without a workload keep their series)."""
-    grouped: dict[str, list[RunRecord]] = defaultdict(list)
+    grouped: dict[str, list[HistoryRun]] = defaultdict(list)
     for record in records:
         if across_machines and record.workload is not None:
             record = replace(record, series=record.workload, label=f"{record.workload_label} @ all machines")
@@ -98,7 +99,7 @@ def group_series(records: list[RunRecord], across_machines: bool = False) -> dic
     return dict(grouped)
 
 
-def find_series(grouped: dict[str, list[RunRecord]], key: str) -> list[str]:
+def find_series(grouped: dict[str, list[HistoryRun]], key: str) -> list[str]:
     """Series whose key equals `key` or starts with it (a key may be abbreviated, like a git hash)."""
     if key in grouped:
         return [key]

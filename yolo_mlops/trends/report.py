@@ -6,7 +6,9 @@ import datetime as dt
 from pathlib import Path
 
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
+from yolo_mlops.tracking import names
 from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends.commit_range import bisect_range
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status
 
 
@@ -17,7 +19,7 @@ def when(ms: int) -> str:
 def series_table(trends: list[SeriesTrend]) -> str:
     rows = []
     for t in trends:
-        step = t.metric("perf/step_time_ms_p50")
+        step = t.metric(names.STEP_TIME_P50)
         changes = sum(len(m.changes) for m in t.metrics)
         rows.append((t.series, t.label, len(t.runs), when(t.runs[-1].start_time_ms),
                      fmt(step.values[-1]) if step else "-", changes, latest_status(t)))
@@ -49,21 +51,15 @@ def detectable_line(detectable) -> str:
 
 def bisect_command(change: ChangeEvent) -> str | None:
     """The `yolo-mlops bisect` command for a regression whose what-changed holds a commit range."""
-    commit = next((v for v in change.what_changed if v.name == "commit"), None)
-    if change.direction != "regression" or commit is None:
-        return None
-    good, bad = commit.before[-1], commit.after[0]
-    if any(c in ("none", "?", "") for c in (good, bad)):
-        return None
-    return (f"yolo-mlops bisect --good {good[:12]} --bad {bad[:12]} --run {change.run_id}"
-            + (f" --metric {change.metric}" if change.metric != "perf/step_time_ms_p50" else ""))
+    target = bisect_range(change)
+    return target.command() if target else None
 
 
 def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
     starts = {c.run_id: c for c in metric.changes}
     seg_of = {}
-    for i, seg in enumerate(metric.segments):
-        for j in range(seg.start, seg.end):
+    for i, segment in enumerate(metric.segments):
+        for j in range(segment.start, segment.end):
             seg_of[j] = i
     versions = {r.run_id: r.versions for r in trend.runs}
     rows = []
@@ -92,8 +88,8 @@ def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attrib
             blocks.append("no change points")
         for c in m.changes:
             blocks.append("- " + change_line(c, m.unit))
-            if bisect_command(c):
-                blocks.append(f"    bisect it: {bisect_command(c)}")
+            if command := bisect_command(c):
+                blocks.append(f"    bisect it: {command}")
             attribution = attributions.get((m.metric, c.run_id))
             if attribution is not None:
                 blocks.append(attribution_text(attribution))
@@ -143,11 +139,11 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
             ax.annotate(c.test.what_changed_text()[:40] + (" (moved)" if c.test.moved else ""),
                         (times[c.test.index], min(m.values)), fontsize=6, color="tab:purple", rotation=90,
                         va="bottom", xytext=(-8, 0), textcoords="offset points")
-        for c in m.changes:
-            colour = "tab:red" if c.direction == "regression" else "tab:green"
-            ax.axvline(times[c.index], color=colour, ls="--", lw=1)
-            ax.annotate(f"{c.change_pct:+.1f}% {c.direction}\n{c.what_changed_text()[:60]}",
-                        (times[c.index], max(m.values)), fontsize=7, color=colour, va="top",
+        for change in m.changes:
+            colour = "tab:red" if change.direction == "regression" else "tab:green"
+            ax.axvline(times[change.index], color=colour, ls="--", lw=1)
+            ax.annotate(f"{change.change_pct:+.1f}% {change.direction}\n{change.what_changed_text()[:60]}",
+                        (times[change.index], max(m.values)), fontsize=7, color=colour, va="top",
                         xytext=(3, 0), textcoords="offset points")
         ax.set_ylabel(f"{m.metric.split('/', 1)[1]} ({m.unit})", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
+from yolo_mlops.tracking import names
 from yolo_mlops.trends import candidates, changepoint, drift
 from yolo_mlops.trends.candidates import Candidate
 from yolo_mlops.trends.changepoint import Segment
 from yolo_mlops.trends.drift import Drift
-from yolo_mlops.trends.history import RunRecord
+from yolo_mlops.trends.history import HistoryRun
 
 
 @dataclass(frozen=True)
@@ -32,18 +34,22 @@ class Watched:
 
 
 WATCHED = (
-    Watched("perf/step_time_ms_p50", False, "ms"),
-    Watched("perf/images_per_s", True, "img/s"),
-    Watched("perf/data_wait_pct", False, "%"),
-    Watched("gpu/sm_util_pct_mean", True, "%"),
-    Watched("gpu/dram_bw_util_pct_mean", True, "%"),
-    Watched("gpu/mem_used_gib_max", False, "GiB"),
-    Watched("gpu/energy_per_image_j", False, "J"),
+    Watched(names.STEP_TIME_P50, False, "ms"),
+    Watched(names.IMAGES_PER_S, True, "img/s"),
+    Watched(names.DATA_WAIT_PCT, False, "%"),
+    Watched(names.GPU_SM_UTIL_MEAN, True, "%"),
+    Watched(names.GPU_DRAM_BW_UTIL_MEAN, True, "%"),
+    Watched(names.GPU_MEM_USED_MAX, False, "GiB"),
+    Watched(names.GPU_ENERGY_PER_IMAGE, False, "J"),
 )
 WATCHED_BY_NAME = {w.metric: w for w in WATCHED}
+Direction = Literal["regression", "improvement"]  # the way a metric moved, judged by its higher_is_better
+# a series' (or one metric's) verdict for a night; the tag values of names.TREND and names.TREND_PREFIX
+Status = Literal["regression", "suspected", "drift", "improvement", "stable", "insufficient_history"]
 MIN_HISTORY = 3  # runs before tonight's below which no verdict is given
 # suspected: a regression tonight's confirmation runs did not repeat (set by the benchmark flow's confirmation)
-STATUS_ORDER = ("regression", "suspected", "drift", "improvement", "stable", "insufficient_history")
+STATUS_ORDER: tuple[Status, ...] = ("regression", "suspected", "drift", "improvement", "stable",
+                                    "insufficient_history")
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class ChangeEvent:
     mean_after: float
     change_pct: float  # + = the value went up
     pvalue: float
-    direction: str  # "regression" | "improvement"
+    direction: Direction
     what_changed: tuple[VersionChange, ...]
     before_run_ids: tuple[str, ...]  # the segment before (oldest first)
     after_run_ids: tuple[str, ...]  # the segment after
@@ -91,7 +97,7 @@ class DriftEvent:
     metric: str
     run_id: str  # first run of the drift region
     start_time_ms: int
-    direction: str  # "regression" | "improvement": the way the metric drifts
+    direction: Direction  # the way the metric drifts
     fit: Drift
 
     def text(self, unit: str) -> str:
@@ -107,7 +113,7 @@ class CandidateEvent:
     metric: str
     run_id: str  # first run with the new versions
     start_time_ms: int
-    direction: str  # "regression" | "improvement" (the way the mean moved, whether or not beyond noise)
+    direction: Direction  # the way the mean moved, whether or not beyond noise
     test: Candidate
     at_change_point: bool  # a change point starts at the same run (reported there)
 
@@ -138,7 +144,7 @@ class MetricTrend:
 class SeriesTrend:
     series: str
     label: str
-    runs: tuple[RunRecord, ...]
+    runs: tuple[HistoryRun, ...]
     metrics: tuple[MetricTrend, ...]
     settings: DetectionSettings = DetectionSettings()
 
@@ -150,15 +156,15 @@ class SeriesTrend:
 class SeriesVerdict:
     series: str
     label: str
-    status: str  # regression | improvement | stable | insufficient_history
+    status: Status
     new_changes: tuple[ChangeEvent, ...] = ()  # change points first seen in tonight's runs
     new_drifts: tuple[DriftEvent, ...] = ()  # drifts that became significant (or changed slope) tonight
     new_candidates: tuple[CandidateEvent, ...] = ()  # version boundaries among tonight's runs that moved a metric
     reason: str = ""
-    per_metric: dict[str, str] = field(default_factory=dict)
+    per_metric: dict[str, Status] = field(default_factory=dict)
 
 
-def what_changed(before: list[RunRecord], after: list[RunRecord]) -> tuple[VersionChange, ...]:
+def what_changed(before: list[HistoryRun], after: list[HistoryRun]) -> tuple[VersionChange, ...]:
     """Version dimensions whose values differ between the runs before and after a change point."""
     changes = []
     for name in before[0].versions if before else ():
@@ -171,7 +177,7 @@ def what_changed(before: list[RunRecord], after: list[RunRecord]) -> tuple[Versi
     return tuple(changes)
 
 
-def metric_trend(runs: list[RunRecord], watched: Watched, settings: DetectionSettings = DetectionSettings()
+def metric_trend(runs: list[HistoryRun], watched: Watched, settings: DetectionSettings = DetectionSettings()
                  ) -> MetricTrend | None:
     """Segments and change points of one metric over the runs that logged it; None when none did."""
     points = [r for r in runs if watched.metric in r.metrics and np.isfinite(r.metrics[watched.metric])]
@@ -216,11 +222,11 @@ def _analyse(values: np.ndarray, times_ms: list[int], settings: DetectionSetting
                          min_magnitude=settings.min_magnitude, drift_pvalue=settings.drift_pvalue)
 
 
-def _direction(went_up: bool, watched: Watched | MetricTrend) -> str:
+def _direction(went_up: bool, watched: Watched | MetricTrend) -> Direction:
     return "improvement" if went_up == watched.higher_is_better else "regression"
 
 
-def series_trend(runs: list[RunRecord], settings: DetectionSettings = DetectionSettings(),
+def series_trend(runs: list[HistoryRun], settings: DetectionSettings = DetectionSettings(),
                  metrics: tuple[Watched, ...] = WATCHED) -> SeriesTrend:
     trends = [t for t in (metric_trend(runs, w, settings) for w in metrics) if t is not None]
     return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends), settings)
@@ -237,7 +243,8 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
                              reason=f"{len(earlier)} earlier runs (a verdict needs {MIN_HISTORY})")
     first_tonight = min((i for i, r in enumerate(trend.runs) if r.run_id in tonight), default=len(trend.runs))
     first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
-    new, drifts, cands, per_metric = [], [], [], {}
+    new, drifts, cands = [], [], []
+    per_metric: dict[str, Status] = {}
     for m in trend.metrics:
         if first_tonight_ms is None:
             per_metric[m.metric] = "stable"
@@ -246,7 +253,7 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
                  and c.start_time_ms >= first_tonight_ms]
         cands += moved
-        status = "stable"
+        status: Status = "stable"
         if newest is not None and newest.start_time_ms >= first_tonight_ms:
             new.append(newest)
             status = newest.direction
@@ -258,8 +265,8 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         if status == "stable" and moved:
             status = "improvement"
         per_metric[m.metric] = status
-    status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
-    return SeriesVerdict(trend.series, trend.label, status, tuple(new), per_metric=per_metric,
+    overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
+    return SeriesVerdict(trend.series, trend.label, overall, tuple(new), per_metric=per_metric,
                          new_drifts=tuple(drifts), new_candidates=tuple(cands))
 
 
@@ -269,17 +276,20 @@ def _drift_is_new(m: MetricTrend, first_tonight_ms: int, settings: DetectionSett
     "Before tonight" looks back over the histories that ended 0, 3, 6, 12, 24, 48 and 96 runs before
     tonight's: a drift whose p-value hovers around drift_pvalue, significant one night and not the next, is
     then reported once and not again each time it crosses the line."""
+    current = m.drift
+    if current is None:  # no drift tonight: nothing new to report
+        return False
     times = [t for t in m.times_ms if t < first_tonight_ms]
     for end in (len(times) - back for back in drift.LOOKBACK_RUNS):
         if end < drift.MIN_DRIFT_POINTS:
             break
         prior = _analyse(np.array(m.values[:end]), list(times[:end]), settings).drift
-        if prior is not None and not m.drift.fit.slope_differs(prior):
+        if prior is not None and not current.fit.slope_differs(prior):
             return False
     return True
 
 
-def latest_status(trend: SeriesTrend) -> str:
+def latest_status(trend: SeriesTrend) -> Status:
     """Status of a series as of its newest run, judged as if that run's night were tonight."""
     last = trend.runs[-1]
     night = {r.run_id for r in trend.runs if last.night is not None and r.night == last.night} or {last.run_id}

@@ -9,10 +9,10 @@ import pytest
 
 from yolo_mlops import cli
 from yolo_mlops.analysis import analyze_traces
-from yolo_mlops.analysis.attribution import exclusive_split
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
-from yolo_mlops.analysis.host import PHASE_LABEL_PREFIX
+from yolo_mlops.analysis.idle_attribution import exclusive_split
 from yolo_mlops.analysis.report import headline_metrics
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 P = PHASE_LABEL_PREFIX
 # Timeline origin as Kineto writes it (epoch microseconds): float64 resolution there is ~0.25 us.

@@ -35,11 +35,10 @@ from yolo_mlops.analysis.host import (
     CUDA_SYNC_CATEGORY,
     DATA_LOADER_CATEGORY,
     OPTIMIZER_CATEGORY,
-    PHASE_LABEL_PREFIX,
-    PHASE_ORDER,
     Steps,
 )
 from yolo_mlops.analysis.trace_loader import RankTrace
+from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
 
 DATA_LOADER, PREPROCESS, OPTIMIZER, CUDA_SYNC, LAUNCH_OVERHEAD, OTHER = (
     "data_loader", "preprocess", "optimizer", "cuda_sync", "launch_overhead", "other")

@@ -2,7 +2,8 @@
 
 Structure and value ranges are checked here (pydantic); checks that touch the file system or the network
 (does the dataset exist, is the tracking server reachable) live in `run/preflight.py`, because a RunSpec may be
-built on one machine (the Prefect UI) and run on another (a GPU worker).
+built on one machine (the Prefect UI) and run on another (a GPU worker). Part of the contracts layer: it
+imports no torch and nothing of the project but `yolo_mlops.errors`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Only yolo_mlops/tracking/ talks to MLflow: no other module imports mlflow or calls a client method on the
-handle `tracking.client()` returns (the flows and library pass that handle to `tracking.*` functions)."""
+handle `connection.client()` returns (the flows and library pass that handle to the functions of
+`tracking.writes`, `tracking.queries` and `tracking.run_end`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,6 @@ def test_the_check_sees_a_direct_call_and_an_import(tmp_path):
     imports = tmp_path / "imports.py"
     imports.write_text("from mlflow.tracking import MlflowClient\n")
     fine = tmp_path / "fine.py"
-    fine.write_text("from yolo_mlops import tracking\n\n"
-                    "def f(run_id):\n    return tracking.experiment_of(tracking.client(), run_id)\n")
+    fine.write_text("from yolo_mlops.tracking import connection, queries\n\n"
+                    "def f(run_id):\n    return queries.experiment_of(connection.client(), run_id)\n")
     assert offenders([bad, imports, fine], tmp_path) == ["bad.py", "imports.py"]

@@ -1,0 +1,284 @@
+"""The import graph of yolo_mlops/ and flows/: no cycles, and no import from a lower layer into a higher one.
+
+Every module is parsed with `ast`; module-level and function-level imports both count (a deferred import is
+still a dependency), imports under `if TYPE_CHECKING:` do not (they never run). flows/ is installed as
+`yolo_mlops.flows`, so its modules are named that way. docs/architecture.md ("Layers") describes the same
+order and why. Importing a module also runs its packages' `__init__.py`, an edge the graph does not draw;
+`test_light_modules_stay_light` imports the light entry points for real and checks what they loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT_PACKAGE = "yolo_mlops"
+ROOTS = {ROOT_PACKAGE: REPO / "yolo_mlops", "yolo_mlops.flows": REPO / "flows"}
+
+# Lowest first. A module belongs to the layer of its longest matching prefix; it may import its own layer
+# (when that adds no cycle) and any layer below, never one above.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("contracts", ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.tracking.names",
+                   "yolo_mlops.render")),
+    ("measurement", ("yolo_mlops.nvml", "yolo_mlops.profiling")),
+    ("analysis", ("yolo_mlops.analysis",)),
+    ("tracking", ("yolo_mlops.tracking",)),
+    ("run", ("yolo_mlops.run",)),
+    ("experiments", ("yolo_mlops.sweeps", "yolo_mlops.trends", "yolo_mlops.bisect")),
+    ("entry points", ("yolo_mlops.cli", "yolo_mlops.flows")),
+]
+
+# (importer, imported) pairs allowed to cross the order upwards, each with its reason. Keep this empty
+# unless moving the imported thing down is a large change.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def module_files() -> dict[str, Path]:
+    modules = {}
+    for prefix, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join((prefix, *parts))] = path
+    return modules
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every Import / ImportFrom node, skipping the bodies of `if TYPE_CHECKING:` (their else branch runs)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """The module `name` loads: itself, else its longest prefix that is one of ours."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
+    """Our modules that `name` imports -> line of the first such import."""
+    is_package = path.name == "__init__.py"
+    found: dict[str, int] = {}
+    for node in _imports(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                package = name if is_package else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{base}" if base else package
+            # `from package import module` loads that module; `from module import name` loads the module
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        for target in targets:
+            known = _known(target, modules)
+            if known is not None and known != name:
+                found.setdefault(known, node.lineno)
+    return found
+
+
+def layer_of(module: str) -> int:
+    if module == ROOT_PACKAGE:
+        return 0  # the top-level package itself: empty, so it imports nothing
+    best, best_len = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS (and to docs/architecture.md)")
+    return best
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    modules = module_files()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        components.append(component)
+    return [_cycle_in(sorted(c), graph) for c in components]
+
+
+def _cycle_in(component: list[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """A closed path a -> ... -> a inside one strongly connected component (shortest from its first module)."""
+    members = set(component)
+    start = component[0]
+    previous = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for child in sorted(graph[node]):
+            if child == start:
+                path = [node]
+                while previous[path[-1]] is not None:
+                    path.append(previous[path[-1]])
+                return [*reversed(path), start]
+            if child in members and child not in previous:
+                previous[child] = node
+                queue.append(child)
+    raise AssertionError(f"no cycle through {start}")  # unreachable for a strongly connected component
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
+
+
+def test_every_module_has_a_layer():
+    for module in module_files():
+        layer_of(module)
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(_describe(c, graph) for c in cycles)
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every import of a module from a higher layer, unless listed in EXCEPTIONS."""
+    upward = []
+    for importer, imported in sorted(graph.items()):
+        for target, line in sorted(imported.items()):
+            low, high = layer_of(importer), layer_of(target)
+            if high > low and (importer, target) not in EXCEPTIONS:
+                upward.append(f"{importer} (layer {LAYERS[low][0]}) imports {target} (layer {LAYERS[high][0]}) "
+                              f"at line {line}")
+    return upward
+
+
+def test_no_import_from_a_lower_layer_into_a_higher_one():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def test_an_upward_import_is_reported():
+    graph = {"yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
+             "yolo_mlops.tracking.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}
+    assert upward_imports(graph) == [
+        "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host (layer analysis) "
+        "at line 29",
+        "yolo_mlops.tracking.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
+    ]
+
+
+def test_exceptions_are_still_needed():
+    graph = import_graph()
+    stale = [pair for pair in EXCEPTIONS if pair[1] not in graph.get(pair[0], {})]
+    assert not stale, f"listed exceptions no longer imported, remove them: {stale}"
+
+
+def test_contracts_import_only_contracts():
+    """The contracts layer is a leaf: it imports nothing of the project above it, directly or not."""
+    graph = import_graph()
+    for module, imported in graph.items():
+        if layer_of(module) == 0:
+            assert all(layer_of(target) == 0 for target in imported), (module, sorted(imported))
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages one by one (flows/ installs under another name): none may be missing."""
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = {name for name, path in module_files().items() if path.name == "__init__.py"}
+    assert sorted(listed) == sorted(packages)
+
+
+@pytest.mark.parametrize("modules, absent", [
+    # the contracts load neither torch nor MLflow (importing tracking.names runs tracking/__init__.py too)
+    (["yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.tracking.names"], ["torch", "mlflow"]),
+    # the modules that check a spec or read settings back without training never load torch
+    (["yolo_mlops.run.preflight", "yolo_mlops.sweeps.collect"], ["torch"]),
+    # `yolo-mlops analyze`: the analysis alone, without torch, MLflow or pydantic
+    (["yolo_mlops.analysis", "yolo_mlops.cli.analyze"], ["torch", "mlflow", "pydantic"]),
+])
+def test_light_modules_stay_light(modules: list[str], absent: list[str]):
+    code = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+            f"print(sorted(m for m in {absent!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", f"{modules} imported {done.stdout.strip()}"
+
+
+@pytest.mark.parametrize("cycle_graph, expected", [
+    ({"a": {"b": 1}, "b": {"a": 2}}, [["a", "b", "a"]]),
+    ({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}, [["a", "b", "c", "a"]]),
+    ({"a": {"b": 1}, "b": {}}, []),
+])
+def test_cycle_finder(cycle_graph, expected):
+    assert find_cycles(cycle_graph) == expected
+
+
+def test_type_checking_imports_and_function_imports(tmp_path: Path):
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yolo_mlops.run import pipeline\n"
+              "else:\n    from yolo_mlops import render\n"
+              "def f():\n    from yolo_mlops.analysis import host\n")
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    modules = {"yolo_mlops.run.pipeline": path, "yolo_mlops.render": path, "yolo_mlops.analysis.host": path,
+               "yolo_mlops.x": path}
+    assert set(imports_of("yolo_mlops.x", path, modules)) == {"yolo_mlops.render", "yolo_mlops.analysis.host"}

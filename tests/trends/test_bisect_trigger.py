@@ -1,0 +1,84 @@
+"""From a regression's commit range to a run of the `bisect` deployment, on the session's real Prefect server.
+
+The deployment is registered from `flows/bisect.py` as `prefect deploy` would; no worker executes its run here
+(`test_bisect.py` runs a real bisection): what is checked is the hand-over, the parameters the flow gets.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from yolo_mlops.bisect import trigger
+from yolo_mlops.errors import ConfigError
+from yolo_mlops.tracking import names
+from yolo_mlops.trends.commit_range import BisectRange, bisect_range
+from yolo_mlops.trends.trend import ChangeEvent, VersionChange
+
+GOOD, BAD = "a" * 40, "b" * 40
+
+
+def change(direction: str = "regression", commits: tuple[str, str] | None = (GOOD, BAD),
+           metric: str = names.STEP_TIME_P50) -> ChangeEvent:
+    what = (VersionChange("torch", ("2.13.0",), ("2.14.1",)),)
+    if commits is not None:
+        what += (VersionChange("commit", (commits[0],), (commits[1],)),)
+    return ChangeEvent(metric=metric, index=4, run_id="r" * 32, start_time_ms=0, mean_before=100.0,
+                       mean_after=120.0, change_pct=20.0, pvalue=1e-6, direction=direction,  # type: ignore[arg-type]
+                       what_changed=what, before_run_ids=("x",), after_run_ids=("y",))
+
+
+def test_range_of_a_regression_with_a_commit_change():
+    target = bisect_range(change())
+    assert target == BisectRange(good=GOOD, bad=BAD, run_id="r" * 32, metric=names.STEP_TIME_P50)
+    assert target.command() == f"yolo-mlops bisect --good {GOOD[:12]} --bad {BAD[:12]} --run {'r' * 32}"
+    other = bisect_range(change(metric=names.IMAGES_PER_S))
+    assert other is not None and other.command().endswith(f"--metric {names.IMAGES_PER_S}")
+
+
+@pytest.mark.parametrize("kwargs", [{"direction": "improvement"}, {"commits": None}, {"commits": ("none", BAD)},
+                                    {"commits": (GOOD, "?")}])
+def test_nothing_to_bisect(kwargs):
+    assert bisect_range(change(**kwargs)) is None
+
+
+def test_start_creates_a_run_of_the_bisect_deployment_with_the_range(prefect_server):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+
+    from yolo_mlops.flows.bisect import bisect
+
+    bisect.to_deployment(name="bisect").apply()
+    target = bisect_range(change())
+    flow_run_id = trigger.start(target)
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+        deployment = client.read_deployment(flow_run.deployment_id)
+    assert deployment.name == "bisect"
+    assert flow_run.parameters == {"good": GOOD, "bad": BAD, "run_id": "r" * 32, "metric": names.STEP_TIME_P50}
+    assert flow_run.state.type == StateType.SCHEDULED  # handed over, not waited for
+
+
+def test_start_without_the_deployment_is_one_line(prefect_server):
+    with pytest.raises(ConfigError, match="no deployment 'bisect/missing' on the Prefect server"):
+        trigger.start(bisect_range(change()), deployment="bisect/missing")
+
+
+def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_missing_deployment(prefect_server):
+    from yolo_mlops.flows.benchmark import _start_bisections
+    from yolo_mlops.flows.bisect import bisect
+    from yolo_mlops.trends.nightly import JudgedSeries
+
+    bisect.to_deployment(name="bisect").apply()
+    target = bisect_range(change())
+    other_metric = bisect_range(change(metric=names.IMAGES_PER_S))  # the same range seen in a second metric
+    judged = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
+                          new_changes=[], plot_run_id="r", bisect=[target, other_metric])
+    _start_bisections([judged], "bisect/bisect")
+    (note,) = judged.notes
+    assert note.startswith("auto-bisect: started bisect/bisect run ") and f"{GOOD[:12]}..{BAD[:12]}" in note
+
+    missing = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
+                           new_changes=[], plot_run_id="r", bisect=[target])
+    _start_bisections([missing], "bisect/missing")
+    assert missing.notes == ["auto-bisect: no deployment 'bisect/missing' on the Prefect server "
+                             "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)"]

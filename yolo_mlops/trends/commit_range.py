@@ -1,0 +1,43 @@
+"""The commit range a regression names: what `yolo-mlops bisect` and the `bisect` flow take.
+
+A change point's "what changed" holds the commit of the last run before it and of the first run after it
+(`trend.what_changed`). Between them lies the commit that made the metric worse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from yolo_mlops.tracking import names
+from yolo_mlops.trends.trend import ChangeEvent
+
+UNKNOWN_COMMITS = ("", "none", "?")
+
+
+@dataclass(frozen=True)
+class BisectRange:
+    good: str  # the commit of the last run before the change point
+    bad: str  # the commit of its first run after
+    run_id: str  # the first run after: its RunSpec is the workload to re-run
+    metric: str
+
+    def command(self) -> str:
+        """The `yolo-mlops bisect` command line for this range."""
+        metric = f" --metric {self.metric}" if self.metric != names.STEP_TIME_P50 else ""
+        return f"yolo-mlops bisect --good {self.good[:12]} --bad {self.bad[:12]} --run {self.run_id}{metric}"
+
+    def parameters(self) -> dict[str, str]:
+        """The `bisect` flow's parameters for this range."""
+        return {"good": self.good, "bad": self.bad, "run_id": self.run_id, "metric": self.metric}
+
+
+def bisect_range(change: ChangeEvent) -> BisectRange | None:
+    """The range to bisect for a regression whose runs before and after were made by different known commits;
+    None for an improvement or when no commit changed."""
+    commit = next((v for v in change.what_changed if v.name == "commit"), None)
+    if change.direction != "regression" or commit is None:
+        return None
+    good, bad = commit.before[-1], commit.after[0]
+    if good in UNKNOWN_COMMITS or bad in UNKNOWN_COMMITS:
+        return None
+    return BisectRange(good=good, bad=bad, run_id=change.run_id, metric=change.metric)

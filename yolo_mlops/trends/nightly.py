@@ -1,0 +1,181 @@
+"""One night of the benchmark suite, judged: each series' verdict, its confirmation, its record on the runs.
+
+The `benchmark` flow runs the suite's profiled runs; everything it decides about them lives here, as plain
+functions over an MLflow client:
+
+- `judge_night`: the verdict of every series that tonight's runs belong to (change points, drift, version
+  boundaries, detection power), logged on tonight's runs as tags, metrics and the series' picture and report.
+  A new regression can be held back for confirmation runs and judged again over them (`confirm`).
+- `repeats_needed`: `repeats="auto"`, the runs a configuration needs tonight to see the suite's target shift.
+- `markdown` and `failure_message`: what the flow publishes and what it fails with.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from yolo_mlops.config import BenchmarkSuite
+from yolo_mlops.render import markdown_table
+from yolo_mlops.tracking import names, queries, writes
+from yolo_mlops.trends import attributions, confirm, load_experiment_series, power, report, series_trend, verdict
+from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends.commit_range import BisectRange, bisect_range
+from yolo_mlops.trends.history import HistoryRun
+from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status
+
+
+@dataclass
+class JudgedSeries:
+    series: str
+    label: str
+    status: Status
+    runs_tonight: list[str]
+    history_runs: int
+    new_changes: list[str]  # one line per new change point: metric, magnitude, run, what changed, attribution
+    plot_run_id: str  # the run whose trends/series.png shows the series (tonight's last in it)
+    confirm_metrics: list[str] = field(default_factory=list)  # metrics whose new regression awaits confirmation
+    confirmation: str = ""  # what the confirmation runs showed: confirmed or dismissed, with how many runs
+    confirmation_runs: list[str] = field(default_factory=list)
+    min_detectable_pct: dict[str, float] = field(default_factory=dict)  # per metric: smallest step seen (90%)
+    bisect: list[BisectRange] = field(default_factory=list)  # new regressions whose runs ran different commits
+    notes: list[str] = field(default_factory=list)
+
+
+def judge_night(mlflow, experiment: str, run_ids: list[str], settings: DetectionSettings, confirm_repeats: int = 0,
+                confirmations: dict[str, list[str]] | None = None,
+                suspects: dict[str, list[str]] | None = None) -> list[JudgedSeries]:
+    """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs. A series whose
+    new regression awaits confirmation (confirm_repeats > 0) is returned unlogged with `confirm_metrics`; the
+    second call, with `confirmations` (series -> its confirmation runs) and `suspects` (series -> metrics),
+    judges only those series over tonight's and the confirmation runs and logs them."""
+    tonight = set(run_ids)
+    judged = []
+    for key, runs in sorted(load_experiment_series(mlflow, experiment).items()):
+        tonights_runs = [r.run_id for r in runs if r.run_id in tonight]
+        if not tonights_runs or (confirmations is not None and key not in confirmations):
+            continue  # a series no run of tonight belongs to: judged on the nights it runs
+        trend = series_trend(runs, settings)
+        extra: list[str] = []
+        outcome: confirm.Confirmation | None = None
+        pending: tuple[str, ...] = ()
+        if confirmations is not None:
+            extra = confirmations[key]
+            night_verdict, outcome = confirm.judge(trend, set(tonights_runs), set(extra),
+                                                   tuple((suspects or {})[key]))
+        else:
+            night_verdict = verdict(trend, tonight)
+            pending = confirm.needs_confirmation(night_verdict) if confirm_repeats > 0 else ()
+        found = attributions(mlflow, trend)
+        detectable = power.for_trend(trend, len(tonights_runs), settings.max_pvalue)
+        if not pending:
+            log_on_runs(mlflow, tonights_runs + extra, trend, night_verdict, found, detectable, outcome,
+                        tonights_runs)
+        judged.append(JudgedSeries(
+            series=key, label=trend.label, status=night_verdict.status, runs_tonight=tonights_runs,
+            history_runs=len(runs), new_changes=_change_lines(trend, night_verdict, found),
+            plot_run_id=(tonights_runs + extra)[-1], confirm_metrics=list(pending),
+            confirmation=outcome.summary() if outcome else "", confirmation_runs=extra,
+            min_detectable_pct={d.metric: round(d.shift_pct, 3) for d in detectable},
+            bisect=[r for c in night_verdict.new_changes if (r := bisect_range(c)) is not None]))
+    return judged
+
+
+def _change_lines(trend: SeriesTrend, night_verdict: SeriesVerdict,
+                  found: dict[tuple[str, str], Attribution]) -> list[str]:
+    lines = []
+    for change in night_verdict.new_changes:
+        line = report.change_line(change, _unit(trend, change.metric))
+        attribution = found.get((change.metric, change.run_id))
+        if attribution is not None:
+            line += "; moved: " + attribution.summary()
+        if command := report.bisect_command(change):
+            line += f"; bisect it: `{command}`"
+        lines.append(line)
+    lines += [report.candidate_line(c, _unit(trend, c.metric)) for c in night_verdict.new_candidates]
+    lines += [report.drift_line(d, _unit(trend, d.metric)) for d in night_verdict.new_drifts]
+    return lines
+
+
+def _unit(trend: SeriesTrend, metric: str) -> str:
+    watched = trend.metric(metric)
+    return watched.unit if watched is not None else ""
+
+
+def log_on_runs(mlflow, run_ids: list[str], trend: SeriesTrend, night_verdict: SeriesVerdict,
+                found: dict[tuple[str, str], Attribution], detectable=(),
+                outcome: confirm.Confirmation | None = None, tonight: list[str] | None = None) -> None:
+    """The night's verdict tags on every run of `run_ids`, the detection power on tonight's, and the series'
+    picture and report as artifacts of each."""
+    tags: dict[str, str] = {names.TREND: night_verdict.status}
+    tags.update({names.trend_metric_tag(metric): status for metric, status in night_verdict.per_metric.items()})
+    if night_verdict.new_changes:
+        tags[names.TREND_CHANGE_RUN] = night_verdict.new_changes[0].run_id
+    if outcome is not None:
+        tags[names.TREND_EVIDENCE] = outcome.summary()[:names.TAG_MAX_CHARS]
+    metrics = {names.min_detectable_shift_metric(d.metric): d.shift_pct for d in detectable
+               if d.shift_pct < float("inf")}
+    with tempfile.TemporaryDirectory(prefix="yolo-mlops-trends-") as tmp:
+        folder = Path(tmp) / names.TRENDS_DIR
+        folder.mkdir()
+        report.plot_series(trend, folder / Path(names.TRENDS_PLOT_PNG).name)
+        text = report.series_report(trend, found, detectable=detectable)
+        if outcome is not None:
+            text += "\n\nConfirmation: " + outcome.summary()
+        (folder / Path(names.TRENDS_REPORT_MD).name).write_text(text)
+        for run_id in run_ids:
+            on_tonight = tonight is None or run_id in tonight
+            writes.log_values(mlflow, run_id, tags=tags, metrics=metrics if on_tonight else {})
+            writes.log_folder(mlflow, run_id, folder, names.TRENDS_DIR)
+
+
+def repeats_needed(mlflow, suite: BenchmarkSuite, config_index: int, tonights_runs: list[str]) -> tuple[int, str]:
+    """repeats='auto': the runs configuration `config_index` needs tonight to detect `target_shift_pct` in its
+    step time, within `max_repeats`, and a note saying why."""
+    cap, target = suite.max_repeats, suite.target_shift_pct
+    if cap is None or target is None:
+        raise ValueError("repeats='auto' needs target_shift_pct and max_repeats")  # BenchmarkSuite refuses it first
+    if not tonights_runs:
+        return 0, ""
+    grouped = load_experiment_series(mlflow, suite.runs[config_index].experiment)
+    runs: list[HistoryRun] = next((v for v in grouped.values() if any(r.run_id == tonights_runs[0] for r in v)), [])
+    history = [r for r in runs if r.run_id not in tonights_runs]
+    if len(history) < 2:
+        return cap, f"repeats auto: no step-time history yet, {cap} runs (the cap)"
+    step = series_trend(history, DetectionSettings(max_pvalue=suite.max_pvalue)).metric(names.STEP_TIME_P50)
+    if step is None:
+        return cap, f"repeats auto: no step-time history yet, {cap} runs (the cap)"
+    recent = power.recent_segment(step)
+    found = power.for_values(step.metric, recent, 2, suite.max_pvalue)
+    k, reachable = power.repeats_needed(found.noise_pct, len(recent), target, cap, suite.max_pvalue)
+    at_k = power.min_detectable_shift(found.noise_pct, len(recent), k, suite.max_pvalue)
+    if reachable:
+        return k, f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time (target {target:g}%)"
+    return k, (f"repeats auto: the cap of {k} runs cannot reach the target {target:g}%: the smallest step found "
+               f"in one night is {at_k:.2f}% (noise {found.noise_pct:.2f}%, {len(recent)} runs of history)")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or value == float("inf") else f"{value:.2f}%"
+
+
+def markdown(judged: list[JudgedSeries], failures: list[str], fleet_sections: list[str]) -> str:
+    """The night's Prefect artifact: a verdict table, notes and failures, then the fleet view."""
+    rows = [(f"`{j.series}`", j.label, f"**{j.status}**", len(j.runs_tonight), j.history_runs,
+             "<br>".join(j.new_changes) or "-", j.confirmation or "-",
+             _pct(j.min_detectable_pct.get(names.STEP_TIME_P50)),
+             f"[picture]({queries.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})")
+            for j in judged]
+    table = markdown_table(["series", "workload", "verdict", "runs tonight", "runs in history", "new change points",
+                            "confirmation", "min. detectable step (step time)", "plot"], rows)
+    notes = [f"- {j.series}: {n}" for j in judged for n in j.notes]
+    return "\n".join(["# Benchmark trends", "", table, "", *notes, *[f"- FAILED: {f}" for f in failures],
+                      "", "## Fleet", "", *fleet_sections])
+
+
+def failure_message(regressions: list[JudgedSeries], failures: list[str]) -> str:
+    """What the night fails with: each new regression with its evidence, then each run that failed."""
+    return "; ".join([f"new regression in {j.label} [{j.series}]: "
+                      f"{' | '.join([*j.new_changes, j.confirmation or 'not re-measured'])}"
+                      for j in regressions] + [f"failed run: {f}" for f in failures])
