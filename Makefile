@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install
+.PHONY: demo test test-fast install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,5 +18,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/yolo-mlops demo
 
+# Parallel test workers (pytest-xdist). Most of the suite's time is spent waiting on servers and subprocesses
+# starting, not on the CPU, so more workers than cores pay off; tests/conftest.py groups the modules that must
+# share a worker. TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The suite without the tests marked `slow` (long real trainings) or `integration` (the deployed stack's
+# servers), e.g. under another supported Python beside the default venv:
+#   make test-fast PYTHON=python3.12 VENV=.venv-3.12
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not integration" $(PYTEST_ARGS)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 from bench_trace_analysis import FIXTURES as TRACES  # run as a script: its folder is on sys.path
-from bench_trace_analysis import shared_dir
+from bench_trace_analysis import gpu_traces_dir
 
 from yolo_mlops.analysis.trace_loader import _TypedEvent
 
@@ -59,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
-    fixtures = shared_dir() / "fixtures" / "gpu_traces"
+    fixtures = gpu_traces_dir()
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in TRACES}
     starts = []
     for _ in range(repeats):  # interleaved: every trace and the interpreter start in each repeat

@@ -41,9 +41,10 @@ DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Trace analysis"
 
 
-def shared_dir() -> Path:
-    env = os.environ.get("YOLO_MLOPS_SHARED")
-    return Path(env) if env else REPO / ".." / "shared"
+def gpu_traces_dir() -> Path:
+    """The real GPU traces the tests use (tests/fixtures/gpu_traces), or $YOLO_MLOPS_GPU_TRACES."""
+    env = os.environ.get("YOLO_MLOPS_GPU_TRACES")
+    return Path(env) if env else REPO / "tests" / "fixtures" / "gpu_traces"
 
 
 FIXTURES = ["v100_compute_rank0.json.gz", "a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz"]
@@ -65,7 +66,7 @@ print(json.dumps({"seconds": time.perf_counter() - t1}))
 
 OURS_CHILD = r"""
 import gzip, json, sys, time
-from yolo_mlops.analysis.trace_analysis import analyze_command
+from yolo_mlops.cli.analyze import analyze_command
 from yolo_mlops.analysis.trace_loader import load_traces
 t0 = time.perf_counter()
 with gzip.open(sys.argv[1], "rb") as fh:
@@ -164,7 +165,7 @@ def cli_start(repeats: int) -> float:
 def compare_with_hta(repeats: int) -> tuple[list[dict], float]:
     """Per fixture, medians of HTA, the CLI and the in-process child; and the median numpy floor."""
     hta_python = str(ensure_hta_venv())
-    fixtures = shared_dir() / "fixtures" / "gpu_traces"
+    fixtures = gpu_traces_dir()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         # HTA reads a directory of traces: one directory per fixture holding a link to it.
@@ -266,7 +267,7 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "Measured as a user meets it: the whole `yolo-mlops analyze TRACE --format json` process (interpreter",
         "start, imports, load, breakdowns, GPU idle attribution, diagnosis with findings, JSON) against a whole",
         f"HolisticTraceAnalysis {HTA_VERSION} process doing its temporal, kernel-type (with memory kernels) and",
-        "idle-time breakdowns, on the real GPU traces in `shared/fixtures/gpu_traces/`; interleaved, "
+        "idle-time breakdowns, on the real GPU traces in `tests/fixtures/gpu_traces/`; interleaved, "
         f"{repeats} repeats, medians.",
         f"Machine: {len(os.sched_getaffinity(0))} CPU cores available (shared with other jobs; 1-minute load "
         f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), Python {platform.python_version()}.",

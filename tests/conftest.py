@@ -61,6 +61,82 @@ def _connect_ex(self, address):
 socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
 
 
+# Parallel runs (`make test` runs pytest-xdist workers; every worker imports this file, so each has its own
+# session dir, data home, MLflow store and Prefect server). A test module is one unit of work, so its
+# module-scoped fixtures (servers, trained runs) are built once. The modules of one SAME_WORKER entry run one
+# after another on one worker: tests/deploy shares the session servers of its conftest; the CPU burners of
+# test_busy_machine would stretch the bounded reactions of test_faults (a command ending after its tracking
+# server died).
+SAME_WORKER = {
+    "tests/deploy": ("tests/deploy/",),
+    "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
+}
+# Modules whose tests judge wall-clock step times against a small planted slowdown (a 150-300 ms sleep per
+# step: bisect must find the slow commit and call an unchanged one unchanged, the fleet report must name the
+# slow machine, a lost machine must be noticed within its bound). Their tests run alone: no other worker runs
+# a test meanwhile, since training beside them on 2 cores is noise as large as the planted step.
+ALONE = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py")
+# The longest units first (serial seconds on 2 cores: ~420, 390, 250, 250, 210, 190, 150 ...), so no long unit
+# starts when the others are nearly done; every other module follows in the usual order.
+LONGEST_FIRST = (
+    "tests/trends/test_bisect.py", "tests/trends/test_verdicts.py", "machine-load-and-bounds",
+    "tests/sweeps/test_pool_sweep.py", "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_real_history.py",
+    "tests/deploy", "tests/reliability/test_inputs.py", "tests/sweeps/test_sweep_flow.py", "tests/trends/test_fleet.py",
+    "tests/sweeps/test_lanes.py", "tests/analysis/test_planted_bottlenecks.py", "tests/run/test_profile_flow.py",
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work of a test in a parallel run: its SAME_WORKER entry, or else its module."""
+    module = nodeid.split("::", 1)[0]
+    return next((unit for unit, paths in SAME_WORKER.items() if module.startswith(paths)), module)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # a serial run keeps pytest's order
+        return
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))  # stable: module order kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """In a parallel run, an ALONE test (setup, call, teardown) holds the run's lock exclusively, every other
+    test holds it shared. A file lock of this run's workers: `gate` keeps new tests from starting while an ALONE
+    test waits, so the ones running finish and it is not starved."""
+    if not hasattr(item.config, "workerinput"):
+        return (yield)
+    import fcntl
+
+    prefix = Path(tempfile.gettempdir()) / f"yolo-mlops-tests-{item.config.workerinput['testrunuid']}"
+    alone = item.nodeid.split("::", 1)[0] in ALONE
+    with open(f"{prefix}.gate", "a") as gate, open(f"{prefix}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With `--dist loadfile`: units of work as work_unit() says, handed out in collection order (longest first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another distribution asked for on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # by default xdist puts the units with most tests first
+    return ModuleScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def session_dir() -> Path:
     return _SESSION_DIR
@@ -68,10 +144,12 @@ def session_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def prefect_server():
-    """Prefect's real (ephemeral) API server, started once per session."""
+    """Prefect's real (ephemeral) API server, started once per session (per worker in a parallel run).
+    Its start-up takes 10-100 s on a loaded 2-core machine, longer while other workers start theirs: the bound
+    is generous, since a loaded machine is slower, not broken."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=600):
         yield
 
 
@@ -82,6 +160,6 @@ def blocked_connections() -> list[object]:
 
 @pytest.fixture(scope="session")
 def mlflow_client():
-    from yolo_mlops import tracking
+    from yolo_mlops.tracking import connection
 
-    return tracking.client()
+    return connection.client()

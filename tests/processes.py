@@ -20,10 +20,20 @@ REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent  # mlflow, prefect and the linters live next to this python
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now, chosen by the kernel (at random in its ephemeral range, so parallel test
+    workers do not pick the same one) and never handed out twice in this process: two servers started one
+    after the other cannot get the same port before the first has bound it."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def poll_until(check, timeout: float, proc: subprocess.Popen | None = None) -> bool:

@@ -13,19 +13,15 @@ PHASES = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step
 ACTIVE_STEPS = 3
 
 
-def shared_dir() -> Path:
-    """shared/ beside the repository (as CI lays it out), or $YOLO_MLOPS_SHARED."""
-    env = os.environ.get("YOLO_MLOPS_SHARED")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / ".." / "shared"
+GPU_TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu_traces"
 
 
 @pytest.fixture(scope="session")
 def gpu_traces_dir() -> Path:
-    directory = shared_dir() / "fixtures" / "gpu_traces"
+    """tests/fixtures/gpu_traces (real GPU traces from HTA's test data, see its README), or $YOLO_MLOPS_GPU_TRACES."""
+    directory = Path(os.environ.get("YOLO_MLOPS_GPU_TRACES") or GPU_TRACES)
     if not (directory / "hta_reference.json").is_file():
-        pytest.fail(f"GPU trace fixtures missing at {directory.resolve()} (set YOLO_MLOPS_SHARED)")
+        pytest.fail(f"GPU trace fixtures missing at {directory.resolve()} (YOLO_MLOPS_GPU_TRACES overrides the folder)")
     return directory
 
 
