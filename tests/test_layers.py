@@ -282,3 +282,11 @@ def test_type_checking_imports_and_function_imports(tmp_path: Path):
     modules = {"yolo_mlops.run.pipeline": path, "yolo_mlops.render": path, "yolo_mlops.analysis.host": path,
                "yolo_mlops.x": path}
     assert set(imports_of("yolo_mlops.x", path, modules)) == {"yolo_mlops.render", "yolo_mlops.analysis.host"}
+
+
+def test_no_flow_module_shadows_the_standard_library():
+    """Prefect puts a deployment's entrypoint folder (flows/) on sys.path, and a process pool's workers inherit
+    it: a flows/bisect.py would be imported as the standard `bisect` (random imports it) and break them."""
+    flows = Path(__file__).resolve().parents[1] / "flows"
+    shadowing = sorted(p.name for p in flows.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not shadowing, shadowing

@@ -37,7 +37,9 @@ def test_cpu_trace_host_breakdown(cpu_trace_file, cpu_trace_spec):
         assert step.gpu is None
     assert rank.memory is not None and rank.memory.device == "cpu"
     assert rank.memory.peak_allocated_bytes > 0
-    assert any(op.name == "aten::conv2d" for op in rank.top_host_ops)
+    # convolutions are most of a YOLO step on the CPU; which of their ops (forward aten::conv2d, the backward
+    # ones) makes the top ten by inclusive time depends on the machine's load, so any of them counts
+    assert any("conv" in op.name.lower() for op in rank.top_host_ops), [op.name for op in rank.top_host_ops]
 
 
 def test_cpu_trace_json_has_null_gpu(cpu_trace_dir):

@@ -186,7 +186,7 @@ def test_a_good_commit_already_slow_in_the_history_is_refused(small_history, cap
 # end to end: real runs of each commit's code --------------------------------------------------------------
 
 def _bisect(repo: Path, good: str, bad: str, run_id: str, experiment: str):
-    from yolo_mlops.flows.bisect import bisect
+    from yolo_mlops.flows.bisection import bisect
 
     return bisect(good=good, bad=bad, run_id=run_id, repo=str(repo), bisect_experiment=experiment, repeats=2,
                   max_repeats=4)

@@ -1,6 +1,6 @@
 """From a regression's commit range to a run of the `bisect` deployment, on the session's real Prefect server.
 
-The deployment is registered from `flows/bisect.py` as `prefect deploy` would; no worker executes its run here
+The deployment is registered from `flows/bisection.py` as `prefect deploy` would; no worker executes its run here
 (`test_bisect.py` runs a real bisection): what is checked is the hand-over, the parameters the flow gets.
 """
 
@@ -45,7 +45,7 @@ def test_start_creates_a_run_of_the_bisect_deployment_with_the_range(prefect_ser
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
 
-    from yolo_mlops.flows.bisect import bisect
+    from yolo_mlops.flows.bisection import bisect
 
     bisect.to_deployment(name="bisect").apply()
     target = bisect_range(change())
@@ -65,7 +65,7 @@ def test_start_without_the_deployment_is_one_line(prefect_server):
 
 def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_missing_deployment(prefect_server):
     from yolo_mlops.flows.benchmark import _start_bisections
-    from yolo_mlops.flows.bisect import bisect
+    from yolo_mlops.flows.bisection import bisect
     from yolo_mlops.trends.nightly import JudgedSeries
 
     bisect.to_deployment(name="bisect").apply()

@@ -5,7 +5,7 @@
   candidate's verdict, good or bad or inconclusive, with the simulation of their error rates.
 - `runner`: checks, profiled runs in the commits' code, the bisection, the report and its MLflow record.
 
-`yolo-mlops bisect` and the Prefect flow `flows/bisect.py:bisect` run it (docs/trends.md, "Bisect").
+`yolo-mlops bisect` and the Prefect flow `flows/bisection.py:bisect` run it (docs/trends.md, "Bisect").
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
     detach_temporary_server()
     from yolo_mlops.cli.prefect_output import quiet_prefect_tracebacks
-    from yolo_mlops.flows.bisect import bisect
+    from yolo_mlops.flows.bisection import bisect
 
     quiet_prefect_tracebacks()
     result = bisect(good=args.good, bad=args.bad, run_id=args.run, series=args.series, experiment=args.experiment,

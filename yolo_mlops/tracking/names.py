@@ -299,7 +299,7 @@ def sweep_variant_metrics(variant_suffix: str) -> dict[str, str]:
             "images_per_s": f"{SWEEP}images_per_s_{variant_suffix}",
             "median_step_ms": f"{SWEEP}step_time_ms_p50_{variant_suffix}"}
 
-# bisect (yolo-mlops bisect, flows/bisect.py): a parent run per bisection, a child per profiled run ----------
+# bisect (yolo-mlops bisect, flows/bisection.py): a parent run per bisection, a child per profiled run ----------
 RUN_KIND_BISECT = "bisect"  # run_kind of a bisection's parent run
 RUN_KIND_BISECT_RUN = "bisect_run"  # run_kind of its profiled runs
 BISECT_PREFIX = TAG_PREFIX + "bisect."

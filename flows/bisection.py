@@ -4,7 +4,7 @@ Thin: the checks, the runs, the statistics and the report live in `yolo_mlops.bi
 device's GPU concurrency limit around each profiled run (gpu-<machine>-<index> on a GPU with a shared Prefect
 server; none on CPU), so a bisection never shares the GPU with a sweep or the nightly benchmark.
 
-Deployment entrypoint: `flows/bisect.py:bisect`.
+Deployment entrypoint: `flows/bisection.py:bisect`.
 """
 
 from __future__ import annotations
