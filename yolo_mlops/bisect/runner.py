@@ -202,7 +202,7 @@ def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
 def _workload(mlflow, request: BisectRequest):
     """The workload's run and the history of its series (oldest first)."""
     from yolo_mlops import trends
-    from yolo_mlops.trends.history import find_series, group_series, load_history, record_from_run
+    from yolo_mlops.trends.history import group_series, load_history, one_series, record_from_run
 
     if request.run_id is not None:
         run = queries.find_run(mlflow, request.run_id)
@@ -216,13 +216,7 @@ def _workload(mlflow, request: BisectRequest):
     if request.series is None:  # prepare() lets no request through without a run or a series
         raise ConfigError("bisect needs one workload: --run RUN_ID or --series KEY")
     grouped = trends.load_experiment_series(mlflow, request.experiment)
-    matches = find_series(grouped, request.series)
-    if not matches:
-        raise ConfigError(f"no series {request.series!r} in experiment {request.experiment!r}: it has no runs "
-                          f"(series: {', '.join(sorted(grouped))})")
-    if len(matches) > 1:
-        raise ConfigError(f"series {request.series!r} is ambiguous: {', '.join(matches)}")
-    history = grouped[matches[0]]
+    history = grouped[one_series(grouped, request.series, request.experiment)]
     run = queries.find_run(mlflow, history[-1].run_id)
     return run, history
 

@@ -55,19 +55,14 @@ def cmd_trends(args: argparse.Namespace) -> int:
                     if d.metric == names.STEP_TIME_P50:
                         print(f"- {t.series}: " + report.detectable_line(d))
         return 0
-    matches = history.find_series(grouped, args.series)
-    if not matches:
-        raise ConfigError(f"no series {args.series!r} in experiment {args.experiment!r} "
-                          f"(series: {', '.join(sorted(grouped))})")
-    if len(matches) > 1:
-        raise ConfigError(f"series {args.series!r} is ambiguous: {', '.join(matches)}")
-    runs = grouped[matches[0]]
+    key = history.one_series(grouped, args.series, args.experiment)
+    runs = grouped[key]
     if len(runs) < 2:
-        raise ConfigError(f"series {matches[0]} has one run ({runs[0].run_id}): no history to analyse yet")
+        raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyse yet")
     trend = trends.series_trend(runs, settings)
     wanted = [args.metric] if args.metric else None
     if args.metric and trend.metric(args.metric) is None:
-        raise ConfigError(f"no run of series {matches[0]} logged {args.metric}")
+        raise ConfigError(f"no run of series {key} logged {args.metric}")
     attributions = trends.attributions(mlflow, trend)
     detectable = power.for_trend(trend, _repeats(trend, args.repeats))
     if args.format == "json":

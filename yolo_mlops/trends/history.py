@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
 from yolo_mlops.tracking import names, queries
 
@@ -104,3 +105,14 @@ def find_series(grouped: dict[str, list[HistoryRun]], key: str) -> list[str]:
     if key in grouped:
         return [key]
     return sorted(k for k in grouped if k.startswith(key))
+
+
+def one_series(grouped: dict[str, list[HistoryRun]], key: str, experiment: str) -> str:
+    """The one series `key` names (in full or abbreviated); a ConfigError when none or several match."""
+    matches = find_series(grouped, key)
+    if not matches:
+        raise ConfigError(f"no series {key!r} in experiment {experiment!r}: it has no runs "
+                          f"(series: {', '.join(sorted(grouped))})")
+    if len(matches) > 1:
+        raise ConfigError(f"series {key!r} is ambiguous: {', '.join(matches)}")
+    return matches[0]
