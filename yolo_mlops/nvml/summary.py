@@ -110,7 +110,7 @@ def align(timeline: Timeline, step_start_ns: Sequence[int] | np.ndarray, step_en
         step[inside] = order[candidate[inside]]
         for window_start, window_end in profiler_windows_ns(starts, ends, active):
             profiled |= (mid >= window_start) & (mid <= window_end)
-        in_training = (mid >= starts.min()) & (mid <= ends.max())
+        in_training = (mid >= np.min(starts)) & (mid <= np.max(ends))
     return AlignedTimeline(timeline, step, profiled, in_training, starts, ends, active)
 
 
