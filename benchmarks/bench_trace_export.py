@@ -1,0 +1,90 @@
+"""Writing one profiler cycle's gzipped Chrome trace: torch's own `.gz` export against `write_chrome_trace`.
+
+torch's `export_chrome_trace("….json.gz")` copies its JSON into gzip line by line at level 9; the profiler of a
+run writes it in 1 MiB blocks at zlib's default level. Both write the same profiled cycle (real YOLO11n training
+steps on the CPU, a fresh cycle for every write since torch saves a cycle's trace once), interleaved, `--repeats`
+times; the table gives the medians, the ratio, the events in the files and their sizes.
+
+    python benchmarks/bench_trace_export.py --steps 3 --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from yolo_mlops.profiling.torch_profiler import write_chrome_trace
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    """The tensors of a model's output, however nested (a training-mode head returns a dict of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, list | tuple) else []
+    return [t for v in values for t in _tensors(v)]
+
+
+def profiled_cycle(steps: int, imgsz: int, batch: int) -> profile:
+    """`steps` forward+backward+optimizer steps of YOLO11n, profiled as a run profiles them (shapes, memory)."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    model = DetectionModel("yolo11n.yaml", nc=3, verbose=False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    images = torch.rand(batch, 3, imgsz, imgsz)
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True)
+    with prof:
+        for _ in range(steps):
+            loss = sum(t.float().mean() for t in _tensors(model(images)))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return prof
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--imgsz", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    times: dict[str, list[float]] = {"torch": [], "write_chrome_trace": []}
+    sizes: dict[str, list[int]] = {"torch": [], "write_chrome_trace": []}
+    events: dict[str, list[int]] = {"torch": [], "write_chrome_trace": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            for name in (("torch", "write_chrome_trace") if i % 2 == 0 else ("write_chrome_trace", "torch")):
+                prof = profiled_cycle(args.steps, args.imgsz, args.batch)  # a cycle's trace is saved only once
+                folder = Path(tmp) / f"{name}-{i}"
+                folder.mkdir()
+                started = time.perf_counter()
+                if name == "torch":
+                    path = folder / "w.1.pt.trace.json.gz"
+                    prof.export_chrome_trace(str(path))
+                else:
+                    path = write_chrome_trace(prof, folder, "w")
+                times[name].append(time.perf_counter() - started)
+                sizes[name].append(path.stat().st_size)
+                events[name].append(len(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]))
+    base = statistics.median(times["torch"])
+    print(f"{args.steps} profiled steps of YOLO11n (imgsz {args.imgsz}, batch {args.batch}, shapes and memory "
+          f"recorded), {args.repeats} interleaved repeats, a fresh cycle each, torch {torch.__version__}")
+    print("| writer | median s | ratio | median events | median file MB |")
+    print("|---|---|---|---|---|")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:.3f} | {median / base:.2f} | {statistics.median(events[name]):,.0f} | "
+              f"{statistics.median(sizes[name]) / 1e6:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
