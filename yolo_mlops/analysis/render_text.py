@@ -69,12 +69,13 @@ def _render_rank(r: RankAnalysis) -> list[str]:
         lines.append("top host operators (inclusive):")
         lines += [f"    {o.time_us / 1000:10.2f} ms  {o.count:6d}x  {_short(o.name)}" for o in r.top_host_ops]
     if r.memory is not None:
-        m = r.memory
-        trend = "steadily rising" if m.steadily_rising else "no steady rise"
-        slope = f"{m.growth_bytes_per_step / 2**20:+.1f} MiB/step" if m.growth_bytes_per_step is not None else "n/a"
+        memory = r.memory
+        trend = "steadily rising" if memory.steadily_rising else "no steady rise"
+        growth = memory.growth_bytes_per_step
+        slope = f"{growth / 2**20:+.1f} MiB/step" if growth is not None else "n/a"
         lines.append(
-            f"memory ({m.device}): peak allocated {m.peak_allocated_bytes / 2**30:.3f} GiB"
-            + (f", reserved {m.peak_reserved_bytes / 2**30:.3f} GiB" if m.peak_reserved_bytes is not None else "")
+            f"memory ({memory.device}): peak allocated {memory.peak_allocated_bytes / 2**30:.3f} GiB"
+            + (f", reserved {reserved / 2**30:.3f} GiB" if (reserved := memory.peak_reserved_bytes) is not None else "")
             + f"; across steps {slope}, {trend}"
         )
     return lines

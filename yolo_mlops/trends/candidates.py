@@ -85,8 +85,8 @@ def check_boundaries(values, labels: list[dict[str, str]], level_changes: Sequen
     bounds = sorted({0, len(z), *level_changes, *(k for k, _ in found)})
     out = []
     for k, changed in found:
-        at = bounds.index(k)
-        left, right = z[bounds[at - 1]:k], z[k:bounds[at + 1]]
+        position = bounds.index(k)
+        left, right = z[bounds[position - 1]:k], z[k:bounds[position + 1]]
         p = welch(left, right)
         out.append(Candidate(index=k, changed=changed, size_before=len(left), size_after=len(right),
                              mean_before=float(left.mean()), mean_after=float(right.mean()), pvalue=p,

@@ -48,14 +48,14 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
     v = verdict(trend, tonight | confirmation)
     holds, lines = [], []
     for name in metrics:
-        m = trend.metric(name)
-        if m is None:
+        series_metric = trend.metric(name)
+        if series_metric is None:
             continue
-        newest = m.changes[-1] if m.changes else None
+        newest = series_metric.changes[-1] if series_metric.changes else None
         if (newest is not None and newest.direction == "regression" and newest.run_id in tonight) or any(
-                c.test.moved and c.direction == "regression" and c.run_id in tonight for c in m.candidates):
+                c.test.moved and c.direction == "regression" and c.run_id in tonight for c in series_metric.candidates):
             holds.append(name)
-        lines.append(_evidence(m, tonight, confirmation))
+        lines.append(_evidence(series_metric, tonight, confirmation))
     confirmed = bool(holds)
     result = Confirmation(metrics=metrics, confirmed=confirmed, runs_tonight=len(tonight),
                           confirmation_runs=len(confirmation), evidence="; ".join(lines))
