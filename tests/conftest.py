@@ -71,10 +71,12 @@ SAME_WORKER = {
     "tests/deploy": ("tests/deploy/",),
     "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
 }
-# Modules whose tests judge wall-clock step times against a small planted slowdown (a 150-300 ms sleep per
-# step: bisect must find the slow commit and call an unchanged one unchanged, the fleet report must name the
-# slow machine, a lost machine must be noticed within its bound). Their tests run alone: no other worker runs
-# a test meanwhile, since training beside them on 2 cores is noise as large as the planted step.
+# Modules whose tests judge wall-clock step times against a planted slowdown (0.5-1 s per step: bisect must
+# find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow machine, a lost
+# machine must be noticed within its bound). Their tests run alone: no other worker runs a test meanwhile.
+# Beside other trainings on 2 cores a step's time varies 2-8x; lowering the other workers' priority does not
+# make it quiet where the kernel groups processes by session (autogroups: every server or Prefect flow run
+# started in a new session competes as an equal), and raising this lane's group priority starved the others.
 ALONE = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py")
 # The longest units first (serial seconds on 2 cores: ~420, 390, 250, 250, 210, 190, 150 ...), so no long unit
 # starts when the others are nearly done; every other module follows in the usual order.

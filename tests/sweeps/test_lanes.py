@@ -111,7 +111,7 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
     from yolo_mlops.run.environment import machine_name
 
     tiny = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
-                profiler={"wait": 0, "warmup": 1, "active": 1})
+                profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
     result = sweep(base=RunSpec(**tiny, experiment="sweep-lanes"), variants=["batch_2"], repeats=2,
                    devices=["cpu"])
     assert [c["status"] for c in result.children] == ["ok"] * 4

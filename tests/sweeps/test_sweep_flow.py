@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 LIMIT = "sweep-test-slot"
 TINY = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
-            profiler={"wait": 0, "warmup": 1, "active": 1})
+            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
 BAD = {"bad_optimizer": {"train_args": {"optimizer": "NoSuchOptimizer"}}}
 
 

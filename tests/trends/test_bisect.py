@@ -16,13 +16,13 @@ from yolo_mlops.bisect import decide
 from yolo_mlops.tracking import names
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(imgsz=64, batch=4, max_steps=16, workers=0, device="cpu", synthetic_images=16, val=False,
-            profiler={"wait": 0, "warmup": 1, "active": 1})
+TINY = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,
+            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
 TRAINING = "yolo_mlops/run/training.py"
 HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
 PLANTED = ("            import time as _time\n\n            import torch as _torch\n\n"
            "            with _torch.autograd.profiler.record_function(\"bisect_test::planted_sleep\"):\n"
-           "                _time.sleep(0.15)\n")
+           "                _time.sleep(0.5)\n")
 SLOW_AT = 5  # the planted slow commit: the 5th of 8 after good
 
 
@@ -49,7 +49,7 @@ def _history(repo: Path, commits: int, slow_at: int | None) -> list[str]:
             text = path.read_text()
             assert HOOK in text, "the planted hook's anchor moved: update HOOK"
             path.write_text(text.replace(HOOK, HOOK + PLANTED))
-            message = "Training: wait 150 ms in every forward pass"
+            message = "Training: wait 500 ms in every forward pass"
         else:
             (repo / "docs" / "bisect-test-note.txt").write_text(f"note {i}\n")
             message = f"Docs: note {i}"
@@ -207,7 +207,7 @@ def test_bisect_names_the_planted_commit(planted):
     repo, hashes, result = planted
     assert result.result == "first_bad"
     assert result.first_bad.hash == hashes[SLOW_AT]
-    assert result.first_bad.subject == "Training: wait 150 ms in every forward pass"
+    assert result.first_bad.subject == "Training: wait 500 ms in every forward pass"
     assert len(result.steps) <= math.ceil(math.log2(8)) + 1  # the premise + at most 3 bisection steps
     assert result.shift[1] > 0.3  # the 95% interval of the slowdown is well above zero
     assert f"first bad commit: {hashes[SLOW_AT]}" in result.report

@@ -232,7 +232,8 @@ def _suite():
 
     tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
                            "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
-                           "profiler": {"wait": 0, "warmup": 1, "active": 3}})
+                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
+                                        "profile_memory": False}})
     return BenchmarkSuite(runs=[tiny], repeats=3, max_pvalue=0.01, confirm_repeats=3)
 
 
