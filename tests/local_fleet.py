@@ -92,7 +92,7 @@ def local_fleet(work: Path, machines: dict[str, dict[str, str]], cpus: dict[str,
         mlflow = start([str(VENV_BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
                         "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}",
                         "--artifacts-destination", str(work / "mlartifacts"), "--workers", "1"],
-                       mlflow_log, base_env())
+                       mlflow_log, base_env() | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         procs += [prefect, mlflow]
         api = f"http://127.0.0.1:{prefect_port}/api"
         _wait_up("Prefect server", prefect, prefect_log, lambda: http_ok(f"{api}/health"))

@@ -15,6 +15,7 @@
 #   MLFLOW_AUTH_ADMIN_USERNAME (admin)  MLFLOW_AUTH_DEFAULT_PERMISSION (READ)
 #   MLFLOW_SERVER_ALLOWED_HOSTS     Host headers accepted; default covers the compose service name
 #   MLFLOW_HOST (0.0.0.0)  MLFLOW_PORT (5000)  MLFLOW_WORKERS (2)
+#   MLFLOW_SERVER_ENABLE_JOB_EXECUTION (false)  MLflow's job runner (GenAI evaluation jobs, trace roll-ups)
 # Extra arguments are passed on to `mlflow server`.
 set -eu
 
@@ -41,6 +42,11 @@ admin_username = ${MLFLOW_AUTH_ADMIN_USERNAME:-admin}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 INI
 export MLFLOW_AUTH_CONFIG_PATH="$auth_dir/basic_auth.ini"
+
+# MLflow's job runner serves GenAI evaluation jobs and trace roll-ups, which this stack does not use; it would
+# start 8 more processes beside the server (benchmarks/bench_mlflow_server_start.py: 28 against 7 CPU seconds
+# for a start and 20 s idle).
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 
 exec mlflow server \
     --app-name basic-auth \

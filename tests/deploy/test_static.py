@@ -151,6 +151,9 @@ def test_mlflow_runs_on_postgres_and_s3_with_auth(compose_config: dict):
     assert "mlflow:*" in env["MLFLOW_SERVER_ALLOWED_HOSTS"].split(",")
     script = (DEPLOY / "mlflow" / "start-mlflow.sh").read_text()
     assert "--app-name basic-auth" in script and "--allowed-hosts" in script
+    # MLflow's job runner (8 processes; nothing here runs MLflow jobs) is off unless the environment turns it on
+    assert 'MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"' in script
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
 
 
 def test_mlflow_image_bundles_postgres_and_s3_clients():

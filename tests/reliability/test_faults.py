@@ -215,7 +215,8 @@ class MlflowServer:
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
              "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
              "--artifacts-destination", str(self.root / "artifacts")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
+            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))  # as deploy/ starts it
         import requests
 
         wait_for(lambda: requests.get(f"{self.uri}/health", timeout=5).status_code == 200, STARTUP_WAIT_S,
