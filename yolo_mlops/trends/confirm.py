@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from yolo_mlops.trends.trend import SeriesTrend, SeriesVerdict, verdict
+from yolo_mlops.trends.trend import MetricTrend, SeriesTrend, SeriesVerdict, verdict
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
                    new_candidates=tuple(c for c in v.new_candidates if c.metric not in metrics)), result
 
 
-def _evidence(m, tonight: set[str], confirmation: set[str]) -> str:
-    values = dict(zip(m.run_ids, m.values, strict=True))
+def _evidence(series_metric: MetricTrend, tonight: set[str], confirmation: set[str]) -> str:
+    values = dict(zip(series_metric.run_ids, series_metric.values, strict=True))
     before = [v for r, v in values.items() if r not in tonight and r not in confirmation][-10:]
     night = [v for r, v in values.items() if r in tonight]
     again = [v for r, v in values.items() if r in confirmation]
@@ -81,5 +81,5 @@ def _evidence(m, tonight: set[str], confirmation: set[str]) -> str:
         pct = 100 * (mean - base) / abs(base) if base else float("nan")
         return f"{label} {mean:.4g} ({pct:+.1f}%, {len(xs)} runs)"
 
-    return (f"{m.metric}: before {base:.4g} {m.unit} (median of the last {len(before)} runs), "
+    return (f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (median of the last {len(before)} runs), "
             f"{part('tonight', night)}, {part('confirmation', again)}")

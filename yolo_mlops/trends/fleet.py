@@ -170,26 +170,26 @@ def pooled_noise(logs: dict[str, np.ndarray]) -> tuple[float, int]:
 def machine_tests(logs: dict[str, np.ndarray]) -> dict[str, tuple[float, float, float]]:
     """Machine -> (ratio of its median to its peers' median, one-sided p, Holm-adjusted p)."""
     pooled, df = pooled_noise(logs)
-    medians = {m: float(np.median(v)) for m, v in logs.items()}
+    medians = {machine: float(np.median(v)) for machine, v in logs.items()}
     tests = {}
-    for m, own in logs.items():
-        peers = np.concatenate([v for k, v in logs.items() if k != m])
-        ratio = math.exp(medians[m] - float(np.median([medians[k] for k in logs if k != m])))
+    for machine, own in logs.items():
+        peers = np.concatenate([v for k, v in logs.items() if k != machine])
+        ratio = math.exp(medians[machine] - float(np.median([medians[k] for k in logs if k != machine])))
         if pooled > 0:
             t = (own.mean() - peers.mean()) / (pooled * math.sqrt(1 / len(own) + 1 / len(peers)))
             p = float(sps.t.sf(t, df))
         else:  # noise-free runs: any difference is beyond noise
             p = 0.0 if own.mean() > peers.mean() else 1.0
-        tests[m] = (ratio, p)
+        tests[machine] = (ratio, p)
     adjusted = holm([p for _, p in tests.values()])
-    return {m: (ratio, p, adj) for (m, (ratio, p)), adj in zip(tests.items(), adjusted, strict=True)}
+    return {machine: (ratio, p, adj) for (machine, (ratio, p)), adj in zip(tests.items(), adjusted, strict=True)}
 
 
 def slow_machines(logs: dict[str, np.ndarray], max_pvalue: float = ALPHA, min_effect: float = MIN_EFFECT
                   ) -> list[tuple[str, float, float, float]]:
     """(machine, ratio to peers, p, Holm-adjusted p) of the machines slower than their peers beyond noise;
     `logs`: each machine's log step times."""
-    return [(m, ratio, p, adj) for m, (ratio, p, adj) in machine_tests(logs).items()
+    return [(machine, ratio, p, adj) for machine, (ratio, p, adj) in machine_tests(logs).items()
             if adj <= max_pvalue and ratio >= 1.0 + min_effect]
 
 
@@ -218,7 +218,7 @@ def fleet_report(records: list[HistoryRun], settings: FleetSettings | None = Non
         per_machine: dict[str, list[HistoryRun]] = defaultdict(list)
         for r in runs:
             per_machine[r.machine].append(r)  # type: ignore[index]
-        kept = {m: rs for m, rs in sorted(per_machine.items()) if len(rs) >= settings.min_runs}
+        kept = {machine: rs for machine, rs in sorted(per_machine.items()) if len(rs) >= settings.min_runs}
         if len(kept) >= 2:
             left_out = tuple(sorted(set(per_machine) - set(kept)))
             workloads.append(judge_workload(key, runs[0].workload_label or key, kept, settings, left_out))
@@ -231,24 +231,24 @@ def judge_workload(key: str, label: str, per_machine: dict[str, list[HistoryRun]
                    settings: FleetSettings | None = None, left_out: tuple[str, ...] = ()) -> WorkloadFleet:
     settings = settings or FleetSettings()
     rng = np.random.default_rng(settings.seed)
-    step = {m: np.array([r.step_time_ms for r in rs], dtype=float) for m, rs in sorted(per_machine.items())}
-    logs = {m: np.log(v) for m, v in step.items()}
+    step = {machine: np.array([r.step_time_ms for r in rs], dtype=float) for machine, rs in sorted(per_machine.items())}
+    logs = {machine: np.log(v) for machine, v in step.items()}
     tests = machine_tests(logs)
     noise, df = pooled_noise(logs)
     machines, slow = [], []
-    for m, values in step.items():
-        ratio, p, adj = tests[m]
+    for machine, values in step.items():
+        ratio, p, adj = tests[machine]
         boot = np.median(values[rng.integers(0, len(values), size=(settings.resamples, len(values)))], axis=1)
         low, high = np.quantile(boot, [0.025, 0.975])
         is_slow = adj <= settings.max_pvalue and ratio >= 1.0 + settings.min_effect
-        machines.append(MachineStats(m, len(values), float(np.median(values)), float(low), float(high),
-                                     tuple(r.run_id for r in per_machine[m]), tuple(float(v) for v in values),
+        machines.append(MachineStats(machine, len(values), float(np.median(values)), float(low), float(high),
+                                     tuple(r.run_id for r in per_machine[machine]), tuple(float(v) for v in values),
                                      ratio, p, adj, is_slow))
         if is_slow:
-            peers_median = float(np.median([np.median(v) for k, v in step.items() if k != m]))
-            found = evidence(per_machine, m)
+            peers_median = float(np.median([np.median(v) for k, v in step.items() if k != machine]))
+            found = evidence(per_machine, machine)
             standing = [e.text for e in found if e.stands_out]
-            slow.append(SlowMachine(m, ratio, float(np.median(values)), peers_median, p, adj, found,
+            slow.append(SlowMachine(machine, ratio, float(np.median(values)), peers_median, p, adj, found,
                                     "; ".join(standing) if standing else NOT_EXPLAINED))
     return WorkloadFleet(key, label, tuple(machines), tuple(slow), 100.0 * noise, df, left_out)
 
@@ -268,7 +268,7 @@ def _machine_value(runs: list[HistoryRun], read) -> float | None:
 
 def _peers_value(per_machine: dict[str, list[HistoryRun]], machine: str, read) -> float | None:
     """The median of the peers' medians (only peers whose runs recorded the figure)."""
-    return _median([v for m, rs in per_machine.items() if m != machine
+    return _median([v for other, rs in per_machine.items() if other != machine
                     for v in [_machine_value(rs, read)] if v is not None])
 
 
@@ -334,7 +334,7 @@ def evidence(per_machine: dict[str, list[HistoryRun]], machine: str) -> tuple[Ev
         items.append(Evidence("NVML", "", None, None, False,
                               "NVML figures: not recorded (CPU runs, or runs without a GPU sampler)"))
     models = sorted({r.host["cpu_model"] for r in own if r.host.get("cpu_model")})
-    peer_models = sorted({r.host["cpu_model"] for m, rs in per_machine.items() if m != machine for r in rs
+    peer_models = sorted({r.host["cpu_model"] for other, rs in per_machine.items() if other != machine for r in rs
                           if r.host.get("cpu_model")})
     if models or peer_models:
         mine_text, peers_text = ", ".join(models) or None, ", ".join(peer_models) or None
@@ -371,9 +371,10 @@ def fleet_markdown(report: FleetReport) -> str:
         return no_fleet_line(report)
     lines = []
     for w in report.workloads:
-        rows = [(f"`{m.machine}`", m.runs, fmt(m.median_step_ms, ".1f"),
-                 f"{fmt(m.ci_low, '.1f')}-{fmt(m.ci_high, '.1f')}", f"x{m.ratio:.2f}", fmt(m.adjusted_pvalue, ".2g"),
-                 f"**slower** +{100 * (m.ratio - 1):.0f}%" if m.slow else "-") for m in w.machines]
+        rows = [(f"`{stats.machine}`", stats.runs, fmt(stats.median_step_ms, ".1f"),
+                 f"{fmt(stats.ci_low, '.1f')}-{fmt(stats.ci_high, '.1f')}", f"x{stats.ratio:.2f}",
+                 fmt(stats.adjusted_pvalue, ".2g"),
+                 f"**slower** +{100 * (stats.ratio - 1):.0f}%" if stats.slow else "-") for stats in w.machines]
         lines += [f"### {w.label}", "",
                   markdown_table(["machine", "runs", "median step ms", "95% CI", "vs peers", "p (Holm)", "verdict"],
                                  rows),
@@ -409,11 +410,11 @@ def plot_fleet(report: FleetReport, path: Path) -> Path:
     fig = new_figure(8, 3.2 * n)
     for i, w in enumerate(report.workloads):
         ax = fig.add_subplot(n, 1, i + 1)
-        ax.boxplot([m.step_ms for m in w.machines], tick_labels=[m.machine for m in w.machines])
-        for j, m in enumerate(w.machines, start=1):
-            offsets = np.linspace(-0.08, 0.08, len(m.step_ms)) if len(m.step_ms) > 1 else [0.0]
-            ax.scatter(j + np.asarray(offsets), m.step_ms, s=14, alpha=0.75, zorder=3,
-                       color="tab:red" if m.slow else "tab:blue")
+        ax.boxplot([stats.step_ms for stats in w.machines], tick_labels=[stats.machine for stats in w.machines])
+        for j, stats in enumerate(w.machines, start=1):
+            offsets = np.linspace(-0.08, 0.08, len(stats.step_ms)) if len(stats.step_ms) > 1 else [0.0]
+            ax.scatter(j + np.asarray(offsets), stats.step_ms, s=14, alpha=0.75, zorder=3,
+                       color="tab:red" if stats.slow else "tab:blue")
         ax.set_title(w.label, fontsize=9)
         ax.set_ylabel("step time p50, ms")
     return save_figure(fig, path)
@@ -455,7 +456,7 @@ def simulate(machines: int, runs: int, slower: float = 1.0, noise: float = 0.08,
     for _ in range(seeds):
         logs = {f"m{i}": math.log(100.0 * (slower if i == 0 else 1.0)) + rng.normal(0.0, noise, runs)
                 for i in range(machines)}
-        found = [m for m, *_ in slow_machines(logs, settings.max_pvalue, settings.min_effect)]
+        found = [machine for machine, *_ in slow_machines(logs, settings.max_pvalue, settings.min_effect)]
         hits += bool(found) if slower == 1.0 else found == ["m0"]
     return hits / seeds
 
