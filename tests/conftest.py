@@ -66,25 +66,23 @@ socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
 # module-scoped fixtures (servers, trained runs) are built once. The modules of one SAME_WORKER entry run one
 # after another on one worker: tests/deploy shares the session servers of its conftest; the CPU burners of
 # test_busy_machine would stretch the bounded reactions of test_faults (a command ending after its tracking
-# server died).
+# server died); the QUIET modules judge wall-clock step times against a planted slowdown (0.5-1 s per step:
+# bisect must find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow
+# machine, a lost machine must be noticed within its bound), so each of their tests runs on a core of its own
+# (tests/quiet_core.py) while the other workers go on beside it on the other cores.
+QUIET = "quiet-core"
 SAME_WORKER = {
+    QUIET: ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py"),
     "tests/deploy": ("tests/deploy/",),
     "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
 }
-# Modules whose tests judge wall-clock step times against a planted slowdown (0.5-1 s per step: bisect must
-# find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow machine, a lost
-# machine must be noticed within its bound). Their tests run alone: no other worker runs a test meanwhile.
-# Beside other trainings on 2 cores a step's time varies 2-8x; lowering the other workers' priority does not
-# make it quiet where the kernel groups processes by session (autogroups: every server or Prefect flow run
-# started in a new session competes as an equal), and raising this lane's group priority starved the others.
-ALONE = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py")
-# The longest units first (serial seconds on 2 cores: ~420, 390, 250, 250, 210, 190, 150 ...), so no long unit
-# starts when the others are nearly done; every other module follows in the usual order.
+# The longest units first (seconds in a parallel run on 2 cores: ~810, 690, 570, 430, 300, 160, 110, 65 ...), so
+# no long unit starts when the others are nearly done; every other module follows in the usual order.
 LONGEST_FIRST = (
-    "tests/trends/test_bisect.py", "tests/trends/test_verdicts.py", "machine-load-and-bounds",
-    "tests/sweeps/test_pool_sweep.py", "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_real_history.py",
-    "tests/deploy", "tests/reliability/test_inputs.py", "tests/sweeps/test_sweep_flow.py", "tests/trends/test_fleet.py",
-    "tests/sweeps/test_lanes.py", "tests/analysis/test_planted_bottlenecks.py", "tests/run/test_profile_flow.py",
+    "machine-load-and-bounds", QUIET, "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_verdicts.py",
+    "tests/deploy", "tests/reliability/test_inputs.py", "tests/trends/test_real_history.py", "tests/test_lint.py",
+    "tests/sweeps/test_lanes.py", "tests/sweeps/test_sweep_flow.py", "tests/analysis/test_planted_bottlenecks.py",
+    "tests/run/test_profile_flow.py", "tests/sweeps/test_optimize_flow.py",
 )
 
 
@@ -103,20 +101,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """In a parallel run, an ALONE test (setup, call, teardown) holds the run's lock exclusively, every other
-    test holds it shared. A file lock of this run's workers: `gate` keeps new tests from starting while an ALONE
-    test waits, so the ones running finish and it is not starved."""
+    """In a parallel run, a QUIET test (setup, call, teardown) runs on a core of its own. Where the machine has
+    no core to give (one core, or no CPU affinity: macOS), it holds the run's file lock exclusively and every
+    other test holds it shared; `gate` keeps new tests from starting while a QUIET test waits."""
     if not hasattr(item.config, "workerinput"):
         return (yield)
+    from quiet_core import can_split, quiet_core
+
+    quiet = work_unit(item.nodeid) == QUIET
+    if can_split():
+        if not quiet:
+            return (yield)
+        with quiet_core():
+            return (yield)
     import fcntl
 
     prefix = Path(tempfile.gettempdir()) / f"yolo-mlops-tests-{item.config.workerinput['testrunuid']}"
-    alone = item.nodeid.split("::", 1)[0] in ALONE
     with open(f"{prefix}.gate", "a") as gate, open(f"{prefix}.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
-        if not alone:
+        if not quiet:
             fcntl.flock(gate, fcntl.LOCK_UN)
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
         try:
             return (yield)
         finally:
