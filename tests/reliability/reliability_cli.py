@@ -70,8 +70,10 @@ def run_folders(home: Path) -> list[Path]:
 
 
 @contextmanager
-def cpu_burners(count: int, seconds: float) -> Iterator[list[subprocess.Popen]]:
-    """`count` processes spinning a CPU each for at most `seconds`; always ended on exit."""
+def cpu_burners(per_core: int, seconds: float) -> Iterator[list[subprocess.Popen]]:
+    """`per_core` processes for every core this test may use (its CPU affinity: in a parallel run the timing
+    tests may hold one), each spinning for at most `seconds`; always ended on exit."""
+    count = per_core * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     spin = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
     burners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     try:
