@@ -34,7 +34,7 @@ import time
 import torch
 _backward = torch.Tensor.backward
 def _slow_backward(self, *args, **kwargs):
-    time.sleep(0.6)  # planted: every training step of this machine is slower, far above the noise
+    time.sleep(2.0)  # planted: every training step of this machine is slower, far above the noise
     return _backward(self, *args, **kwargs)
 torch.Tensor.backward = _slow_backward
 '''

@@ -258,18 +258,19 @@ def _slow_runs(monkeypatch, seconds: float, first_n: int = 0, then: float = 0.0)
 
 @pytest.fixture(scope="module")
 def three_nights(prefect_server, mlflow_client):
-    """Night 1: baseline. Night 2: every run 1 s slower, confirmation runs too (a lasting slowdown): the flow
-    fails. Night 3: its 3 runs 2 s slower, its confirmation runs back at 1 s (a one-night blip): no alert."""
+    """Night 1: baseline. Night 2: every run 2 s slower, confirmation runs too (a lasting slowdown): the flow
+    fails. Night 3: its 3 runs 4 s slower, its confirmation runs back at 2 s (a one-night blip): no alert.
+    Seconds, not fractions of one: beside other trainings on a shared core a tiny run's step itself takes ~2 s."""
     from yolo_mlops.flows.benchmark import RegressionDetected, benchmark
 
     first = benchmark(_suite())
     mp = pytest.MonkeyPatch()
     try:
-        _slow_runs(mp, 1.0)
+        _slow_runs(mp, 2.0)
         with pytest.raises(RegressionDetected) as failed:
             benchmark(_suite())
         mp.undo()
-        _slow_runs(mp, 2.0, first_n=3, then=1.0)
+        _slow_runs(mp, 4.0, first_n=3, then=2.0)
         blip = benchmark(_suite())
     finally:
         mp.undo()
