@@ -66,7 +66,7 @@ socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
 # module-scoped fixtures (servers, trained runs) are built once. The modules of one SAME_WORKER entry run one
 # after another on one worker: tests/deploy shares the session servers of its conftest; the CPU burners of
 # test_busy_machine would stretch the bounded reactions of test_faults (a command ending after its tracking
-# server died); the QUIET modules judge wall-clock step times against a planted slowdown (0.5-1 s per step:
+# server died); the QUIET modules judge wall-clock step times against a planted slowdown (0.5-2 s per step:
 # bisect must find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow
 # machine, a lost machine must be noticed within its bound), so each of their tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.

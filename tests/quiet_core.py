@@ -47,7 +47,6 @@ def quiet_core(interval_s: float = 0.5) -> Iterator[None]:
 
     def split() -> None:
         mine = {me.pid} | {p.pid for p in me.children(recursive=True)}
-        _set(me, lane)
         for process in [run, *run.children(recursive=True)]:
             _set(process, lane if process.pid in mine else rest)
 
