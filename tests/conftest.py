@@ -66,13 +66,15 @@ socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
 # module-scoped fixtures (servers, trained runs) are built once. The modules of one SAME_WORKER entry run one
 # after another on one worker: tests/deploy shares the session servers of its conftest; the CPU burners of
 # test_busy_machine would stretch the bounded reactions of test_faults (a command ending after its tracking
-# server died); the QUIET modules judge wall-clock step times against a planted slowdown (0.5-2 s per step:
+# server died); the TIMING modules judge wall-clock step times against a planted slowdown (0.5-2 s per step:
 # bisect must find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow
 # machine, a lost machine must be noticed within its bound), so each of their tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.
+# tests/test_quiet_core.py splits the cores itself: in the same unit, no other split runs beside it.
+TIMING = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py")
 QUIET = "quiet-core"
 SAME_WORKER = {
-    QUIET: ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py"),
+    QUIET: (*TIMING, "tests/test_quiet_core.py"),
     "tests/deploy": ("tests/deploy/",),
     "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
 }
@@ -101,14 +103,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """In a parallel run, a QUIET test (setup, call, teardown) runs on a core of its own. Where the machine has
+    """In a parallel run, a TIMING test (setup, call, teardown) runs on a core of its own. Where the machine has
     no core to give (one core, or no CPU affinity: macOS), it holds the run's file lock exclusively and every
-    other test holds it shared; `gate` keeps new tests from starting while a QUIET test waits."""
+    other test holds it shared; `gate` keeps new tests from starting while a TIMING test waits."""
     if not hasattr(item.config, "workerinput"):
         return (yield)
     from quiet_core import can_split, quiet_core
 
-    quiet = work_unit(item.nodeid) == QUIET
+    quiet = item.nodeid.split("::", 1)[0] in TIMING
     if can_split():
         if not quiet:
             return (yield)
