@@ -146,6 +146,9 @@ def test_comparison_table_in_mlflow(sweeps_done, mlflow_client):
     ips = {v: [c.data.metrics["perf/images_per_s"] for c in _children(mlflow_client, res.parent_run_id)
                if c.data.tags["yolo_mlops.variant"] == v] for v in ("baseline", "batch_2")}
     expected = np.median(ips["batch_2"]) / np.median(ips["baseline"])
+    # val: false is no validation pass at all, not even ultralytics' one after the last epoch: no val/* number
+    assert not [k for c in _children(mlflow_client, res.parent_run_id) for k in c.data.metrics if k.startswith("val/")]
+    assert np.isnan(b2["map_delta"])
     assert b2["speedup"] == pytest.approx(expected, rel=1e-6)
     assert parent.data.metrics["sweep/speedup_batch_2"] == pytest.approx(expected, rel=1e-6)
     assert parent.data.metrics["sweep/speedup_ci_low_batch_2"] == pytest.approx(b2["ci_low"])

@@ -79,7 +79,8 @@ class RunSpec(_Strict):
     device: str | None = Field(default=None, description="'cpu', '0', 'cuda:0'; None = first GPU if any, else cpu")
     workers: int = Field(default=8, ge=0)
     seed: int = 0
-    val: bool = Field(default=True, description="run ultralytics' validation after training (gives val/* mAP)")
+    val: bool = Field(default=True, description="run ultralytics' validation after each epoch and after training "
+                                              "(gives val/* mAP); false: no validation pass at all")
     train_args: dict[str, Any] = Field(default_factory=dict, description="extra ultralytics train arguments")
     torch: TorchSettings = Field(default_factory=TorchSettings)
     profiler: ProfilerSettings = Field(default_factory=ProfilerSettings)

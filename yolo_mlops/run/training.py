@@ -163,7 +163,8 @@ def _make_trainer_class():
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     class ProfiledDetectionTrainer(DetectionTrainer):
-        """DetectionTrainer with phase labels around preprocessing and the optimizer step."""
+        """DetectionTrainer with phase labels around preprocessing and the optimizer step, and `val: false` as no
+        validation pass at all."""
 
         instrumentation: _Instrumentation
 
@@ -201,6 +202,26 @@ def _make_trainer_class():
                 return super().get_dataloader(dataset_path, batch_size, rank, mode)
             finally:
                 detect_train.build_dataloader = original
+
+        # `val: false` means no validation pass at all. ultralytics' own val=False still validates after the last
+        # epoch (and after a stop: max_steps sets one) and then validates best.pt once more: two passes over the
+        # validation set after a profiled run of a few steps, logged as val/* numbers the run was asked not to
+        # measure. ultralytics takes a None fitness as "no validation" (its EarlyStopping says so).
+        def validate(self):
+            if self.args.val:
+                return super().validate()
+            return {}, None
+
+        def final_eval(self):
+            if self.args.val:
+                return super().final_eval()
+            from ultralytics.utils.torch_utils import strip_optimizer
+
+            # the checkpoints as ultralytics leaves them: without the optimizer state
+            results = strip_optimizer(self.last) if self.last.exists() else {}
+            if self.best.exists():
+                strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
+            return None
 
         def optimizer_step(self):
             inst = self.instrumentation
