@@ -92,7 +92,10 @@ def test_tables_are_mlflow_tables_with_rows(profiled_run, mlflow_client):
     table = mlflow_client.load_table(profiled_run.info.experiment_id, "profiler/key_averages_self_cpu.json",
                                      run_ids=[profiled_run.info.run_id], extra_columns=["run_id"])
     assert len(table) > 10
-    assert (table["self_cpu_time_us"] >= 0).all() and table["self_cpu_time_us"].max() > 0
+    # torch's self time of the ProfilerStep* wrapper is its duration less its children's, and the Python frames
+    # of the callback that calls profiler.step() straddle the step's ends (with_stack): near 0, seen at -1.6 ms
+    operators = table[~table["name"].str.startswith("ProfilerStep")]
+    assert (operators["self_cpu_time_us"] >= 0).all() and table["self_cpu_time_us"].max() > 0
     assert set(table["run_id"]) == {profiled_run.info.run_id}
 
 

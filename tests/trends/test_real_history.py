@@ -110,11 +110,17 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     (change,) = step.changes
     assert change.run_id == series[4].run_id and change.direction == "regression"
     assert change.change_pct > 20
-    # images/s is 1/step time: its noise is largest where runs are fast, so with 4 runs a side its change point
-    # may miss the significance; where found, it is the same run and a regression (throughput fell)
+    # images/s is images over the summed step times (a mean, where the step time above is a median): one step
+    # slowed by the shared machine moves it, so with 4 runs a side its change at the shift may miss the
+    # significance, and the machine's load moving between the runs of one night may show as a change of its own.
+    # Where found at the shift, the throughput fell; any other change point lies inside a night, with 2 runs of
+    # that night on each side of it, never between a baseline and a slowed run.
     throughput = trend.metric(names.IMAGES_PER_S)
-    assert all(c.run_id == series[4].run_id and c.direction == "regression" and c.change_pct < 0
-               for c in throughput.changes)
+    found = {c.run_id: c for c in throughput.changes}
+    inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
+    assert set(found) <= inside_or_at_shift, [c.index for c in throughput.changes]
+    at_shift = found.get(series[4].run_id)
+    assert at_shift is None or (at_shift.direction == "regression" and at_shift.change_pct < 0)
     # deterministic: the same history gives the same answer
     assert trends.series_trend(series, SETTINGS) == trend
     # once per change point: judged as if only the newest run were tonight's, the shift is old news
