@@ -99,7 +99,8 @@ def test_fleet_names_the_planted_slow_machine(pool_sweep, fleet: LocalFleet):
 
 
 def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, fleet: LocalFleet):
-    proc, log = fleet.cli("sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "4",
+    # 2 repeats: one block a machine, enough to lose one mid-sweep and finish with the other's
+    proc, log = fleet.cli("sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "2",
                           "--config", str(fleet.work_dir / "tiny.yaml"), "--experiment", "fleet-lost", "--lost-after",
                           str(LOST_AFTER_S))
     # wait until a child runs on the slow machine, then take that machine away (worker + flow-run process)
@@ -128,7 +129,7 @@ def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, flee
     parent = fleet.mlflow().get_run(parent_id)
     assert parent.info.status == "FINISHED"
     failed = int(parent.data.tags["yolo_mlops.sweep.failed_children"])
-    assert 1 <= failed <= 4  # the lost child and the slow lane's children after it, never the fast lane's
+    assert 1 <= failed <= 2  # the lost child and the slow lane's child after it, never the fast lane's
     children = _children(fleet, parent_id)
     assert "RUNNING" not in {c.info.status for c in children}  # the lost child's run was ended FAILED
     assert {c.data.params["env.machine"] for c in children if c.info.status == "FINISHED"} >= {FAST}

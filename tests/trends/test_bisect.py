@@ -1,5 +1,5 @@
 """`yolo-mlops bisect`: the per-step decision's error rates (simulated), bad input (one line each), and end to end
-on CPU: a clone of this project with a planted history of 8 commits, one of which sleeps in every training
+on CPU: a clone of this project with a planted history of 4 commits, one of which sleeps in every training
 step's forward pass, bisected with real YOLO11n training runs of each commit's own code (real SQLite MLflow
 store, real Prefect test server)."""
 
@@ -23,7 +23,7 @@ HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if se
 PLANTED = ("            import time as _time\n\n            import torch as _torch\n\n"
            "            with _torch.autograd.profiler.record_function(\"bisect_test::planted_sleep\"):\n"
            "                _time.sleep(0.5)\n")
-SLOW_AT = 5  # the planted slow commit: the 5th of 8 after good
+COMMITS, SLOW_AT = 4, 3  # the planted slow commit: the 3rd of 4 after good (the first look, the 2nd, is good)
 
 
 # git histories built by the tests ---------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def _bisect(repo: Path, good: str, bad: str, run_id: str, experiment: str):
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory, prefect_server, mlflow_client):
     repo = _clone(tmp_path_factory.mktemp("bisect-planted"))
-    hashes = _history(repo, 8, slow_at=SLOW_AT)
+    hashes = _history(repo, COMMITS, slow_at=SLOW_AT)
     run = _workload_run("bisect-planted-workload")
     result = _bisect(repo, hashes[0], hashes[-1], run, "bisect-planted")
     print("\n" + result.report)
@@ -208,7 +208,8 @@ def test_bisect_names_the_planted_commit(planted):
     assert result.result == "first_bad"
     assert result.first_bad.hash == hashes[SLOW_AT]
     assert result.first_bad.subject == "Training: wait 500 ms in every forward pass"
-    assert len(result.steps) <= math.ceil(math.log2(8)) + 1  # the premise + at most 3 bisection steps
+    # the premise + at most 2 bisection steps (walking the 4 commits one by one from good would take 3)
+    assert len(result.steps) <= math.ceil(math.log2(COMMITS)) + 1
     assert result.shift[1] > 0.3  # the 95% interval of the slowdown is well above zero
     assert f"first bad commit: {hashes[SLOW_AT]}" in result.report
     assert "bisect_test::planted_sleep" in result.report  # the attribution names the planted operator
