@@ -78,8 +78,9 @@ SAME_WORKER = {
     "tests/deploy": ("tests/deploy/",),
     "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
 }
-# The longest units first (seconds in a parallel run on 2 cores: ~810, 690, 570, 430, 300, 160, 110, 65 ...), so
-# no long unit starts when the others are nearly done; every other module follows in the usual order.
+# The longest units first (seconds in a parallel run on 2 cores: ~590, 470, 490, 400, 250, 50, 130, 80 ...; the
+# first four start together), so no long unit starts when the others are nearly done; every other module follows
+# in the usual order.
 LONGEST_FIRST = (
     "machine-load-and-bounds", QUIET, "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_verdicts.py",
     "tests/deploy", "tests/reliability/test_inputs.py", "tests/trends/test_real_history.py", "tests/test_lint.py",
