@@ -62,6 +62,19 @@ def test_speed_up_is_an_improvement():
     assert trend.verdict(t, {r.run_id for r in runs if r.night == "n4"}).status == "improvement"
 
 
+def test_a_night_with_two_change_points_is_judged_by_the_worst():
+    """Step times (ms) of a real two-night history from the CPU test suite, 4 runs a night, every run of the
+    second night 1 s slower: the machine's load moved between its 2nd and 3rd runs, a second change point.
+    The newest alone (-9%) would have called the night an improvement."""
+    values = [468.0, 326.7, 138.8, 119.6, 1245.4, 1246.4, 1135.1, 1137.2]
+    runs = [record(i, {names.STEP_TIME_P50: v}, night=f"n{i // 4}") for i, v in enumerate(values)]
+    t = trend.series_trend(runs, trend.DetectionSettings(max_pvalue=0.01))
+    v = trend.verdict(t, {r.run_id for r in runs[4:]})
+    assert [(c.index, c.direction) for c in v.new_changes] == [(4, "regression"), (6, "improvement")]
+    assert v.status == "regression" and v.per_metric[names.STEP_TIME_P50] == "regression"
+    assert trend.verdict(t, {runs[-1].run_id}).status == "stable"  # both change points were another night's
+
+
 def test_stationary_history_and_short_history():
     runs = shifted_history(seed=2, shift=1.0)
     t = trend.series_trend(runs)

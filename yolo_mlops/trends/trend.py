@@ -233,8 +233,9 @@ def series_trend(runs: list[HistoryRun], settings: DetectionSettings = Detection
 
 
 def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
-    """The series' verdict for the night whose runs are `tonight`: a metric regressed (or improved) when its
-    newest change point starts among tonight's runs, or a version boundary among tonight's runs moved it;
+    """The series' verdict for the night whose runs are `tonight`: a metric regressed (or improved) when a
+    change point starts among tonight's runs (the worst of them where several do: the first slowed run, then
+    the machine's load moving between two later runs), or a version boundary among tonight's runs moved it;
     it drifts when its drift became significant tonight (or its slope changed materially: the new slope's
     95% interval excludes yesterday's). Older events were reported on their own night."""
     earlier = [r for r in trend.runs if r.run_id not in tonight]
@@ -249,14 +250,16 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         if first_tonight_ms is None:
             per_metric[m.metric] = "stable"
             continue
-        newest = m.changes[-1] if m.changes else None
+        changed_tonight = [c for c in m.changes if c.start_time_ms >= first_tonight_ms]
         moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
                  and c.start_time_ms >= first_tonight_ms]
         cands += moved
         status: Status = "stable"
-        if newest is not None and newest.start_time_ms >= first_tonight_ms:
-            new.append(newest)
-            status = newest.direction
+        if changed_tonight:
+            # the newest alone would call a night that went +370% and then -9% an improvement; confirmation
+            # runs, where the suite asks for them, tell a lasting regression from a blip
+            new += changed_tonight
+            status = min((c.direction for c in changed_tonight), key=STATUS_ORDER.index)
         elif any(c.direction == "regression" for c in moved):
             status = "regression"
         if m.drift is not None and _drift_is_new(m, first_tonight_ms, trend.settings):
