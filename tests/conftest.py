@@ -68,22 +68,24 @@ socket.socket.connect, socket.socket.connect_ex = _connect, _connect_ex
 # test_busy_machine would stretch the bounded reactions of test_faults (a command ending after its tracking
 # server died); the TIMING modules judge wall-clock step times against a planted slowdown (0.5-2 s per step:
 # bisect must find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow
-# machine, a lost machine must be noticed within its bound), so each of their tests runs on a core of its own
+# machine, a lost machine must be noticed within its bound, a real two-night history must show its planted shift
+# above the runs' noise), so each of their tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.
 # tests/test_quiet_core.py splits the cores itself: in the same unit, no other split runs beside it.
-TIMING = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py")
+TIMING = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py",
+          "tests/trends/test_real_history.py")
 QUIET = "quiet-core"
 SAME_WORKER = {
     QUIET: (*TIMING, "tests/test_quiet_core.py"),
     "tests/deploy": ("tests/deploy/",),
     "machine-load-and-bounds": ("tests/reliability/test_busy_machine.py", "tests/reliability/test_faults.py"),
 }
-# The longest units first (seconds in a parallel run on 2 cores: ~590, 470, 490, 400, 250, 50, 130, 80 ...; the
+# The longest units first (seconds in a parallel run on 2 cores: ~590, 470 + 130, 490, 400, 250, 50, 80 ...; the
 # first four start together), so no long unit starts when the others are nearly done; every other module follows
 # in the usual order.
 LONGEST_FIRST = (
     "machine-load-and-bounds", QUIET, "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_verdicts.py",
-    "tests/deploy", "tests/reliability/test_inputs.py", "tests/trends/test_real_history.py", "tests/test_lint.py",
+    "tests/deploy", "tests/reliability/test_inputs.py", "tests/test_lint.py",
     "tests/sweeps/test_lanes.py", "tests/sweeps/test_sweep_flow.py", "tests/analysis/test_planted_bottlenecks.py",
     "tests/run/test_profile_flow.py", "tests/sweeps/test_optimize_flow.py",
 )

@@ -106,10 +106,13 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     from yolo_mlops import trends
 
     trend = trends.series_trend(series, SETTINGS)
+    # the shift at the first slowed run; any other change point lies inside a night, with 2 runs of that night on
+    # each side of it: the shared machine's load moving between runs (seen: -9% between a night's 2nd and 3rd)
+    inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
     step = trend.metric(names.STEP_TIME_P50)
-    (change,) = step.changes
-    assert change.run_id == series[4].run_id and change.direction == "regression"
-    assert change.change_pct > 20
+    change = next(c for c in step.changes if c.run_id == series[4].run_id)
+    assert change.direction == "regression" and change.change_pct > 20
+    assert {c.run_id for c in step.changes} <= inside_or_at_shift, [c.index for c in step.changes]
     # images/s is images over the summed step times (a mean, where the step time above is a median): one step
     # slowed by the shared machine moves it, so with 4 runs a side its change at the shift may miss the
     # significance, and the machine's load moving between the runs of one night may show as a change of its own.
@@ -117,7 +120,6 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     # that night on each side of it, never between a baseline and a slowed run.
     throughput = trend.metric(names.IMAGES_PER_S)
     found = {c.run_id: c for c in throughput.changes}
-    inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
     assert set(found) <= inside_or_at_shift, [c.index for c in throughput.changes]
     at_shift = found.get(series[4].run_id)
     assert at_shift is None or (at_shift.direction == "regression" and at_shift.change_pct < 0)
@@ -132,7 +134,7 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     from yolo_mlops import trends
 
     trend = trends.series_trend(series, SETTINGS)
-    change = trend.metric(names.STEP_TIME_P50).changes[0]
+    change = next(c for c in trend.metric(names.STEP_TIME_P50).changes if c.run_id == series[4].run_id)
     a = trends.attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
     assert a.runs_without_tables == () and len(a.before_runs) == 4 and len(a.after_runs) == 4
     operators = [c for c in a.contributions if c.kind == "operator"]
