@@ -110,7 +110,8 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     # each side of it: the shared machine's load moving between runs (seen: -9% between a night's 2nd and 3rd)
     inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
     step = trend.metric(names.STEP_TIME_P50)
-    change = next(c for c in step.changes if c.run_id == series[4].run_id)
+    change = next((c for c in step.changes if c.run_id == series[4].run_id), None)
+    assert change is not None, [c.index for c in step.changes]
     assert change.direction == "regression" and change.change_pct > 20
     assert {c.run_id for c in step.changes} <= inside_or_at_shift, [c.index for c in step.changes]
     # images/s is images over the summed step times (a mean, where the step time above is a median): one step
@@ -134,7 +135,8 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     from yolo_mlops import trends
 
     trend = trends.series_trend(series, SETTINGS)
-    change = next(c for c in trend.metric(names.STEP_TIME_P50).changes if c.run_id == series[4].run_id)
+    change = next((c for c in trend.metric(names.STEP_TIME_P50).changes if c.run_id == series[4].run_id), None)
+    assert change is not None
     a = trends.attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
     assert a.runs_without_tables == () and len(a.before_runs) == 4 and len(a.after_runs) == 4
     operators = [c for c in a.contributions if c.kind == "operator"]
