@@ -2,8 +2,10 @@
 
 1. False alerts per 1,000 series-nights: stationary histories (Gaussian and Student t(3) noise, 1% of the
    level), 60 runs of history, then nights of 3 runs; a night alerts when its runs open a change point the
-   bad way (up), and with confirmation only when 3 more runs still show it (`confirm.judge`'s rule).
+   bad way (up) (`trend.verdict`), and with confirmation only when 3 more runs confirm it (`confirm.judge`).
 2. Steps of 2, 3 and 5 noise sd at tonight's first run: the share alerted within that night, with confirmation.
+   Confirmation runs at tonight's level, worse, at another level after a load shift, and back at baseline: the
+   share `confirm.judge` confirms; a lasting step dismissed on its first night: alerted on the nights after.
 3. Drifts of 2-30% over 200 runs (noise 1%), judged night by night from run 12: events per drift (new drift
    verdicts + new change points; goal 1) and the runs until the first.
 4. Minimum detectable shift: the prediction (`power.min_detectable_shift`) against the detector's simulated
@@ -22,12 +24,15 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from yolo_mlops.render import fmt, markdown_table
-from yolo_mlops.trends import candidates, changepoint, drift, power
+from yolo_mlops.tracking import names
+from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
+from yolo_mlops.trends.history import HistoryRun
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_changepoint import history as cp_history  # noqa: E402
@@ -39,16 +44,30 @@ def noise(rng, n: int, heavy: bool) -> np.ndarray:
     return rng.standard_t(3, n) / np.sqrt(3.0) if heavy else rng.standard_normal(n)
 
 
+HOUR_MS = 3_600_000
+
+
+def records(values, nights_of: int = NIGHT, start_night: int = 0) -> list[HistoryRun]:
+    """One step-time value per run, 3 runs a night, an hour apart: what `trends.history` reads from MLflow."""
+    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                       series="s", label="sim", metrics={names.STEP_TIME_P50: float(v)}, versions={},
+                       night=f"n{start_night + i // nights_of}", profiled_steps=5, step_time_ms=float(v))
+            for i, v in enumerate(values)]
+
+
 def opens_regression(z: np.ndarray, first: int) -> bool:
-    """The newest change point starts at or after `first` and goes up (step time: the bad way)."""
-    steps = drift.analyse(z).steps
-    return bool(steps) and steps[-1].index >= first and steps[-1].mean_after > steps[-1].mean_before
+    """`trend.verdict` over the history: a change point (the worst where several) starts among the night's runs
+    (from `first`) and goes up (step time: the bad way)."""
+    runs = records(z)
+    return trend.verdict(trend.series_trend(runs), {r.run_id for r in runs[first:]}).status == "regression"
 
 
-def confirmed(z: np.ndarray, first: int) -> bool:
-    """After the confirmation runs: the newest change point still starts among the night's own runs, up."""
-    steps = drift.analyse(z).steps
-    return bool(steps) and first <= steps[-1].index < first + NIGHT and steps[-1].mean_after > steps[-1].mean_before
+def confirmed(z: np.ndarray, first: int, night: int = NIGHT) -> bool:
+    """`confirm.judge` after the confirmation runs z[first + night:]: the regression holds."""
+    runs = records(z)
+    tonight = {r.run_id for r in runs[first:first + night]}
+    return confirm.judge(trend.series_trend(runs), tonight, {r.run_id for r in runs[first + night:]},
+                         (names.STEP_TIME_P50,))[1].confirmed
 
 
 def bench_false_alerts(series: int, nights: int = 20) -> str:
@@ -85,6 +104,65 @@ def bench_steps(seeds: int) -> str:
         rows.append([f"{sd:g} sd", fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
     return markdown_table(["step (noise 1%, 60 runs before, 3 tonight)", "% opened tonight",
                            "% alerted tonight with 3 confirmation runs"], rows)
+
+
+# (label, tonight's level, the confirmation runs' level, noise sd of the confirmation runs), in % of the level
+CONFIRMATION_CASES = (
+    ("at tonight's level (+30%)", 30.0, 30.0, 1.0),
+    ("worse (+30% tonight, +40% confirmation)", 30.0, 40.0, 1.0),
+    ("load shift (+300% tonight, +260% confirmation)", 300.0, 260.0, 1.0),
+    ("load shift, noisier (+300% tonight, +260% confirmation at 10% noise)", 300.0, 260.0, 10.0),
+    ("back at baseline (+30% tonight, blip)", 30.0, 0.0, 1.0),
+    ("back at baseline (+5 sd tonight, blip)", 5.0, 0.0, 1.0),
+)
+
+
+def bench_confirmation(seeds: int) -> str:
+    """30 runs at 100 +- 1, a night of 3 runs at a new level, 3 confirmation runs at another (or the same) one:
+    how often `confirm.judge` confirms, among the nights that opened a regression."""
+    rows = []
+    for label, night_pct, again_pct, again_sd in CONFIRMATION_CASES:
+        opened = held = 0
+        for s in range(seeds):
+            rng = np.random.default_rng(90_000 + s)
+            z = np.r_[100 + rng.standard_normal(30), 100 + night_pct + rng.standard_normal(NIGHT),
+                      100 + again_pct + again_sd * rng.standard_normal(CONFIRM)]
+            if opens_regression(z[:30 + NIGHT], 30):
+                opened += 1
+                held += confirmed(z, 30)
+        rows.append([label, opened, fmt(100 * held / max(opened, 1), ".1f")])
+    return markdown_table(["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)",
+                           "nights opened", "% confirmed"], rows)
+
+
+def bench_suspected_then_established(seeds: int, nights: int = 4) -> str:
+    """A lasting +5 sd step whose confirmation runs were unlucky (dismissed): the nights after it, the level is
+    re-opened (its first run's night is tagged `suspected`) and alerted once established."""
+    alerted_by: list[int] = []
+    for s in range(seeds):
+        rng = np.random.default_rng(70_000 + s)
+        z = np.r_[100 + rng.standard_normal(30), 105 + rng.standard_normal(NIGHT + nights * (NIGHT + CONFIRM))]
+        runs = records(z[:30 + NIGHT])
+        suspected = {r.run_id for r in runs[30:]}
+        found = None
+        for night in range(1, nights + 1):
+            first = 30 + NIGHT + (night - 1) * (NIGHT + CONFIRM)
+            history = [replace(r, verdicts={names.trend_metric_tag(names.STEP_TIME_P50): "suspected"})
+                       if r.run_id in suspected else r for r in records(z[:first + NIGHT + CONFIRM])]
+            tonight = {r.run_id for r in history[first:first + NIGHT]}
+            v = trend.verdict(trend.series_trend(history[:first + NIGHT]), tonight)
+            if v.status != "regression":
+                break
+            verdict, c = confirm.judge(trend.series_trend(history), tonight,
+                                       {r.run_id for r in history[first + NIGHT:]}, (names.STEP_TIME_P50,))
+            if c.confirmed:
+                found = night
+                break
+            suspected |= {r.run_id for r in history[first:]}
+        alerted_by.append(found or 0)
+    rows = [[f"night {n} after the dismissed one", fmt(100 * sum(1 for a in alerted_by if a and a <= n) / seeds,
+                                                          ".1f")] for n in range(1, nights + 1)]
+    return markdown_table(["lasting +5 sd step dismissed on its first night", "% alerted by then"], rows)
 
 
 def bench_drifts(seeds: int, n: int = 200) -> str:
@@ -166,10 +244,15 @@ def main() -> int:
     parser.add_argument("--series", type=int, default=250, help="stationary series (20 nights each) per noise")
     parser.add_argument("--seeds", type=int, default=200, help="seeds per step / power / candidate cell")
     parser.add_argument("--drift-seeds", type=int, default=30)
+    parser.add_argument("--confirm-seeds", type=int, default=2000, help="seeds per confirmation case")
     args = parser.parse_args()
     print("### Speed\n\n" + bench_speed() + "\n", flush=True)
     print("### False alerts on stationary histories\n\n" + bench_false_alerts(args.series) + "\n", flush=True)
     print("### Steps alerted within one night\n\n" + bench_steps(args.seeds) + "\n", flush=True)
+    print("### Confirmation runs at tonight's level, worse, after a load shift, back at baseline\n\n"
+          + bench_confirmation(args.confirm_seeds) + "\n", flush=True)
+    print("### A lasting step dismissed on its first night\n\n" + bench_suspected_then_established(args.seeds)
+          + "\n", flush=True)
     print("### Drifts\n\n" + bench_drifts(args.drift_seeds) + "\n", flush=True)
     print("### Minimum detectable shift against simulation\n\n" + bench_power(args.seeds) + "\n", flush=True)
     print("### Known changes: direct test against the blind search\n\n" + bench_candidates(args.seeds), flush=True)

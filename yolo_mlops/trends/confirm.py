@@ -1,23 +1,42 @@
 """Confirmation before an alert: a new regression is re-measured before anyone is told.
 
 When tonight's runs open a change point that goes the bad way (or a version boundary among them moved a
-metric the bad way), the benchmark flow runs `confirm_repeats` more runs of the configuration and the series
-is judged again over its history, tonight's runs and the confirmation runs (`judge`). The regression holds
-when, for some metric that regressed tonight, the newest change point still starts among tonight's runs and
-goes the bad way (the confirmation runs sit at the new level), or a version boundary among tonight's runs
-still moves it the bad way beyond noise. Otherwise the night was a blip: the series is `suspected`, with
-the evidence, and no alert is raised.
+metric the bad way), the benchmark flow runs `confirm_repeats` more runs of the configuration and `judge`
+tests them directly against the level before the regression:
+
+- the *baseline* is the metric's runs before the regression's first run, back to the change point before it
+  (the last 200 at most);
+- the *test group* is the confirmation runs, pooled with the regression's own runs (tonight's, and those of
+  earlier dismissed nights of the same level) when a two-sided t test at `AGREE_PVALUE` cannot tell the two
+  apart;
+- a one-sided t test, noise pooled within the groups, asks whether the test group sits the bad way of the
+  baseline; the regression holds when p <= `confirm_pvalue` (DetectionSettings, default 0.01) and the shift is
+  at least `min_magnitude`.
+
+So a regression that holds or gets worse, or whose confirmation runs sit at yet another bad level because
+the machine's load moved, is confirmed; only confirmation runs back at the old level dismiss it. A dismissed
+night is `suspected`; its runs carry that verdict, and `trend.verdict` re-opens the suspected level on
+the next nights until it is alerted or gone (never lost as a change point that lies before tonight).
+
+Error rate: when the confirmation runs come from the baseline level, the confirmation runs alone confirm with
+probability `confirm_pvalue` (exact under Gaussian noise); pooling with tonight's runs (selected for being
+high) adds the cases where both groups agree. Rates by simulation in `benchmarks/bench_verdicts.py`.
 
 Pure functions over trends; the runs themselves are the flow's business.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy.special import stdtr
 
 from yolo_mlops.trends.trend import MetricTrend, SeriesTrend, SeriesVerdict, verdict
+
+AGREE_PVALUE = 0.05  # two-sided: tonight's and the confirmation runs are pooled unless a t test separates them
+BASELINE_RUNS = 200  # the baseline is the last runs of the level before the regression, at most this many
 
 
 @dataclass(frozen=True)
@@ -26,7 +45,7 @@ class Confirmation:
     confirmed: bool
     runs_tonight: int
     confirmation_runs: int
-    evidence: str  # one line per metric: before, tonight and confirmation means
+    evidence: str  # one line per metric: before, tonight and confirmation means, the test and its p
 
     def summary(self) -> str:
         what = "confirmed" if self.confirmed else "dismissed"
@@ -34,11 +53,74 @@ class Confirmation:
                 f"{self.evidence}")
 
 
+@dataclass(frozen=True)
+class LevelTest:
+    """The confirmation runs (with the regression's runs where they agree) against the level before it."""
+    baseline: tuple[float, ...]
+    regressed: tuple[float, ...]  # the regression's runs before the confirmation (tonight's, earlier suspected)
+    confirmation: tuple[float, ...]
+    pooled: bool  # regressed and confirmation runs tested as one group
+    agree_pvalue: float  # two-sided: regressed vs confirmation runs
+    pvalue: float  # one-sided: the test group the bad way of the baseline
+    shift_pct: float  # the test group's mean against the baseline's, + = the bad way
+    holds: bool
+    reopened: bool = False  # the level began on an earlier, dismissed night: `regressed` holds its runs too
+
+
 def needs_confirmation(v: SeriesVerdict) -> tuple[str, ...]:
     """Metrics with a new event tonight that goes the bad way: a change point or a moved version boundary."""
     bad = {c.metric for c in v.new_changes if c.direction == "regression"}
     bad |= {c.metric for c in v.new_candidates if c.direction == "regression"}
     return tuple(sorted(bad))
+
+
+def t_test(groups: list[np.ndarray], a: int, b: int, sides: int) -> float:
+    """p of Student's t test of mean(groups[b]) - mean(groups[a]) (one-sided: > 0), the variance pooled within
+    all `groups` (sum(n_i - 1) degrees of freedom); nan without degrees of freedom."""
+    x, y = groups[a], groups[b]
+    df = sum(len(g) - 1 for g in groups if len(g))
+    if not len(x) or not len(y) or df < 1:
+        return float("nan")
+    var = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g)) / df
+    diff = float(y.mean() - x.mean())
+    if var <= 0:
+        return (0.0 if diff > 0 else 1.0) if sides == 1 else (0.0 if diff else 1.0)
+    t = diff / math.sqrt(var * (1 / len(x) + 1 / len(y)))
+    return float(stdtr(df, -t)) if sides == 1 else float(2 * stdtr(df, -abs(t)))
+
+
+def level_test(baseline: np.ndarray, regressed: np.ndarray, confirmation: np.ndarray, higher_is_better: bool,
+               confirm_pvalue: float, min_magnitude: float = 0.0) -> LevelTest:
+    """Does the confirmation (pooled with the regressed runs where they agree) sit the bad way of the baseline?"""
+    sign = -1.0 if higher_is_better else 1.0  # tested as "went up" = the bad way
+    base, night, again = (sign * np.asarray(v, dtype=float) for v in (baseline, regressed, confirmation))
+    agree = t_test([night, again], 0, 1, sides=2) if len(night) and len(again) else float("nan")
+    pooled = bool(len(night)) and not agree <= AGREE_PVALUE  # nan (too few runs to tell): pooled
+    if pooled:
+        p = _pooled_group_test(base, night, again)
+        group = np.r_[night, again]
+    else:
+        p = t_test([base, again], 0, 1, sides=1)
+        group = again
+    level = float(np.mean(base)) if len(base) else float("nan")
+    shift = 100 * (float(np.mean(group)) - level) / abs(level) if len(group) and level else float("nan")
+    holds = bool(p <= confirm_pvalue and shift >= 100 * min_magnitude)
+    return LevelTest(tuple(float(v) for v in baseline), tuple(float(v) for v in regressed),
+                     tuple(float(v) for v in confirmation), pooled, agree, p, shift, holds)
+
+
+def _pooled_group_test(base: np.ndarray, night: np.ndarray, again: np.ndarray) -> float:
+    """One-sided p of (night + confirmation runs as one group) > baseline; the variance pooled within the three
+    groups, so a level difference between tonight and the confirmation does not count as noise."""
+    df = sum(len(g) - 1 for g in (base, night, again) if len(g))
+    group = np.r_[night, again]
+    if not len(base) or df < 1:
+        return float("nan")
+    var = sum(float(((g - g.mean()) ** 2).sum()) for g in (base, night, again) if len(g)) / df
+    diff = float(group.mean() - base.mean())
+    if var <= 0:
+        return 0.0 if diff > 0 else 1.0
+    return float(stdtr(df, -diff / math.sqrt(var * (1 / len(base) + 1 / len(group)))))
 
 
 def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics: tuple[str, ...]
@@ -51,35 +133,67 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
         series_metric = trend.metric(name)
         if series_metric is None:
             continue
-        newest = series_metric.changes[-1] if series_metric.changes else None
-        if (newest is not None and newest.direction == "regression" and newest.run_id in tonight) or any(
-                c.test.moved and c.direction == "regression" and c.run_id in tonight for c in series_metric.candidates):
+        test = _test_metric(series_metric, v, tonight, confirmation, trend.settings.confirm_pvalue,
+                            trend.settings.min_magnitude)
+        if test is not None and test.holds:
             holds.append(name)
-        lines.append(_evidence(series_metric, tonight, confirmation))
+        lines.append(_evidence(series_metric, test))
     confirmed = bool(holds)
     result = Confirmation(metrics=metrics, confirmed=confirmed, runs_tonight=len(tonight),
                           confirmation_runs=len(confirmation), evidence="; ".join(lines))
     if confirmed:
-        return replace(v, status="regression", reason=result.summary()), result
+        per_metric = {k: ("regression" if k in holds else s) for k, s in v.per_metric.items()}
+        return replace(v, status="regression", per_metric=per_metric, reason=result.summary()), result
     per_metric = {k: ("suspected" if k in metrics else s) for k, s in v.per_metric.items()}
     return replace(v, status="suspected", per_metric=per_metric, reason=result.summary(),
                    new_changes=tuple(c for c in v.new_changes if c.metric not in metrics),
                    new_candidates=tuple(c for c in v.new_candidates if c.metric not in metrics)), result
 
 
-def _evidence(series_metric: MetricTrend, tonight: set[str], confirmation: set[str]) -> str:
-    values = dict(zip(series_metric.run_ids, series_metric.values, strict=True))
-    before = [v for r, v in values.items() if r not in tonight and r not in confirmation][-10:]
-    night = [v for r, v in values.items() if r in tonight]
-    again = [v for r, v in values.items() if r in confirmation]
-    base = float(np.median(before)) if before else float("nan")
+def regression_start(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str]
+                     ) -> int | None:
+    """Index of the regression's first run in the metric's points: tonight's first run, or the first run of a
+    suspected level re-opened tonight (a regression change point that started on an earlier dismissed night)."""
+    points = series_metric.run_ids
+    first = next((i for i, r in enumerate(points) if r in tonight), None)
+    if first is None:
+        return None
+    reopened = [c.index for c in v.new_changes if c.metric == series_metric.metric and c.direction == "regression"
+                and c.run_id not in tonight and c.run_id not in confirmation]
+    return min([first, *reopened])
 
-    def part(label: str, xs: list[float]) -> str:
+
+def _test_metric(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str],
+                 confirm_pvalue: float, min_magnitude: float) -> LevelTest | None:
+    start = regression_start(series_metric, v, tonight, confirmation)
+    if start is None:
+        return None
+    ids, values = series_metric.run_ids, np.asarray(series_metric.values, dtype=float)
+    level_from = max([0, *[c.index for c in series_metric.changes if c.index < start]])
+    level_from = max(level_from, start - BASELINE_RUNS)
+    base = values[level_from:start]
+    regressed = np.array([x for i, x in enumerate(values) if i >= start and ids[i] not in confirmation])
+    again = np.array([x for r, x in zip(ids, values, strict=True) if r in confirmation])
+    test = level_test(base, regressed, again, series_metric.higher_is_better, confirm_pvalue, min_magnitude)
+    return replace(test, reopened=ids[start] not in tonight)
+
+
+def _evidence(series_metric: MetricTrend, test: LevelTest | None) -> str:
+    if test is None:
+        return f"{series_metric.metric}: none of tonight's runs logged it"
+    base = float(np.mean(test.baseline)) if test.baseline else float("nan")
+
+    def part(label: str, xs: tuple[float, ...]) -> str:
         if not xs:
             return f"{label} -"
         mean = float(np.mean(xs))
         pct = 100 * (mean - base) / abs(base) if base else float("nan")
         return f"{label} {mean:.4g} ({pct:+.1f}%, {len(xs)} runs)"
 
-    return (f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (median of the last {len(before)} runs), "
-            f"{part('tonight', night)}, {part('confirmation', again)}")
+    night = "the new level's" if test.reopened else "tonight's"
+    group = f"{night} and the confirmation runs pooled" if test.pooled else "the confirmation runs alone"
+    agree = "" if test.agree_pvalue != test.agree_pvalue else f"; {night} vs confirmation p={test.agree_pvalue:.2g}"
+    return (f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (mean of {len(test.baseline)} runs), "
+            f"{part('since the dismissed night' if test.reopened else 'tonight', test.regressed)}, "
+            f"{part('confirmation', test.confirmation)}; {group} against "
+            f"before: one-sided p={test.pvalue:.2g}{agree}")

@@ -36,6 +36,7 @@ class HistoryRun:
     workload: str | None = None  # the series key without the machine; None when the identity cannot be rebuilt
     workload_label: str | None = None
     host: dict[str, str] = field(default_factory=dict)  # cpu_model (CPU runs), cpu_count, cpu_mhz: fleet evidence
+    verdicts: dict[str, str] = field(default_factory=dict)  # yolo_mlops.trend[.<metric>] tags: a night's verdicts
 
 
 def record_from_run(run) -> HistoryRun | None:
@@ -71,6 +72,7 @@ def record_from_run(run) -> HistoryRun | None:
         night=tags.get(names.BENCHMARK_NIGHT),
         profiled_steps=steps,
         step_time_ms=run.data.metrics.get(names.STEP_TIME_P50),
+        verdicts={k: v for k, v in tags.items() if k == names.TREND or k.startswith(names.TREND_PREFIX)},
     )
 
 

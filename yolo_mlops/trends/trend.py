@@ -59,6 +59,7 @@ class DetectionSettings:
     min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE
     drift_pvalue: float = drift.DEFAULT_DRIFT_PVALUE  # Mann-Kendall significance of a drift
     candidate_pvalue: float = candidates.DEFAULT_CANDIDATE_PVALUE  # per version boundary: false-alarm rate
+    confirm_pvalue: float = 0.01  # one-sided: confirmation runs the bad way of the level before (trends.confirm)
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,9 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     change point starts among tonight's runs (the worst of them where several do: the first slowed run, then
     the machine's load moving between two later runs), or a version boundary among tonight's runs moved it;
     it drifts when its drift became significant tonight (or its slope changed materially: the new slope's
-    95% interval excludes yesterday's). Older events were reported on their own night."""
+    95% interval excludes yesterday's). Older events were reported on their own night, except a regression
+    whose night was dismissed by its confirmation runs (`suspected`): while tonight's runs still sit at its
+    level and none was alerted since, it counts as tonight's again, so a lasting regression is never lost."""
     earlier = [r for r in trend.runs if r.run_id not in tonight]
     if len(earlier) < MIN_HISTORY:
         return SeriesVerdict(trend.series, trend.label, "insufficient_history",
@@ -246,11 +249,14 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
     new, drifts, cands = [], [], []
     per_metric: dict[str, Status] = {}
+    by_id = {r.run_id: r for r in trend.runs}
     for m in trend.metrics:
         if first_tonight_ms is None:
             per_metric[m.metric] = "stable"
             continue
         changed_tonight = [c for c in m.changes if c.start_time_ms >= first_tonight_ms]
+        if not changed_tonight and (open_level := _suspected_level(m, by_id, first_tonight_ms)) is not None:
+            changed_tonight = [open_level]  # a dismissed regression's level still holds: judged again tonight
         moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
                  and c.start_time_ms >= first_tonight_ms]
         cands += moved
@@ -271,6 +277,20 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
     return SeriesVerdict(trend.series, trend.label, overall, tuple(new), per_metric=per_metric,
                          new_drifts=tuple(drifts), new_candidates=tuple(cands))
+
+
+def _suspected_level(m: MetricTrend, by_id: dict[str, HistoryRun], first_tonight_ms: int) -> ChangeEvent | None:
+    """The metric's last change point before tonight when it went the bad way, a night among its runs was
+    dismissed by confirmation runs (tagged `suspected` for this metric; the change point may have moved a run
+    since) and none of its runs was alerted: that level has not been judged to the end, so tonight's runs,
+    which still sit in it, judge it again."""
+    earlier = [c for c in m.changes if c.start_time_ms < first_tonight_ms]
+    if not earlier or earlier[-1].direction != "regression":
+        return None
+    tag = names.trend_metric_tag(m.metric)
+    since = [by_id[r].verdicts.get(tag) for r in m.run_ids[earlier[-1].index:]
+             if by_id[r].start_time_ms < first_tonight_ms]
+    return earlier[-1] if "suspected" in since and "regression" not in since else None
 
 
 def _drift_is_new(m: MetricTrend, first_tonight_ms: int, settings: DetectionSettings) -> bool:
