@@ -204,7 +204,7 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     # bad input: one line each, exit 2
     for args, message in ((["--experiment", "no-such-experiment"], "does not exist"),
                           (["--experiment", experiment, "--plot", str(tmp_path / "nope" / "f.png")], "does not exist"),
-                          (["--experiment", experiment, "--max-pvalue", "1.5"], "must be in (0, 1)")):
+                          (["--experiment", experiment, "--max-pvalue", "1.5"], "must be a probability in (0, 1)")):
         code, out, err = _main("fleet", *args)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     # an experiment whose workloads ran on one machine: said plainly, exit 0

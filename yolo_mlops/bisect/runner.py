@@ -168,16 +168,15 @@ class BisectResult:
 
 def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
     """Every check before a run is made; each failure is one ConfigError line."""
+    from yolo_mlops.trends import bounds
     from yolo_mlops.trends.trend import WATCHED_BY_NAME
 
     if request.repeats < 2:
         raise ConfigError(f"--repeats {request.repeats}: at least 2 runs a side are needed to see the noise")
     if request.max_repeats < request.repeats:
         raise ConfigError(f"--max-repeats {request.max_repeats} is below --repeats {request.repeats}")
-    if not 0 < request.alpha < 1:
-        raise ConfigError(f"--alpha {request.alpha}: must be in (0, 1)")
-    if request.min_effect < 0:
-        raise ConfigError(f"--min-effect {request.min_effect}: must be >= 0")
+    bounds.check_pvalue("--alpha", request.alpha)
+    bounds.check_fraction("--min-effect", request.min_effect)
     watched = WATCHED_BY_NAME.get(request.metric)
     if watched is None:
         raise ConfigError(f"--metric {request.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")

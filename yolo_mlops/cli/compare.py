@@ -22,6 +22,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--top {args.top}: must be at least 1")
     a, b = args.a, args.b
     as_files = [Path(x).exists() for x in (a, b)]
+    if a == b or (all(as_files) and Path(a).resolve() == Path(b).resolve()):
+        raise ConfigError(f"compare: A and B are the same {'trace file' if all(as_files) else 'run'} ({a}): "
+                          "a diff of one run against itself shows nothing; give two different runs or traces")
     if all(as_files):
         result, warning, run_b = _compare_traces(a, b), None, None
     elif any(as_files):

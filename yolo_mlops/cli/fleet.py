@@ -15,15 +15,14 @@ from yolo_mlops.errors import ConfigError
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     from yolo_mlops.tracking import connection
-    from yolo_mlops.trends import fleet
+    from yolo_mlops.trends import bounds, fleet
 
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
-    if not 0 < args.max_pvalue < 1:
-        raise ConfigError(f"--max-pvalue {args.max_pvalue}: must be in (0, 1)")
-    if not 0 <= args.min_effect < 10:
-        raise ConfigError(f"--min-effect {args.min_effect}: must be a fraction >= 0 (0.03 = 3%)")
-    settings = fleet.FleetSettings(max_pvalue=args.max_pvalue, min_effect=args.min_effect)
+    max_pvalue = args.max_pvalue if args.alpha is None else args.alpha
+    bounds.check_pvalue("--max-pvalue" if args.alpha is None else "--alpha", max_pvalue)
+    bounds.check_fraction("--min-effect", args.min_effect)
+    settings = fleet.FleetSettings(max_pvalue=max_pvalue, min_effect=args.min_effect)
     report = fleet.load_fleet(connection.client(), args.experiment, settings)
     if args.format == "json":
         print(json.dumps(fleet.to_json(report), indent=2))
@@ -44,8 +43,9 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("fleet", help="each workload's step time per machine, and machines slower than their peers")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment (default {DEFAULT_EXPERIMENT})")
-    p.add_argument("--max-pvalue", "--alpha", dest="max_pvalue", type=float, default=0.01,
+    p.add_argument("--max-pvalue", type=float, default=0.01,
                    help="family-wise false-alarm rate over a workload's machines (default 0.01)")
+    p.add_argument("--alpha", type=float, help="the same as --max-pvalue")
     p.add_argument("--min-effect", type=float, default=0.03,
                    help="smallest slowdown reported, a fraction of the peers' median (default 0.03 = 3%%)")
     p.add_argument("--plot", type=Path, help="write the per-machine step-time distributions (PNG) to this file")

@@ -17,15 +17,14 @@ DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops import trends
     from yolo_mlops.tracking import connection
-    from yolo_mlops.trends import history, power, report
+    from yolo_mlops.trends import bounds, history, power, report
     from yolo_mlops.trends.trend import WATCHED_BY_NAME
 
     if args.metric and args.metric not in WATCHED_BY_NAME:
         raise ConfigError(f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
     if args.plot is not None and not args.plot.parent.is_dir():
         raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
-    if not 0 < args.max_pvalue <= 1:
-        raise ConfigError(f"--max-pvalue {args.max_pvalue}: must be in (0, 1]")
+    bounds.check_pvalue("--max-pvalue", args.max_pvalue)
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats {args.repeats}: must be >= 1")
     if args.plot is not None and args.series is None:

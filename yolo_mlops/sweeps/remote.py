@@ -55,11 +55,16 @@ def find_target(pool: str, deployment: str | None = None, lost_after_s: float = 
     if client is None:
         with get_client(sync_client=True) as own:
             return find_target(pool, deployment, lost_after_s, own)
+    import httpx
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName
     from prefect.exceptions import ObjectNotFound
 
     try:
         client.read_work_pool(pool)
+    except httpx.TransportError as exc:
+        raise ConfigError(f"--pool {pool}: no Prefect server answers at {client.api_url} ({type(exc).__name__}: "
+                          f"{exc}); start the server the pool's workers poll, or point PREFECT_API_URL at it"
+                          ) from None
     except ObjectNotFound:
         raise ConfigError(f"work pool {pool!r} does not exist on {client.api_url} "
                           "(deploy/bootstrap.sh creates gpu-process and gpu-docker)") from None
