@@ -11,16 +11,26 @@
 # device request (compose `deploy.resources.reservations.devices`, docker pool `device_requests`).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: the project wheel (code only; dependencies are installed from PyPI below) ----
+# Package indexes for pip, given at build time only (ARGs are not part of the image's environment):
+# PIP_CERT a CA bundle mounted into the build where an egress re-signs TLS, PIP_FIND_LINKS and
+# PIP_EXTRA_INDEX_URL local wheel directories mounted read-only beside PyPI. deploy/build-image.sh sets them
+# from the host's pip configuration; a plain `docker build` needs none of them.
+
+# ---- requirements: the dependency list alone, so the heavy dependency layer below is rebuilt only when it changes ----
+FROM ${PYTHON_IMAGE} AS requirements
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /requirements.txt
+
+# ---- build: the project wheel (code only) ----
 FROM ${PYTHON_IMAGE} AS build
+ARG PIP_CERT PIP_FIND_LINKS PIP_EXTRA_INDEX_URL
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY yolo_mlops ./yolo_mlops
 COPY flows ./flows
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
-    # the dependency list alone, so the heavy dependency layer below is rebuilt only when it changes
-    && python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /wheels/requirements.txt
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # ---- runtime ----
 FROM ${PYTHON_IMAGE}
@@ -53,8 +63,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 # Dependencies first (torch, ultralytics, mlflow, prefect ...): the largest layer, cached across code changes.
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir -r /wheels/requirements.txt
+# Copied rather than bind-mounted: a COPY is keyed by the file's content in every builder (docker, buildah),
+# so this layer is rebuilt exactly when the dependency list changes.
+ARG PIP_CERT PIP_FIND_LINKS PIP_EXTRA_INDEX_URL
+COPY --from=requirements /requirements.txt /tmp/requirements.txt
+RUN pip install --no-cache-dir -r /tmp/requirements.txt
 
 # Flow entrypoints are file paths (flows/<name>.py:<flow>) resolved against the working directory.
 WORKDIR /opt/yolo-mlops
@@ -63,15 +76,17 @@ COPY flows ./flows
 COPY deploy/prefect.yaml deploy/bootstrap.sh ./deploy/
 COPY deploy/work-pools ./deploy/work-pools
 
-# The project itself, without touching the dependencies installed above.
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-deps /wheels/yolo_mlops-*.whl
+# The project itself, without touching the dependencies installed above (the copied wheel: a code change
+# rebuilds from here on, and only from here on).
+COPY --from=build /wheels /tmp/wheels
+RUN pip install --no-cache-dir --no-deps /tmp/wheels/yolo_mlops-*.whl \
+    && rm -rf /tmp/wheels
 
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 1000:1000
 # Pre-place what ultralytics would otherwise download or create at first use: the Arial fonts (a copy
 # of matplotlib's DejaVuSans), settings.json with sync and logger integrations off, the matplotlib font cache.
-RUN python -c "from yolo_mlops.config import data_home; from yolo_mlops.offline import configure_ultralytics; configure_ultralytics(data_home())" \
+RUN python -c "from yolo_mlops.config import data_home; from yolo_mlops.run.offline import configure_ultralytics; configure_ultralytics(data_home())" \
     && python -c "import matplotlib.font_manager" \
     && test -f "$YOLO_CONFIG_DIR/Ultralytics/Arial.ttf"
 

@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install
+.PHONY: demo test test-fast install image image-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,15 @@ test: $(STAMP)
 #   make test-fast PYTHON=python3.12 VENV=.venv-3.12
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not integration" $(PYTEST_ARGS)
+
+# The runtime image (Dockerfile): `docker build` where a Docker engine answers, else buildah, on a Debian base made
+# with mmdebstrap where no image registry is reachable (deploy/build-image.sh; docs/deploy.md).
+IMAGE ?= yolo-mlops:latest
+
+image:
+	IMAGE=$(IMAGE) deploy/build-image.sh
+
+# Builds the image, then runs it offline as its non-root user: --help, the demo with its MLflow run read back
+# outside, the flow entrypoints, bootstrap.sh and a worker against a Prefect server in the container.
+image-test: image $(STAMP)
+	YOLO_MLOPS_IMAGE_TEST=$(IMAGE) $(BIN)/python -m pytest -p no:cacheprovider -v -s tests/deploy/test_image.py $(PYTEST_ARGS)
