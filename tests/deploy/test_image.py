@@ -1,0 +1,218 @@
+"""The runtime image, run: what the Dockerfile builds works as the image's non-root user, with no network.
+
+    make image-test     # builds the image (deploy/build-image.sh), then runs this module against it
+
+Runs only when YOLO_MLOPS_IMAGE_TEST names a built image: a cold build takes longer than the CI budget
+allows next to the suite (docs/benchmarks.md, "Runtime image"). Containers run with `buildah run
+--isolation chroot` where no Docker engine answers, else with `docker run`. Buildah's chroot isolation
+shares the host's network namespace and refuses `--network none`, so each container command runs inside
+`unshare --net` with only loopback up: no route and no DNS, as in `docker run --network none`.
+
+The demo's data home is a host directory mounted at the same path inside, so the MLflow store's artifact
+paths hold on both sides and the run is read back here with the host's MLflow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+IMAGE = os.environ.get("YOLO_MLOPS_IMAGE_TEST", "")
+APP_UID = 1000  # the Dockerfile's `USER 1000:1000`
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.skipif(not IMAGE, reason="YOLO_MLOPS_IMAGE_TEST not set: `make image-test` builds the image and "
+                                         "runs these tests on it"),
+]
+
+
+def _docker_answers() -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "info"], capture_output=True).returncode == 0
+
+
+class Container:
+    """One container of IMAGE; `run` executes a command in it offline, as the image's user."""
+
+    def __init__(self, image: str):
+        self.image = image
+        self.docker = _docker_answers()
+        self.name = ""
+        if not self.docker:
+            if shutil.which("buildah") is None:
+                pytest.fail("neither a Docker engine nor buildah here: apt-get install -y buildah")
+            if os.geteuid() != 0:
+                pytest.fail("buildah run --isolation chroot needs root")
+            self.name = f"yolo-mlops-image-test-{uuid.uuid4().hex[:8]}"
+            subprocess.run(["buildah", "from", "--pull-never", "--name", self.name, image],
+                           check=True, capture_output=True, text=True)
+
+    def argv(self, command: list[str], mounts: dict[Path, Path], env: dict[str, str]) -> list[str]:
+        flags: list[str] = []
+        for host, inside in mounts.items():
+            flags += ["-v", f"{host}:{inside}"]
+        for key, value in env.items():
+            flags += ["-e", f"{key}={value}"]
+        if self.docker:
+            return ["docker", "run", "--rm", "--network", "none", "--shm-size", "1g", *flags, self.image, *command]
+        # a fresh network namespace with only loopback up; buildah (and the container) run inside it
+        inner = ["buildah", "run", "--isolation", "chroot", *flags, self.name, "--", *command]
+        return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *inner]
+
+    def run(self, command: list[str], *, mounts: dict[Path, Path] | None = None, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(command, mounts or {}, env or {}), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def remove(self) -> None:
+        if self.name:
+            subprocess.run(["buildah", "rm", self.name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def container() -> Iterator[Container]:
+    box = Container(IMAGE)
+    yield box
+    box.remove()
+
+
+def check(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, (f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
+                                  f"\n--- stderr\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def test_runs_as_the_non_root_user_without_network(container: Container):
+    out = check(container.run(["python", "-c", """
+import os, socket
+print("uid", os.getuid(), "gid", os.getgid(), "home", os.environ["HOME"], "cwd", os.getcwd())
+try:
+    socket.getaddrinfo("pypi.org", 443)
+    print("network yes")
+except OSError:
+    print("network no")
+"""]))
+    assert f"uid {APP_UID} gid {APP_UID} home /home/app cwd /opt/yolo-mlops" in out
+    assert "network no" in out
+
+
+def test_help(container: Container):
+    out = check(container.run(["yolo-mlops", "--help"]))
+    for command in ("demo", "profile", "sweep", "trends"):
+        assert command in out
+
+
+def test_ultralytics_finds_its_font_and_config_dir(container: Container):
+    """The fonts and settings the build placed are where ultralytics looks, and the dir is the user's."""
+    out = check(container.run(["python", "-c", """
+import os
+from ultralytics.utils import SETTINGS, USER_CONFIG_DIR
+from ultralytics.utils.checks import check_font
+print("config", USER_CONFIG_DIR, os.access(USER_CONFIG_DIR, os.W_OK))
+print("font", check_font("Arial.ttf"))  # downloads when missing: would fail offline
+print("sync", SETTINGS["sync"], "mlflow", SETTINGS["mlflow"])
+"""]))
+    assert "config /home/app/.config/Ultralytics True" in out
+    assert "font /home/app/.config/Ultralytics/Arial.ttf" in out
+    assert "sync False mlflow False" in out
+
+
+def test_flow_entrypoints_load_from_the_working_directory(container: Container):
+    """What a worker does with deploy/prefect.yaml's entrypoints after its pull step changes into the project dir."""
+    out = check(container.run(["python", "-c", """
+import yaml
+from prefect.flows import load_flow_from_entrypoint
+for d in yaml.safe_load(open("deploy/prefect.yaml"))["deployments"]:
+    flow = load_flow_from_entrypoint(d["entrypoint"])
+    print("flow", d["entrypoint"], flow.name)
+"""]))
+    for entrypoint in ("flows/profile_training.py:profile_training", "flows/sweep.py:sweep",
+                       "flows/bisection.py:bisect", "flows/benchmark.py:benchmark"):
+        assert f"flow {entrypoint} " in out
+
+
+def test_bootstrap_and_process_worker_against_a_server_in_the_container(container: Container):
+    """The compose stack's one-shot `bootstrap` and its worker's command, against `prefect server start` on
+    loopback in the same container: pools, limits and deployments are created offline (prefect deploy loads
+    every entrypoint), the gpu-process worker polls once and stops with status 0. The gpu-docker pool's
+    worker runs beside a Docker engine with prefect-docker, not in this image: started here it says so."""
+    script = r"""
+set -u
+export PREFECT_HOME=/tmp/prefect-home PREFECT_API_URL=http://127.0.0.1:4200/api PREFECT_SERVER_ANALYTICS_ENABLED=false
+prefect server start --host 127.0.0.1 --port 4200 >/tmp/prefect-server.log 2>&1 &
+server=$!
+python - "$server" <<'PY' || { cat /tmp/prefect-server.log; exit 1; }
+import sys, time, urllib.request
+pid = int(sys.argv[1])
+while True:  # until the server answers or its process is gone
+    try:
+        urllib.request.urlopen("http://127.0.0.1:4200/api/health", timeout=5)
+        break
+    except OSError:
+        try:  # a child of the shell: gone or a zombie once it has exited
+            exited = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            exited = True
+        if exited:
+            sys.exit("prefect server exited")
+        time.sleep(0.5)
+PY
+YOLO_MLOPS_MACHINE=image-test YOLO_MLOPS_GPU_COUNT=1 bash deploy/bootstrap.sh
+echo "bootstrap-rc=$?"
+prefect deployment ls
+prefect worker start --pool gpu-process --type process --name image-test --work-queue default --run-once
+echo "process-worker-rc=$?"
+prefect worker start --pool gpu-docker --name image-test-docker --run-once
+echo "docker-worker-rc=$?"
+kill "$server"
+wait "$server"
+echo "server-stopped"
+"""
+    started = time.monotonic()
+    proc = container.run(["bash", "-c", script], timeout=900)
+    out = proc.stdout + proc.stderr
+    assert "bootstrap-rc=0" in out, out[-6000:]
+    for name in ("profile-training/profile-docker", "sweep/sweep", "bisect/bisect",
+                 "benchmark/nightly-benchmark-image-test"):
+        assert name.split("/")[1] in out, (name, out[-6000:])
+    assert "process-worker-rc=0" in out and "Worker 'image-test' started" in out, out[-6000:]
+    # the docker worker needs the prefect-docker package (and a Docker engine), which this image does not carry
+    assert re.search(r"docker-worker-rc=[1-9]", out) and "Unable to start worker" in out, out[-6000:]
+    assert "server-stopped" in out, out[-6000:]
+    print(f"bootstrap + workers in the container: {time.monotonic() - started:.1f} s")
+
+
+def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, APP_UID, APP_UID)  # the image's user writes here; same uid on both sides (no user namespace)
+    tmp_path.chmod(0o755)
+    started = time.monotonic()
+    out = check(container.run(["yolo-mlops", "demo"], mounts={home: home}, env={"YOLO_MLOPS_HOME": str(home)},
+                              timeout=1200))
+    wall = time.monotonic() - started
+    print(f"demo in the image: {wall:.1f} s wall")
+    run_id = re.search(r"MLflow run ([0-9a-f]{32})", out)
+    assert run_id, out[-4000:]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    run = client.get_run(run_id.group(1))
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["perf/step_time_ms_p50"] > 0
+    assert run.data.tags["yolo_mlops.nvml_backend"] == "none"  # no GPU in the container
+    top = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"profiler", "analysis"} <= top, top
+    report = Path(client.download_artifacts(run.info.run_id, "analysis/report.html", str(tmp_path)))
+    assert report.stat().st_size > 0
