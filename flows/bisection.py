@@ -16,7 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import Field
 
 from yolo_mlops import bisect as bisection
-from yolo_mlops.bisect.runner import DEFAULT_BISECT_EXPERIMENT, DEFAULT_EXPERIMENT, BisectResult
+from yolo_mlops.bisect.runner import DEFAULT_BISECT_EXPERIMENT, DEFAULT_EXPERIMENT, RUN_TIMEOUT_S, BisectResult
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.tracking import names
 
@@ -38,11 +38,15 @@ def bisect(
     max_repeats: Annotated[int, Field(ge=2, le=100, description="runs a side before a step is inconclusive")] = 6,
     metric: str = names.STEP_TIME_P50,
     alpha: Annotated[float, Field(gt=0, lt=1, description="error bound of each decision")] = 0.01,
-    min_effect: Annotated[float, Field(ge=0, description="smallest slowdown called a regression (0.05 = 5%)")] = 0.05,
+    min_effect: Annotated[float, Field(ge=0, lt=1, description="smallest slowdown called a regression (0.05 = 5%)")
+                          ] = 0.05,
+    run_timeout_s: Annotated[float, Field(gt=0, description="a profiled run still going after this long is killed "
+                                          "and counts as a failed run")] = RUN_TIMEOUT_S,
 ) -> BisectResult:
     request = bisection.BisectRequest(good=good, bad=bad, repo=repo, series=series, run_id=run_id,
                                       experiment=experiment, bisect_experiment=bisect_experiment, repeats=repeats,
-                                      max_repeats=max_repeats, metric=metric, alpha=alpha, min_effect=min_effect)
+                                      max_repeats=max_repeats, metric=metric, alpha=alpha, min_effect=min_effect,
+                                      run_timeout_s=run_timeout_s)
     plan = bisection.prepare(request)
     result = bisection.run(plan, hold=_hold_gpu)
     create_markdown_artifact(result.report, key="bisect-report",

@@ -89,50 +89,93 @@ def run_lane(plan: SweepPlan, lane: Lane, parent_run_id: str, dataset_yaml: Path
             for child in plan.lane_children(lane.name)]
 
 
+@dataclass(frozen=True)
+class Waits:
+    """How long a sweep waits for a child: a pool machine's worker polling (lost), a child starting (submitted
+    to a pool machine, or waiting for its device's limit), a child running."""
+    lost_after_s: float = remote.LOST_AFTER_S
+    start_timeout_s: float = remote.START_TIMEOUT_S
+    run_timeout_s: float = remote.RUN_TIMEOUT_S
+
+    def lane_s(self, children: int) -> float:
+        """The longest a device lane of `children` children may take: each may wait to start and then run."""
+        return children * (self.start_timeout_s + self.run_timeout_s)
+
+
 def run_pool_lane(plan: SweepPlan, lane: Lane, target: remote.PoolTarget, parent_run_id: str,
-                  lost_after_s: float) -> list[ChildOutcome]:
+                  waits: Waits) -> list[ChildOutcome]:
     """One machine's children, one at a time, as runs of the pool's profile-training deployment."""
     return [remote.run_remote_child(target, lane, ChildOutcome(child, "pending"),
-                                    plan.child_spec(child, parent_run_id).model_dump(mode="json"), lost_after_s)
+                                    plan.child_spec(child, parent_run_id).model_dump(mode="json"),
+                                    waits.lost_after_s, start_timeout_s=waits.start_timeout_s,
+                                    run_timeout_s=waits.run_timeout_s)
             for child in plan.lane_children(lane.name)]
 
 
 def run_lanes(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None,
-              target: remote.PoolTarget | None, lost_after_s: float) -> list[ChildOutcome]:
+              target: remote.PoolTarget | None, waits: Waits) -> list[ChildOutcome]:
     if not plan.lanes:
         return [run_child(plan, ChildOutcome(child, "pending"), parent_run_id, dataset_yaml, plan.concurrency_limit)
                 for child in plan.children]
     width = 1 if plan.isolation == "exclusive" else len(plan.lanes)
     if target is not None:
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="sweep-lane") as pool:
-            lanes = list(pool.map(lambda lane: run_pool_lane(plan, lane, target, parent_run_id, lost_after_s),
-                                  plan.lanes))
+            lanes = list(pool.map(lambda lane: run_pool_lane(plan, lane, target, parent_run_id, waits), plan.lanes))
     else:
-        lanes = _local_lanes(plan, parent_run_id, dataset_yaml, width)
+        lanes = _local_lanes(plan, parent_run_id, dataset_yaml, width, waits)
     by_position = {o.child.position: o for outcomes in lanes for o in outcomes}
     return [by_position[c.position] for c in plan.children]
 
 
-def _local_lanes(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, width: int
+def _local_lanes(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, width: int, waits: Waits
                  ) -> list[list[ChildOutcome]]:
-    """Lanes in worker processes, connected to this flow's Prefect server (a temporary server included)."""
+    """Lanes in worker processes, connected to this flow's Prefect server (a temporary server included). A lane
+    not done within `waits.lane_s` of its children (counted from the sweep's start, lanes queued behind others
+    under exclusive isolation included) fails its children and its worker processes are ended."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: _api_url()}), ProcessPoolTaskRunner(max_workers=width) as runner:
         futures = [runner.submit(run_lane, parameters={"plan": plan, "lane": lane, "parent_run_id": parent_run_id,
                                                          "dataset_yaml": dataset_yaml})
                    for lane in plan.lanes]
-        return [_lane_result(plan, lane, future) for lane, future in zip(plan.lanes, futures, strict=True)]
+        bound = waits.lane_s(len(plan.children))  # every child, should the lanes run one after another
+        deadline = time.monotonic() + bound
+        results = [_lane_result(plan, lane, future, max(0.0, deadline - time.monotonic()), bound)
+                   for lane, future in zip(plan.lanes, futures, strict=True)]
+        if any(overdue for _, overdue in results):
+            _end_worker_processes(runner)
+        return [outcomes for outcomes, _ in results]
 
 
-def _lane_result(plan: SweepPlan, lane: Lane, future) -> list[ChildOutcome]:
-    """A lane whose process died (killed, out of memory) fails its children; the other lanes count."""
+def _end_worker_processes(runner: ProcessPoolTaskRunner) -> None:
+    """Ends the lane processes still running (a lane past its bound), so leaving the runner does not wait on
+    them; their children's MLflow runs are ended FAILED by `end_stopped_children`."""
+    executor = getattr(runner, "_executor", None)
+    for process in list(getattr(executor, "_processes", {}).values()):
+        if process.is_alive():
+            process.terminate()
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+
+
+def _lane_result(plan: SweepPlan, lane: Lane, future, timeout_s: float, bound_s: float
+                 ) -> tuple[list[ChildOutcome], bool]:
+    """A lane whose process died (killed, out of memory) or that did not finish within its bound (then True)
+    fails its children; the other lanes count."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
     try:
-        return future.result()
+        return future.result(timeout=timeout_s), False
+    except FutureTimeout:
+        reason = (f"lane {lane.name} did not finish within {bound_s:g} s (the sweep's children x (start timeout + "
+                  "run timeout)); its process was ended")
+        print(reason)
+        return [ChildOutcome(child, "failed", error=reason) for child in plan.lane_children(lane.name)], True
     except Exception as exc:  # noqa: BLE001 - recorded per child, the sweep goes on
         reason = f"lane {lane.name} broke: {type(exc).__name__}: {exc}"[:2000]
         print(reason)
-        return [ChildOutcome(child, "failed", error=reason) for child in plan.lane_children(lane.name)]
+        return [ChildOutcome(child, "failed", error=reason) for child in plan.lane_children(lane.name)], False
 
 
 def _api_url() -> str:
@@ -149,6 +192,16 @@ def end_lost_children(mlflow, outcomes: list[ChildOutcome]) -> None:
         run = queries.find_run(mlflow, run_id)
         if run is not None and run.info.status == "RUNNING":
             run_end.finish_failed_run(mlflow, run_id, "FAILED", outcome.error or "lost")
+
+
+def end_stopped_children(mlflow, parent_run_id: str, outcomes: list[ChildOutcome]) -> None:
+    """Children still RUNNING in MLflow once every lane returned were stopped (a timed-out lane or pool child):
+    ended FAILED with their lane's reason."""
+    reasons = {o.child.lane: o.error for o in outcomes if o.status == "failed" and o.error}
+    for child in queries.child_runs(mlflow, parent_run_id):
+        if child.status == "RUNNING":
+            reason = reasons.get(child.tags.get(names.SWEEP_LANE, "")) or "the sweep ended before this run"
+            run_end.finish_failed_run(mlflow, child.run_id, "FAILED", reason)
 
 
 @flow(name="sweep", log_prints=True)
@@ -179,6 +232,12 @@ def sweep(
     lost_after_s: Annotated[float, Field(
         gt=0, description="a pool machine whose worker has not polled for this long is lost: its child fails")
     ] = remote.LOST_AFTER_S,
+    start_timeout_s: Annotated[float, Field(
+        gt=0, description="a child not running this long after its submission (pool) is cancelled and fails")
+    ] = remote.START_TIMEOUT_S,
+    run_timeout_s: Annotated[float, Field(
+        gt=0, description="a child not finished this long after its start is cancelled and fails")
+    ] = remote.RUN_TIMEOUT_S,
 ) -> SweepResult:
     target = remote.find_target(pool, deployment, lost_after_s) if pool is not None else None
     plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants,
@@ -206,9 +265,11 @@ def sweep(
                                     sweeps.parent_params(plan))
     experiment_id = queries.experiment_of(mlflow, parent_id)
     with run_end.run_guard(mlflow, parent_id):
-        outcomes = run_lanes(plan, parent_id, dataset.yaml_path if dataset else None, target, lost_after_s)
-        records = sweeps.collect(mlflow, plan, parent_id, outcomes)
+        outcomes = run_lanes(plan, parent_id, dataset.yaml_path if dataset else None, target,
+                             Waits(lost_after_s, start_timeout_s, run_timeout_s))
         end_lost_children(mlflow, outcomes)
+        end_stopped_children(mlflow, parent_id, outcomes)
+        records = sweeps.collect(mlflow, plan, parent_id, outcomes)
         report = sweeps.compare(plan, records)
         markdown = sweeps.markdown(plan, report)
         sweeps.log_report(mlflow, parent_id, report, markdown)

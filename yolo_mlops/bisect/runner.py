@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # where series are looked up (the nightly benchmark's)
 DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
+RUN_TIMEOUT_S = 3600.0  # a bisection's profiled run (one process) is killed after this long: a failed run
+TIMED_OUT = -9  # _child's exit code for a process killed past its timeout
 Outcome = Literal["first_bad", "no_regression", "inconclusive"]  # tag names.BISECT_RESULT
 FIRST_BAD: Outcome = "first_bad"
 NO_REGRESSION: Outcome = "no_regression"
@@ -95,6 +97,7 @@ class BisectRequest:
     metric: str = names.STEP_TIME_P50
     alpha: float = 0.01
     min_effect: float = 0.05
+    run_timeout_s: float = RUN_TIMEOUT_S  # a profiled run still going after this long is killed: a failed run
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,8 @@ def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
         raise ConfigError(f"--max-repeats {request.max_repeats} is below --repeats {request.repeats}")
     bounds.check_pvalue("--alpha", request.alpha)
     bounds.check_fraction("--min-effect", request.min_effect)
+    if not request.run_timeout_s > 0:
+        raise ConfigError(f"--run-timeout {request.run_timeout_s:g}: must be > 0 seconds")
     watched = WATCHED_BY_NAME.get(request.metric)
     if watched is None:
         raise ConfigError(f"--metric {request.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
@@ -332,14 +337,18 @@ class _Runner:
         log_path = self.installs.root / f"run-{self.count:03d}.log"
         t0 = time.perf_counter()
         with self.hold(self.device):
-            code, output = _child(["-c", DRIVER, str(spec_path)], env, self.installs.root, log_path)
+            timeout = self.plan.request.run_timeout_s
+            code, output = _child(["-c", DRIVER, str(spec_path)], env, self.installs.root, log_path, timeout)
             if code == 3 and UNSUPPORTED_MARK in output:  # older code: its own command line (and its own
                 cli_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}  # Prefect, no GPU limit)
                 code, output = _child(["-m", "yolo_mlops.cli", "profile", "--config", str(spec_path)], cli_env,
-                                      self.installs.root, log_path)
+                                      self.installs.root, log_path, timeout)
         run_id = _run_id(output)
+        killed = f"killed after {self.plan.request.run_timeout_s:g} s (--run-timeout)"
         if run_id is not None:
-            self._end_if_running(run_id, f"run process exited with code {code}")
+            self._end_if_running(run_id, killed if code == TIMED_OUT else f"run process exited with code {code}")
+        if code == TIMED_OUT:
+            raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) was {killed}: {_tail(output)}")
         if code != 0 or run_id is None:
             raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): "
                             f"{_tail(output)}")
@@ -376,22 +385,32 @@ class _Runner:
         return measure
 
 
-def _child(args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> tuple[int, str]:
-    """A Python process; its output to `log_path`; ended (TERM, then KILL) if this process is interrupted."""
+def _child(args: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float = RUN_TIMEOUT_S
+           ) -> tuple[int, str]:
+    """A Python process; its output to `log_path`; ended (TERM, then KILL) if this process is interrupted, or
+    when it runs past `timeout_s` (then the exit code is TIMED_OUT)."""
     with log_path.open("w") as log:
         proc = subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         try:
-            code = proc.wait()
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            code = TIMED_OUT
         except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
             raise
     return code, log_path.read_text(errors="replace")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """TERM, 60 s for the run to end its MLflow run, then KILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _run_id(output: str) -> str | None:
@@ -419,6 +438,7 @@ def run(plan: BisectPlan, mlflow=None, hold: Hold = _no_hold, log: Callable[[str
             names.BISECT_WORKLOAD_RUN: plan.workload_run, names.BISECT_REPO: str(plan.repo)}
     params = {names.BISECT_PARAM + k: str(v) for k, v in (
         ("repeats", r.repeats), ("max_repeats", r.max_repeats), ("alpha", r.alpha), ("min_effect", r.min_effect),
+        ("run_timeout_s", r.run_timeout_s),
         ("metric", r.metric), ("commits", len(plan.commits)))}
     parent_id = writes.create_run(mlflow, r.bisect_experiment, f"bisect {plan.good.short}..{plan.bad.short}",
                                     tags, params)

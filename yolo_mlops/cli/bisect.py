@@ -19,7 +19,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     request = runner.BisectRequest(
         good=args.good, bad=args.bad, repo=args.repo, series=args.series, run_id=args.run,
         experiment=args.experiment, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
-        max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect)
+        max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
+        run_timeout_s=args.run_timeout)
     runner.prepare(request)  # bad input fails here, in one line, before Prefect starts
     from yolo_mlops.config import data_home
     from yolo_mlops.run import prefect_server
@@ -34,13 +35,15 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     quiet_prefect_tracebacks()
     result = bisect(good=args.good, bad=args.bad, run_id=args.run, series=args.series, experiment=args.experiment,
                     repo=args.repo, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
-                    max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect)
+                    max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
+                    run_timeout_s=args.run_timeout)
     print("\n" + result.report)
     return runner.exit_code(result)
 
 
 DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # as yolo_mlops.bisect.runner (not imported for --help)
 DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
+RUN_TIMEOUT_S = 3600.0  # as yolo_mlops.bisect.runner.RUN_TIMEOUT_S
 
 
 def register(sub) -> None:
@@ -62,4 +65,6 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.01, help="error bound of each decision (default 0.01)")
     p.add_argument("--min-effect", type=float, default=0.05,
                    help="smallest slowdown the premise calls a regression, a fraction (default 0.05)")
+    p.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
+                   help=f"seconds after which a profiled run is killed and counts as failed (default {RUN_TIMEOUT_S:g})")
     p.set_defaults(handler=cmd_bisect)

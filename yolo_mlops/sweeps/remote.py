@@ -9,7 +9,9 @@ the worker (`gpu-<machine>-<index>`).
 Lost work ends cleanly: a worker that stops polling its queue for `lost_after_s` is taken as gone. The child
 it held is marked CRASHED in Prefect and failed in the sweep, the lane's remaining children are failed without
 being submitted, and the sweep finishes with what the other lanes measured. The bound on noticing a lost
-machine is `lost_after_s` plus one poll of this side (`poll_s`).
+machine is `lost_after_s` plus one poll of this side (`poll_s`). A machine whose worker keeps polling is not
+waited on forever either: a child not running within `start_timeout_s` of its submission, or not finished
+within `run_timeout_s` of its start, is cancelled and failed, and the lane goes on with its next child.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ PROFILE_FLOW = "profile-training"
 DEFAULT_QUEUE = "default"  # Prefect's own queue of every pool: not a machine
 LOST_AFTER_S = 120.0  # a worker polls every 10 s by default (PREFECT_WORKER_QUERY_SECONDS): 12 missed polls
 POLL_S = 5.0
+START_TIMEOUT_S = 900.0  # a child submitted but not running after this long is cancelled (an image pull fits)
+RUN_TIMEOUT_S = 7200.0  # a child running for longer than this is cancelled
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,12 @@ def queue_age_s(client: SyncPrefectClient, pool: str, machine: str) -> float:
 
 
 def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec_json: dict,
-                     lost_after_s: float = LOST_AFTER_S, poll_s: float = POLL_S) -> ChildOutcome:
-    """Submit one child to its lane's machine and wait for its end, or for its machine to be lost."""
+                     lost_after_s: float = LOST_AFTER_S, poll_s: float = POLL_S,
+                     start_timeout_s: float = START_TIMEOUT_S, run_timeout_s: float = RUN_TIMEOUT_S) -> ChildOutcome:
+    """Submit one child to its lane's machine and wait for its end, for its machine to be lost, or for a
+    timeout: not running within `start_timeout_s` of its submission (a worker that polls but never starts it),
+    or not finished within `run_timeout_s` of its start. A timed-out child is cancelled in Prefect and failed
+    in the sweep, with the reason; the lane goes on with its next child."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
@@ -138,10 +146,22 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
             tags=["yolo-mlops", "sweep-child"],
             job_variables={"env": {**target.job_env, MACHINE_VAR: machine}}))
         outcome.flow_run_id = str(flow_run.id)
+        running_since: float | None = None
         while True:
             state = client.read_flow_run(flow_run.id).state
             if state is not None and state.is_final():
                 break
+            now = time.perf_counter()
+            if running_since is None and state is not None and state.is_running():
+                running_since = now
+            overdue = _overdue(now - t0, None if running_since is None else now - running_since, start_timeout_s,
+                               run_timeout_s)
+            if overdue:
+                reason = f"flow run {flow_run.id} on machine {machine!r} {overdue}; cancelled"
+                _cancel(client, flow_run.id, state, reason)
+                outcome.wall_s = time.perf_counter() - t0
+                outcome.ended = time.time()
+                return _lost(outcome, reason)
             age = queue_age_s(client, target.pool, machine)
             if age > lost_after_s:
                 reason = (f"machine {machine!r} lost: its worker stopped polling {age:.0f} s ago (bound "
@@ -160,6 +180,29 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
         outcome.status = "failed"
         outcome.error = f"flow run {flow_run.id} ended {state.name}: {state.message or ''}".strip()[:2000]
     return outcome
+
+
+def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s: float, run_timeout_s: float
+             ) -> str:
+    """Why a child has waited too long ('' when it has not): not running within the start timeout of its
+    submission, or not finished within the run timeout of its start."""
+    if since_start_s is None and since_submit_s > start_timeout_s:
+        return f"did not start within {start_timeout_s:g} s of its submission (start timeout)"
+    if since_start_s is not None and since_start_s > run_timeout_s:
+        return f"did not finish within {run_timeout_s:g} s of its start (run timeout)"
+    return ""
+
+
+def _cancel(client: SyncPrefectClient, flow_run_id, state, reason: str) -> None:
+    """A child that never started is Cancelled at once (no worker holds it); a running one is set Cancelling,
+    so its worker stops the process, as a cancellation from the UI does."""
+    from prefect.states import Cancelled, Cancelling
+
+    new = Cancelling(message=reason) if state is not None and state.is_running() else Cancelled(message=reason)
+    try:
+        client.set_flow_run_state(flow_run_id, new, force=True)
+    except Exception as exc:  # noqa: BLE001 - the sweep goes on; the flow run keeps its last state
+        print(f"could not cancel flow run {flow_run_id}: {type(exc).__name__}: {exc}")
 
 
 def _lost(outcome: ChildOutcome, reason: str) -> ChildOutcome:
