@@ -125,8 +125,9 @@ def _start_bisections(regressions: list[JudgedSeries], deployment: str) -> None:
     for j in regressions:
         for target in {(t.good, t.bad): t for t in j.bisect}.values():  # one bisection per commit range
             try:
-                j.notes.append(f"auto-bisect: started {deployment} run {trigger.start(target, deployment)} "
-                               f"for {target.good[:12]}..{target.bad[:12]}")
+                flow_run_id, where = trigger.start(target, deployment, j.machine)
+                j.notes.append(f"auto-bisect: started {deployment} run {flow_run_id} for "
+                               f"{target.good[:12]}..{target.bad[:12]} on {where}")
             except ConfigError as exc:
                 j.notes.append(str(exc))
 

@@ -49,13 +49,58 @@ def test_start_creates_a_run_of_the_bisect_deployment_with_the_range(prefect_ser
 
     bisect.to_deployment(name="bisect").apply()
     target = bisect_range(change())
-    flow_run_id = trigger.start(target)
+    flow_run_id, where = trigger.start(target)
+    assert where == "any machine (the series' machine is not recorded)"
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(flow_run_id)
         deployment = client.read_deployment(flow_run.deployment_id)
     assert deployment.name == "bisect"
     assert flow_run.parameters == {"good": GOOD, "bad": BAD, "run_id": "r" * 32, "metric": names.STEP_TIME_P50}
     assert flow_run.state.type == StateType.SCHEDULED  # handed over, not waited for
+
+
+def test_start_sends_the_bisection_to_the_regressed_machine(prefect_server):
+    """The run goes to the work queue named after the series' machine (its worker polls it), with
+    YOLO_MLOPS_MACHINE in its job environment: the bisection runs where the series regressed."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    from yolo_mlops.flows.bisection import bisect
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="bisect-machines", type="process"))
+    bisect.to_deployment(name="bisect-pooled", work_pool_name="bisect-machines").apply()
+    flow_run_id, where = trigger.start(bisect_range(change()), "bisect/bisect-pooled", machine="node-7")
+    assert where == "work queue 'node-7' of pool 'bisect-machines'"
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+    assert flow_run.work_queue_name == "node-7"
+    assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": "node-7"}}
+    bisect.to_deployment(name="bisect").apply()
+    with pytest.raises(ConfigError, match="deployment 'bisect/bisect' has no work pool, so it cannot be sent to "
+                                          "machine 'node-7'"):
+        trigger.start(bisect_range(change()), "bisect/bisect", machine="node-7")
+
+
+def test_a_version_boundary_that_moved_a_metric_has_a_range_to_bisect():
+    """A regression found at a commit boundary by the direct test (no change point) is bisected too."""
+    from yolo_mlops.trends.candidates import Candidate
+    from yolo_mlops.trends.commit_range import candidate_range
+    from yolo_mlops.trends.trend import CandidateEvent
+
+    def event(moved=True, direction="regression", changed=(("commit", GOOD, BAD),)):
+        test = Candidate(index=6, changed=changed, size_before=6, size_after=6, mean_before=112.0,
+                         mean_after=139.0, pvalue=0.001 if moved else 0.4, moved=moved)
+        return CandidateEvent(names.STEP_TIME_P50, "c" * 32, 0, direction, test, at_change_point=False)
+
+    target = candidate_range(event())
+    assert target == BisectRange(good=GOOD, bad=BAD, run_id="c" * 32, metric=names.STEP_TIME_P50)
+    for kwargs in ({"moved": False}, {"direction": "improvement"}, {"changed": (("torch", "2.13", "2.14"),)},
+                   {"changed": (("commit", "none", BAD),)}):
+        assert candidate_range(event(**kwargs)) is None
+    from yolo_mlops.trends import report
+
+    assert report.candidate_line(event(), "ms").endswith(f"; bisect it: `{target.command()}`")
 
 
 def test_start_without_the_deployment_is_one_line(prefect_server):
@@ -76,6 +121,7 @@ def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_miss
     _start_bisections([judged], "bisect/bisect")
     (note,) = judged.notes
     assert note.startswith("auto-bisect: started bisect/bisect run ") and f"{GOOD[:12]}..{BAD[:12]}" in note
+    assert note.endswith("on any machine (the series' machine is not recorded)")
 
     missing = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
                            new_changes=[], plot_run_id="r", bisect=[target])

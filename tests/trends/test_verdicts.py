@@ -349,6 +349,10 @@ def test_flow_dismisses_a_blip_and_confirms_a_lasting_slowdown(three_nights, mlf
     ((key, night2),) = blip.items()
     assert night2["status"] == "suspected" and len(night2["confirmation_runs"]) == 3
     assert night2["confirmation"].startswith("dismissed by 3 confirmation runs (3 runs tonight)")
+    assert "the confirmation runs alone against before" in night2["confirmation"]  # 4 s tonight, back at 2 s
+    from yolo_mlops.run.environment import machine_name
+
+    assert night2["machine"] == machine_name()  # where an auto-bisect of this series would be sent
     for run_id in night2["runs_tonight"] + night2["confirmation_runs"]:
         tags = mlflow_client.get_run(run_id).data.tags
         assert tags[names.TREND] == "suspected" and tags[names.TREND_EVIDENCE].startswith("dismissed")

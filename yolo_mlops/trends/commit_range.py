@@ -1,7 +1,8 @@
 """The commit range a regression names: what `yolo-mlops bisect` and the `bisect` flow take.
 
 A change point's "what changed" holds the commit of the last run before it and of the first run after it
-(`trend.what_changed`). Between them lies the commit that made the metric worse.
+(`trend.what_changed`); a version boundary that moved a metric (`candidates`) holds the commits on each side
+of it. Between them lies the commit that made the metric worse.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from yolo_mlops.tracking import names
-from yolo_mlops.trends.trend import ChangeEvent
+from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent
 
 UNKNOWN_COMMITS = ("", "none", "?")
 
@@ -41,3 +42,14 @@ def bisect_range(change: ChangeEvent) -> BisectRange | None:
     if good in UNKNOWN_COMMITS or bad in UNKNOWN_COMMITS:
         return None
     return BisectRange(good=good, bad=bad, run_id=change.run_id, metric=change.metric)
+
+
+def candidate_range(candidate: CandidateEvent) -> BisectRange | None:
+    """The range to bisect for a version boundary that moved a metric the bad way and whose sides ran different
+    known commits; None otherwise (an improvement, a boundary within noise, no commit change)."""
+    if candidate.direction != "regression" or not candidate.test.moved:
+        return None
+    commit = next(((b, a) for name, b, a in candidate.test.changed if name == "commit"), None)
+    if commit is None or commit[0] in UNKNOWN_COMMITS or commit[1] in UNKNOWN_COMMITS:
+        return None
+    return BisectRange(good=commit[0], bad=commit[1], run_id=candidate.run_id, metric=candidate.metric)

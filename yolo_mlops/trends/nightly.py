@@ -21,7 +21,7 @@ from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import names, queries, writes
 from yolo_mlops.trends import attributions, confirm, load_experiment_series, power, report, series_trend, verdict
 from yolo_mlops.trends.attribution import Attribution
-from yolo_mlops.trends.commit_range import BisectRange, bisect_range
+from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
 from yolo_mlops.trends.history import HistoryRun
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status
 
@@ -41,6 +41,7 @@ class JudgedSeries:
     min_detectable_pct: dict[str, float] = field(default_factory=dict)  # per metric: smallest step seen (90%)
     bisect: list[BisectRange] = field(default_factory=list)  # new regressions whose runs ran different commits
     notes: list[str] = field(default_factory=list)
+    machine: str | None = None  # the machine the series runs on (its runs' env.machine): where to bisect it
 
 
 def judge_night(mlflow, experiment: str, run_ids: list[str], settings: DetectionSettings, confirm_repeats: int = 0,
@@ -78,7 +79,9 @@ def judge_night(mlflow, experiment: str, run_ids: list[str], settings: Detection
             plot_run_id=(tonights_runs + extra)[-1], confirm_metrics=list(pending),
             confirmation=outcome.summary() if outcome else "", confirmation_runs=extra,
             min_detectable_pct={d.metric: round(d.shift_pct, 3) for d in detectable},
-            bisect=[r for c in night_verdict.new_changes if (r := bisect_range(c)) is not None]))
+            bisect=[r for c in night_verdict.new_changes if (r := bisect_range(c)) is not None]
+            + [r for c in night_verdict.new_candidates if (r := candidate_range(c)) is not None],
+            machine=next((r.machine for r in reversed(runs) if r.machine), None)))
     return judged
 
 

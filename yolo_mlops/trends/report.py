@@ -8,7 +8,7 @@ from pathlib import Path
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.tracking import names
 from yolo_mlops.trends.attribution import Attribution
-from yolo_mlops.trends.commit_range import bisect_range
+from yolo_mlops.trends.commit_range import bisect_range, candidate_range
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status
 
 
@@ -38,7 +38,9 @@ def drift_line(drift: DriftEvent, unit: str) -> str:
 
 
 def candidate_line(candidate: CandidateEvent, unit: str) -> str:
-    return f"{candidate.text(unit)} ({when(candidate.start_time_ms)})"
+    line = f"{candidate.text(unit)} ({when(candidate.start_time_ms)})"
+    target = candidate_range(candidate)
+    return line + (f"; bisect it: `{target.command()}`" if target else "")
 
 
 def detectable_line(detectable) -> str:
