@@ -151,7 +151,7 @@ def test_the_checks_reject_unknown_names():
 # one name part, `*` for any, `{a,b}` for either. A bare `group/*` only points at a full list elsewhere, so it
 # documents nothing here.
 METRIC_GROUPS = ("perf/", "trace/", "gpu/", "analysis/", "memory/", "data/", "train/", "val/", "trend/", "sweep/",
-                 "power/", "bisect/", "compare/", "optimize/")
+                 "power/", "bisect/", "compare/", "optimize/", "comm/", "rank")
 _ARTIFACT = re.compile(r"\.(" + "|".join(ARTIFACT_SUFFIXES) + r")$")
 RECORDED = json.loads((ROOT / "tests" / "tracking" / "demo_run_names.json").read_text())
 
@@ -213,6 +213,7 @@ def written_metrics() -> list[str]:
     out |= {names.train_metric("box_loss"), names.val_metric("precision"), names.val_metric("box_loss")}
     out |= set(names.perf_metrics(PerfSummary(1.0, 2.0, 1.5, 10.0, 5.0, 0.1, 3, 4, step_time_ms_p50_profiled=2.0)))
     out |= set(_every_gpu_metric())
+    out |= {names.rank_metric(1, m) for m in (names.STEP_TIME_P50, names.STEP_TIME_MS, names.COMM_EXPOSED_PCT)}
     out |= set(RECORDED["metrics"])
     return sorted(out)
 

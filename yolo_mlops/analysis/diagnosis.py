@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from yolo_mlops.analysis import idle_attribution
+from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY
 from yolo_mlops.analysis.model import GpuSummary, RankAnalysis, TraceAnalysis, to_builtins
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
@@ -42,6 +43,13 @@ SYNC_PCT_HIGH = 5.0
 # Communication not overlapped with compute, as a share (%) of GPU busy time.
 COMMUNICATION_PCT_WARN = 20.0
 COMMUNICATION_PCT_HIGH = 40.0
+# Data-parallel jobs: collective time not overlapped with the rank's compute (% of step time), and data-wait
+# shares that differ across ranks by more than this many points of step time.
+DDP_EXPOSED_PCT_WARN = 10.0
+DDP_EXPOSED_PCT_HIGH = 30.0
+DDP_DATA_WAIT_IMBALANCE_PTS = 10.0
+# the sweep variants that cut or hide DDP's gradient all-reduce (sweeps/variants.py)
+DDP_COMMUNICATION_VARIANTS = ["ddp_no_sync_accumulate", "ddp_bucket_100mb", "ddp_grad_bucket_view"]
 # Peak GPU memory as a share (%) of device memory.
 MEMORY_NEAR_CAPACITY_PCT = 90.0
 
@@ -398,6 +406,107 @@ def communication_high(diagnosis_input: DiagnosisInput) -> Finding | None:
     )
 
 
+def _communication(diagnosis_input: DiagnosisInput) -> CommunicationAnalysis | None:
+    return diagnosis_input.analysis.communication if diagnosis_input.analysis is not None else None
+
+
+def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None:
+    comm = _communication(diagnosis_input)
+    if comm is None or comm.backend == "nccl":
+        return None  # NCCL kernels: communication_high judges them as HTA does, against GPU busy time
+    # time a rank waits inside a collective for a slower peer is the straggler's cost (ddp_straggler), not the
+    # transfer's: what no compute hides and no waiting explains is what hiding or skipping collectives saves
+    def transfer_us(r) -> float:
+        return max(r.exposed_time_us - (r.wait_time_us or 0.0), 0.0)
+
+    rank = max(comm.ranks, key=transfer_us)
+    pct = 100.0 * transfer_us(rank) / rank.step_time_us if rank.step_time_us > 0 else 0.0
+    if pct < DDP_EXPOSED_PCT_WARN or rank.steps <= 0:
+        return None
+    evidence: dict[str, float | str] = {
+        "rank": str(rank.rank), "backend": comm.backend, "exposed_pct": round(rank.exposed_pct, 2),
+        "exposed_not_waiting_pct": round(pct, 2), "wait_pct": round(rank.wait_pct or 0.0, 2),
+        "collective_pct": round(rank.collective_pct, 2), "collective_calls": rank.collective_calls,
+        "threshold_pct": DDP_EXPOSED_PCT_WARN}
+    if rank.calls_per_optimizer_step is not None:
+        evidence["calls_per_optimizer_step"] = round(rank.calls_per_optimizer_step, 2)
+    return Finding(
+        rule="ddp_exposed_communication",
+        severity=_severity(pct, DDP_EXPOSED_PCT_HIGH),
+        title=f"{pct:.0f}% of rank {rank.rank}'s step is gradient communication ({comm.backend}) that no compute "
+              "hides",
+        evidence=evidence,
+        recommended_variants=list(DDP_COMMUNICATION_VARIANTS),
+        saving=Saving(transfer_us(rank) / 1000 / rank.steps, pct,
+                      "if the collectives were hidden behind compute or skipped on accumulated micro-batches"),
+    )
+
+
+def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
+    """The rank the others wait for, with the evidence of its own trace: its data wait against its peers'."""
+    comm = _communication(diagnosis_input)
+    if comm is None or comm.waited_for_rank is None:
+        return None
+    waits = {r.rank: (r.wait_time_us or 0.0) / max(r.steps, 1) / 1000 for r in comm.ranks}
+    slow = comm.waited_for_rank
+    others_ms = [w for rank, w in waits.items() if rank != slow]
+    lost_ms = (sum(others_ms) / len(others_ms) - waits[slow]) if others_ms else 0.0
+    by_rank = {r.rank: r for r in _ranks(diagnosis_input)}
+    evidence: dict[str, float | str] = {"rank": str(slow), "others_wait_ms_per_step": round(lost_ms, 2),
+                                        "wait_spread_pct": round(comm.wait_spread_pct or 0.0, 2)}
+    data_wait = {rank: _data_wait_ms(analysis) for rank, analysis in by_rank.items()}
+    slow_data, other_data = data_wait.get(slow), [v for r, v in data_wait.items() if r != slow and v is not None]
+    cause, variants = "its own compute (compare its operators and clocks with its peers')", []
+    if slow_data is not None and other_data:
+        extra = slow_data - sum(other_data) / len(other_data)
+        evidence["data_wait_ms_per_step"] = round(slow_data, 2)
+        evidence["peers_data_wait_ms_per_step"] = round(sum(other_data) / len(other_data), 2)
+        if extra >= 0.5 * lost_ms:
+            cause = f"its data loading ({extra:.0f} ms/step more data wait than its peers)"
+            variants = [f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"]
+    evidence["cause"] = cause
+    step_ms = _step_ms(diagnosis_input, by_rank.get(slow))
+    return Finding(
+        rule="ddp_straggler",
+        severity=HIGH if (comm.wait_spread_pct or 0.0) >= 20.0 else MEDIUM,
+        title=f"The other ranks wait for rank {slow} ({lost_ms:.0f} ms/step inside collectives); cause: {cause}",
+        evidence=evidence,
+        recommended_variants=variants,
+        saving=Saving(lost_ms, 100.0 * lost_ms / step_ms if step_ms else 0.0,
+                      f"if rank {slow} kept pace with the others") if lost_ms > 0 else None,
+    )
+
+
+def ddp_unbalanced_data(diagnosis_input: DiagnosisInput) -> Finding | None:
+    if _communication(diagnosis_input) is None:
+        return None
+    shares = {r.rank: _trace_data_wait_pct(r) for r in _ranks(diagnosis_input)}
+    measured = {rank: pct for rank, pct in shares.items() if pct is not None}
+    if len(measured) < 2:
+        return None
+    high, low = max(measured, key=measured.__getitem__), min(measured, key=measured.__getitem__)
+    gap = measured[high] - measured[low]
+    if gap < DDP_DATA_WAIT_IMBALANCE_PTS:
+        return None
+    return Finding(
+        rule="ddp_unbalanced_data",
+        severity=MEDIUM,
+        title=f"Data wait differs across ranks: rank {high} {measured[high]:.0f}% of its step, rank {low} "
+              f"{measured[low]:.0f}%",
+        evidence={"rank": str(high), "data_wait_pct": round(measured[high], 2), "lowest_rank": str(low),
+                  "lowest_data_wait_pct": round(measured[low], 2), "threshold_pts": DDP_DATA_WAIT_IMBALANCE_PTS},
+        recommended_variants=[f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"],
+        no_saving_reason="the job's cost of it is the slowest rank's: see ddp_straggler",
+    )
+
+
+def _data_wait_ms(rank: RankAnalysis) -> float | None:
+    pct = _trace_data_wait_pct(rank)
+    if pct is None or rank.step_time is None:
+        return None
+    return pct / 100 * rank.step_time.mean_us / 1000
+
+
 def memory_growth(diagnosis_input: DiagnosisInput) -> Finding | None:
     rising = [(r, r.memory) for r in _ranks(diagnosis_input) if r.memory is not None and r.memory.steadily_rising]
     if not rising:
@@ -448,6 +557,9 @@ RULES = (
     layout_conversions,
     sync_in_step,
     communication_high,
+    ddp_exposed_communication,
+    ddp_straggler,
+    ddp_unbalanced_data,
     memory_growth,
     memory_near_capacity,
 )

@@ -12,6 +12,7 @@ from typing import cast
 import msgspec
 import numpy as np
 
+from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.gpu import KernelTotal, KernelTypeShare, StreamIdle, TemporalBreakdown
 from yolo_mlops.analysis.host import CategoryTime
 from yolo_mlops.analysis.idle_attribution import CauseTime
@@ -130,6 +131,7 @@ class TraceAnalysis:
     source: str
     ranks: list[RankAnalysis]
     spread: RankSpread | None
+    communication: CommunicationAnalysis | None = None  # data-parallel jobs: collectives per rank, waits
 
     def to_dict(self) -> dict:
         """Plain JSON values; rank keys become strings (JSON object keys)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
+from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import (
     Finding,
     communication_pct,
@@ -95,6 +96,32 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
             put(names.trace_memory_metric(prefix, "growth_mib_per_step"),
                 [None if m.growth_bytes_per_step is None else m.growth_bytes_per_step / 2**20
                  for m in memories])
+    metrics.update(communication_metrics(analysis.communication))
+    return metrics
+
+
+def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float]:
+    """`comm/*` of a data-parallel job: each rank's under `rank<r>/comm/*`, the job's the largest of any rank
+    (the rank that spends the most on communication is the one the job's speed depends on)."""
+    if comm is None:
+        return {}
+    metrics: dict[str, float] = {}
+    per_rank = {names.COMM_COLLECTIVE_PCT: lambda r: r.collective_pct, names.COMM_EXPOSED_PCT: lambda r: r.exposed_pct,
+                names.COMM_WAIT_PCT: lambda r: r.wait_pct,
+                names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step}
+    for name, value_of in per_rank.items():
+        values = []
+        for rank in comm.ranks:
+            value = value_of(rank)
+            if value is not None:
+                metrics[names.rank_metric(rank.rank, name)] = float(value)
+                values.append(float(value))
+        if values:
+            metrics[name] = max(values)
+    if comm.wait_spread_pct is not None:
+        metrics[names.COMM_WAIT_SPREAD_PCT] = comm.wait_spread_pct
+    if comm.waited_for_rank is not None:
+        metrics[names.COMM_WAITED_FOR_RANK] = float(comm.waited_for_rank)
     return metrics
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from yolo_mlops.analysis import gpu as gpu_mod
+from yolo_mlops.analysis.communication import communication_analysis
 from yolo_mlops.analysis.host import (
     CategoryTime,
     Steps,
@@ -28,7 +29,7 @@ from yolo_mlops.analysis.model import (
     StepTimeStats,
     TraceAnalysis,
 )
-from yolo_mlops.analysis.trace_loader import RankTrace, load_traces
+from yolo_mlops.analysis.trace_loader import RankTrace, load_rank_traces, load_traces
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
 GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
@@ -167,7 +168,14 @@ def rank_spread(ranks: list[RankAnalysis]) -> RankSpread | None:
     return RankSpread(means, spread, _pct(spread, means[fastest]), slowest, fastest)
 
 
-def analyze_traces(path: str | Path) -> TraceAnalysis:
-    """Analyse one trace file or a directory of per-rank traces. Raises TraceError on bad input."""
-    ranks = [analyze_rank(trace) for trace in load_traces(path)]
-    return TraceAnalysis(source=str(path), ranks=ranks, spread=rank_spread(ranks))
+def analyze_traces(path: str | Path | list[Path]) -> TraceAnalysis:
+    """Analyse one trace file, a directory of per-rank traces, or a list of rank traces (a data-parallel
+    job's, one per rank folder). Raises TraceError on bad input."""
+    if isinstance(path, list):
+        source = str(Path(path[0]).parent.parent) if path else ""
+        traces = load_rank_traces(path, source)
+    else:
+        source, traces = str(path), load_traces(path)
+    ranks = [analyze_rank(trace) for trace in traces]
+    return TraceAnalysis(source=source, ranks=ranks, spread=rank_spread(ranks),
+                         communication=communication_analysis(traces))

@@ -67,6 +67,11 @@ class RankTrace:
     pids: list[str]
     memory: MemoryEvents
     device_properties: list[dict] = field(default_factory=list)
+    # thread of each event (index into tids): on CPU ranks gloo's collectives run on threads of their own
+    tid_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    tids: list[str] = field(default_factory=list)
+    backend: str | None = None  # distributedInfo.backend ("nccl", "gloo"); None outside a process group
+    world_size: int | None = None  # distributedInfo.world_size
 
     @property
     def event_count(self) -> int:
@@ -188,6 +193,7 @@ class _TypedEvent(msgspec.Struct, gc=False):
     cat: Any = ""
     name: Any = ""
     pid: Any = ""
+    tid: Any = ""
     ts: float | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
@@ -328,6 +334,7 @@ def _event_from_dict(event) -> _TypedEvent:
         cat=_hashable(event.get("cat", "")),
         name=_hashable(event.get("name", "")),
         pid=_hashable(event.get("pid", "")),
+        tid=_hashable(event.get("tid", "")),
         ts=None if ts != ts else ts,  # NaN (missing or unreadable) -> None
         dur=None if dur != dur else dur,
         args=args,
@@ -353,7 +360,7 @@ def _parse_events(path: Path, fh, head: bytes) -> _ColumnBuilder:
 
 
 _TS, _DUR, _NAME, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "cat"))
-_PID = attrgetter("pid")
+_PID, _TID = attrgetter("pid"), attrgetter("tid")
 _ARGS, _STREAM, _CORRELATION = attrgetter("args"), attrgetter("stream"), attrgetter("correlation")
 
 
@@ -364,9 +371,11 @@ class _ColumnBuilder:
         self.names = _Interner()
         self.categories = _Interner()
         self.pids = _Interner()
+        self.tids = _Interner()
         self.name_id = array("i")
         self.cat_id = array("i")
         self.pid_id = array("i")
+        self.tid_id = array("i")
         self.ts = array("d")
         self.dur = array("d")
         self.stream = array("i")
@@ -386,6 +395,7 @@ class _ColumnBuilder:
         self.name_id.fromlist(self.names.many(list(map(_NAME, complete))))
         self.cat_id.fromlist(self.categories.many(list(map(_CAT, complete))))
         self.pid_id.fromlist(self.pids.many(list(map(_PID, complete))))
+        self.tid_id.fromlist(self.tids.many(list(map(_TID, complete))))
         args = list(map(_ARGS, complete))
         self.stream.fromlist(list(map(_STREAM, args)))
         self.correlation.fromlist(list(map(_CORRELATION, args)))
@@ -404,6 +414,9 @@ class _ColumnBuilder:
             total_reserved=_column(self.mem_reserved, np.float64),
         )
         device_properties = meta.get("deviceProperties")
+        info = meta.get("distributedInfo")
+        info = info if isinstance(info, dict) else {}
+        world_size = info.get("world_size")
         return RankTrace(
             path=str(path),
             rank=rank,
@@ -419,6 +432,10 @@ class _ColumnBuilder:
             pids=[str(pid) for pid in self.pids.values],
             memory=memory,
             device_properties=device_properties if isinstance(device_properties, list) else [],
+            tid_id=_column(self.tid_id, np.int32),
+            tids=[str(tid) for tid in self.tids.values],
+            backend=str(info["backend"]) if info.get("backend") else None,
+            world_size=int(world_size) if isinstance(world_size, (int, float)) else None,
         )
 
 
@@ -502,6 +519,12 @@ def load_traces(path: str | Path) -> list[RankTrace]:
         files = [path]
     else:
         raise TraceError(f"{path}: no such file or directory")
+    return load_rank_traces(files, str(path))
+
+
+def load_rank_traces(files: list[Path], source: str) -> list[RankTrace]:
+    """One trace per rank (a data-parallel job's rank folders hold one each), sorted by rank."""
+    path = source
     traces = [load_trace_file(f, default_rank=i) for i, f in enumerate(files)]
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:

@@ -16,6 +16,7 @@ _RUN_FLAGS: dict[str, tuple[str, ...]] = {
     "with_stack": ("profiler", "with_stack"), "with_modules": ("profiler", "with_modules"),
     "nvml_backend": ("nvml", "backend"), "nvml_interval_ms": ("nvml", "interval_ms"),
     "nvml_devices": ("nvml", "devices"),
+    "ranks": ("ddp", "ranks"), "ddp_backend": ("ddp", "backend"),
 }
 
 
@@ -29,7 +30,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--epochs", type=int, help="whole epochs (default: 1, or as many as --max-steps needs)")
     run.add_argument("--max-steps", type=int, help="train exactly N steps; with --epochs: at most N steps "
                      "within those epochs")
-    run.add_argument("--device", help="'cpu', '0', 'cuda:0' (default: first GPU, else cpu)")
+    run.add_argument("--device", help="'cpu', '0', 'cuda:0', or '0,1,2,3' for one data-parallel rank per GPU "
+                     "(default: first GPU, else cpu)")
+    run.add_argument("--ranks", type=int, help="data-parallel CPU ranks (gloo), with --device cpu: the CPU twin "
+                     "of a multi-GPU job (docs/ddp.md)")
+    run.add_argument("--ddp-backend", choices=["auto", "nccl", "gloo"],
+                     help="process-group backend (auto: nccl on GPUs, gloo on CPU)")
     run.add_argument("--workers", type=int, help="data-loader workers")
     run.add_argument("--seed", type=int)
     run.add_argument("--experiment", help="MLflow experiment name")

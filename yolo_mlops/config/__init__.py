@@ -11,6 +11,7 @@ from yolo_mlops.config.applied import AppliedSettings
 from yolo_mlops.config.benchmark import BenchmarkSuite
 from yolo_mlops.config.run_spec import (
     DEFAULT_EXPERIMENT,
+    DdpSettings,
     NvmlSettings,
     ProfilerSettings,
     RunSpec,
@@ -18,6 +19,7 @@ from yolo_mlops.config.run_spec import (
     build_run_spec,
     data_home,
     deep_merge,
+    device_list,
     load_run_spec,
     one_line_validation_error,
     yaml_error_line,
@@ -28,6 +30,7 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "AppliedSettings",
     "BenchmarkSuite",
+    "DdpSettings",
     "NvmlSettings",
     "ProfilerSettings",
     "RunSpec",
@@ -35,6 +38,7 @@ __all__ = [
     "build_run_spec",
     "data_home",
     "deep_merge",
+    "device_list",
     "load_run_spec",
     "one_line_validation_error",
     "resolve_steps",

@@ -66,6 +66,31 @@ class TorchSettings(_Strict):
     pin_memory: bool | None = None
 
 
+class DdpSettings(_Strict):
+    """Data-parallel training (torch DistributedDataParallel), one process per rank.
+
+    GPU jobs take one rank per device of `device` ('0,1,2,3', NCCL); CPU jobs take `ranks` processes (gloo), the
+    twin that runs the same path without GPUs. The DDP switches left None keep what ultralytics passes."""
+
+    ranks: int | None = Field(default=None, ge=1, le=64, description="CPU ranks (gloo) with device cpu; a GPU job "
+                              "has one rank per listed device")
+    backend: Literal["auto", "nccl", "gloo"] = Field(default="auto", description="auto: nccl on GPUs, gloo on CPU")
+    bucket_cap_mb: float | None = Field(default=None, gt=0, le=4096, description="DDP gradient bucket size (MiB)")
+    gradient_as_bucket_view: bool | None = None
+    static_graph: bool | None = None
+    broadcast_buffers: bool | None = None
+    no_sync_accumulation: bool = Field(default=False, description="skip the gradient all-reduce on every "
+                                       "micro-batch but the last of an accumulated optimizer step (DDP no_sync)")
+
+
+def device_list(device: str | None) -> list[str]:
+    """The devices of an ultralytics device string: 'cpu' -> ['cpu'], '0,1' -> ['0', '1'], 'cuda:1' -> ['1']."""
+    if not device:
+        return []
+    body = device.strip().removeprefix("cuda:")
+    return [part.strip() for part in body.split(",") if part.strip()]
+
+
 class RunSpec(_Strict):
     """Everything that defines one profiled training run."""
 
@@ -85,6 +110,7 @@ class RunSpec(_Strict):
     torch: TorchSettings = Field(default_factory=TorchSettings)
     profiler: ProfilerSettings = Field(default_factory=ProfilerSettings)
     nvml: NvmlSettings = Field(default_factory=NvmlSettings)
+    ddp: DdpSettings = Field(default_factory=DdpSettings)
     experiment: str = DEFAULT_EXPERIMENT
     run_name: str | None = None
     run_kind: str = Field(default="profile", pattern=r"^[a-z][a-z0-9_-]*$")
@@ -117,6 +143,32 @@ class RunSpec(_Strict):
                 f"(skip_first + (wait + warmup + active) * repeat) but max_steps is {self.max_steps}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _ranks_fit_the_devices(self) -> RunSpec:
+        devices = device_list(self.device)
+        if len(devices) != len(set(devices)):
+            raise ValueError(f"device {self.device!r} names a device twice: one rank per device")
+        on_cpu = devices == ["cpu"]
+        if self.ddp.ranks is not None and devices and not on_cpu:
+            raise ValueError(f"ddp.ranks (--ranks) is for CPU ranks; a GPU job takes one rank per device of "
+                             f"{self.device or 'the default GPU'!r} (give --device cpu, or list the GPUs)")
+        if self.ddp.backend == "nccl" and on_cpu:
+            raise ValueError("ddp backend nccl needs GPUs; CPU ranks use gloo (--ddp-backend gloo or auto)")
+        world = self.world_size
+        if world > 1 and self.batch % world:
+            raise ValueError(f"batch {self.batch} does not divide over {world} ranks (ultralytics would train "
+                             f"{self.batch // world} images per rank, {self.batch // world * world} per step in all): "
+                             f"give a multiple of {world}")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the job: the CPU ranks, or one per listed GPU; 1 for a single-process run."""
+        if self.ddp.ranks is not None:
+            return self.ddp.ranks
+        devices = device_list(self.device)
+        return len(devices) if devices and devices != ["cpu"] else 1
 
 
 def load_run_spec(path: Path, overrides: dict[str, Any] | None = None) -> RunSpec:

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 from yolo_mlops.tracking import connection, names, queries, run_end, upload, writes
 
+_BACKEND_USED = "ddp_backend_used"  # carried from analyse to track, where it becomes the param
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
 
@@ -124,6 +125,9 @@ def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str,
     params.update({f"{names.PROFILER_PARAM}{k}": v for k, v in spec.profiler.model_dump().items()})
     params.update({f"{names.SAMPLER_PARAM}{k}": v for k, v in spec.nvml.model_dump().items()})
     params.update(env.as_params())
+    if spec.world_size > 1:
+        params.update({f"{names.DDP_PARAM}{k}": v for k, v in spec.ddp.model_dump().items()})
+        params[names.DDP_WORLD_SIZE] = spec.world_size
     return {k: "none" if v is None else str(v) for k, v in params.items()}
 
 
@@ -132,14 +136,37 @@ def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str,
 def train(prepared: PreparedRun) -> TrainingOutcome:
     from yolo_mlops.run import training
 
-    outcome = training.train(prepared.plan)
+    plan = prepared.plan
+    if plan.world_size > 1:
+        from yolo_mlops.run import ddp
+
+        outcome = job_outcome(ddp.train_job(plan).ranks)
+    else:
+        outcome = training.train(plan)
     _analysis_dir(prepared)  # the folder the step times go to
-    outcome.steps.save_csv(prepared.plan.output_dir / names.STEP_TIMES_CSV)
-    profiler_dir = prepared.plan.output_dir / names.PROFILER_DIR
-    for table in outcome.tables:
-        (profiler_dir / f"{table.name}.txt").write_text(table.text)
-        upload.save_table(prepared.plan.output_dir, table.name, table.frame)
+    for rank in outcome.ranks or [outcome]:
+        rank_plan = replace(plan, rank=rank.rank)
+        rank.steps.save_csv(rank_plan.rank_path(names.ANALYSIS_DIR) / names.STEP_TIMES_FILE)
+        for table in rank.tables:
+            name = table.name if rank.rank is None else f"{names.rank_folder(rank.rank)}/{table.name}"
+            (rank_plan.rank_path(names.PROFILER_DIR) / f"{table.name}.txt").write_text(table.text)
+            upload.save_table(plan.output_dir, name, table.frame)
     return outcome
+
+
+def job_outcome(ranks: list[TrainingOutcome]) -> TrainingOutcome:
+    """A data-parallel job as one outcome: rank 0's losses, validation, settings and memory (rank 0 logs them in
+    ultralytics too), the step times of the slowest rank (DDP moves at its pace: the slowest median steady step
+    decides), every rank's traces; `ranks` keeps each rank's own."""
+    def median_step(outcome: TrainingOutcome) -> float:
+        steady = outcome.steps.steady(DISCARD_FIRST_STEPS)
+        return float(np.median(steady)) if steady.size else 0.0
+
+    slowest = max(ranks, key=median_step)
+    first = ranks[0]
+    return replace(first, steps=slowest.steps, trace_files=[f for r in ranks for f in r.trace_files],
+                   tables=[], profiler_export_s=max(r.profiler_export_s for r in ranks), rank=None, ranks=ranks,
+                   slowest_rank=slowest.rank)
 
 
 def _analysis_dir(prepared: PreparedRun) -> Path:
@@ -152,7 +179,12 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 
 def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
+    rank_metrics, rank_histories = _per_rank_perf(outcome)
+    if perf is not None and outcome.ranks:  # the job's throughput: every rank's images, at the job's pace
+        perf = replace(perf, images_per_s=sum(
+            p.images_per_s for r in outcome.ranks if (p := perf_summary(r.steps, DISCARD_FIRST_STEPS)) is not None))
     metrics = names.perf_metrics(perf) if perf is not None else {}
+    metrics.update(rank_metrics)
     metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s
     metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
     metrics.update(outcome.val_metrics)
@@ -160,6 +192,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
         *outcome.step_losses.items())
     histories = {name: list(enumerate(values)) for name, values in per_step}
+    histories.update(rank_histories)
     result = RunAnalysis(metrics=metrics, histories=histories, perf=perf)
     _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
@@ -173,6 +206,24 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]
     (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
+
+
+def _per_rank_perf(outcome: TrainingOutcome) -> tuple[dict[str, float], dict[str, list[tuple[int, float]]]]:
+    """A data-parallel job's perf/* per rank (`rank<r>/perf/*`) and each rank's step-time and data-wait history."""
+    metrics: dict[str, float] = {}
+    histories: dict[str, list[tuple[int, float]]] = {}
+    for rank in outcome.ranks:
+        assert rank.rank is not None
+        summary = perf_summary(rank.steps, DISCARD_FIRST_STEPS)
+        if summary is not None:
+            metrics.update({names.rank_metric(rank.rank, k): v for k, v in names.perf_metrics(summary).items()})
+        for name, values in ((names.STEP_TIME_MS, rank.steps.step_ms), (names.DATA_WAIT_MS, rank.steps.data_wait_ms)):
+            histories[names.rank_metric(rank.rank, name)] = list(enumerate(values.tolist()))
+        if rank.gradient_bytes is not None and rank.rank == 0:
+            metrics[names.COMM_GRADIENT_MIB] = rank.gradient_bytes / 2**20
+    if outcome.slowest_rank is not None:
+        metrics[names.SLOWEST_RANK] = float(outcome.slowest_rank)
+    return metrics, histories
 
 
 def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
@@ -218,7 +269,11 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     if not outcome.trace_files:
         raise FileNotFoundError("the profiler wrote no trace (training ended before the window closed?)")
     folder = _analysis_dir(prepared)
-    trace = analyze_traces(outcome.trace_files[-1])
+    # the last (most warmed-up) cycle; of every rank in a data-parallel job
+    trace = analyze_traces([r.trace_files[-1] for r in outcome.ranks if r.trace_files] if outcome.ranks
+                           else outcome.trace_files[-1])
+    if trace.communication is not None:
+        result.tags[_BACKEND_USED] = trace.communication.backend
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     result.metrics.update(headline_metrics(trace))
     perf = result.perf
@@ -262,6 +317,11 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     params = {}
     if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one
         params[names.SAMPLER_EFFECTIVE_INTERVAL] = f"{outcome.nvml.interval_s * 1000:g}"
+    if outcome.ranks:
+        backend = analysis.tags.pop(_BACKEND_USED, None)
+        if backend:
+            params[names.DDP_BACKEND_PARAM] = backend
+        params.update({f"{names.DDP_APPLIED_PREFIX}{k}": str(v) for k, v in (outcome.ddp_applied or {}).items()})
     # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
     summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
     record = upload.UploadRecord(status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags,
@@ -270,15 +330,17 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     writes.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params,
                         timestamp_ms=record.timestamp_ms)
     upload_run_folder(mlflow, prepared)
-    for table in outcome.tables:
-        writes.log_table(mlflow, run_id, table.frame, names.profiler_table(table.name))
+    for rank in outcome.ranks or [outcome]:
+        folder = "" if rank.rank is None else f"{names.rank_folder(rank.rank)}/"
+        for table in rank.tables:
+            writes.log_table(mlflow, run_id, table.frame, names.profiler_table(folder + table.name))
     return RunResult(
         run_id=run_id,
         experiment_id=prepared.experiment_id,
         run_url=queries.run_url(run_id, prepared.experiment_id),
         metrics=analysis.metrics,
         findings=analysis.findings,
-        trace_files=[names.profiler_file(p.name) for p in outcome.trace_files],
+        trace_files=[p.relative_to(prepared.plan.output_dir).as_posix() for p in outcome.trace_files],
         report_markdown=analysis.report_markdown,
     )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from yolo_mlops.config import RunSpec, data_home, resolve_steps
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
-from yolo_mlops.run.environment import machine_name, resolve_device
+from yolo_mlops.run.environment import cuda_indices, machine_name, resolve_device
 from yolo_mlops.run.offline import configure_ultralytics
 from yolo_mlops.tracking import connection
 
@@ -32,16 +32,20 @@ def check(spec: RunSpec) -> Preflight:
     configure_ultralytics(data_home())
     machine_name()  # a name that cannot key a series or a limit is refused before anything runs
     _check_model(spec.model)
-    device = resolve_device(spec.device)
-    _check_device(device)
+    device = "cpu" if spec.ddp.ranks is not None and not spec.device else resolve_device(spec.device)
+    _check_device(device, spec)
     dataset = inspect_dataset(spec.data) if spec.data is not None else None
     train_images = dataset.train_images if dataset is not None else spec.synthetic_images
-    epochs, steps = resolve_steps(train_images, spec.batch, spec.epochs, spec.max_steps)
+    world = spec.world_size
+    # each rank trains on its share of the images (DistributedSampler pads them to equal shares) in batch/world
+    epochs, steps = resolve_steps(-(-train_images // world), spec.batch // world, spec.epochs, spec.max_steps)
     if spec.profiler.window_end_step > steps:
         raise ConfigError(
             f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
             f"({train_images} images / batch {spec.batch} x {epochs} epochs"
             + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
+    if spec.world_size > 1:
+        _check_rank_setup()
     if spec.nvml.backend == "real" and device == "cpu":
         raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
     connection.check_reachable()
@@ -92,8 +96,37 @@ def _check_checkpoint(path: Path) -> None:
                           "model inside, e.g. a bare state_dict); give a .pt saved by ultralytics")
 
 
-def _check_device(device: str) -> None:
+def _check_rank_setup() -> None:
+    """YOLO_MLOPS_RANK_SETUP (module:function, called in every rank) must name an importable module."""
+    import importlib.util
+    import os
+
+    target = os.environ.get("YOLO_MLOPS_RANK_SETUP")
+    if not target:
+        return
+    module, _, function = target.partition(":")
+    try:
+        found = bool(module) and bool(function) and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"YOLO_MLOPS_RANK_SETUP={target!r} must be module:function with the module importable "
+                          "here and in the ranks (PYTHONPATH)")
+
+
+def _check_device(device: str, spec: RunSpec) -> None:
     import torch
 
     if device != "cpu" and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} requested but CUDA is not available here (use --device cpu)")
+    if device == "cpu":
+        if spec.world_size > 1 and not torch.distributed.is_available():
+            raise ConfigError("CPU ranks need torch.distributed, which this torch build lacks")
+        return
+    count = torch.cuda.device_count()
+    missing = [d for d in cuda_indices(device) if d >= count]
+    if missing:
+        raise ConfigError(f"device {device!r} names GPU(s) {missing} but this machine has {count} "
+                          f"(0 to {count - 1})")
+    if spec.ddp.backend == "gloo" and spec.world_size > 1:
+        raise ConfigError("ddp backend gloo is the CPU twin; a GPU job trains over nccl (--ddp-backend auto)")

@@ -8,13 +8,13 @@ the model label forward+loss and backward. Outside the profiler window the label
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from yolo_mlops.config import AppliedSettings, RunSpec, TorchSettings
+from yolo_mlops.config import AppliedSettings, DdpSettings, RunSpec, TorchSettings, device_list
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
 from yolo_mlops.profiling.memory_holders import MemoryByHolder
@@ -33,6 +33,24 @@ class TrainingPlan:
     output_dir: Path  # per-run scratch folder: traces, tables, ultralytics' save_dir
     steps_expected: int
     epochs: int | None = None  # resolved by preflight (config.resolve_steps); None: spec.epochs, else 1
+    rank: int | None = None  # a data-parallel job's rank this process trains as; None: a single-process run
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size
+
+    @property
+    def own_device(self) -> str:
+        """The device this process trains on: its rank's GPU of a multi-GPU job, else the plan's device."""
+        devices = device_list(self.device)
+        if self.rank is None or devices == ["cpu"] or len(devices) < 2:
+            return self.device
+        return devices[self.rank % len(devices)]
+
+    def rank_path(self, folder: str) -> Path:
+        """`output_dir/<folder>`, and a rank's own subfolder of it in a data-parallel job."""
+        path = self.output_dir / folder
+        return path if self.rank is None else path / names.rank_folder(self.rank)
 
 
 @dataclass
@@ -49,6 +67,11 @@ class TrainingOutcome:
     memory_by_holder_status: str = ""  # MemoryByHolderRecorder.status: "recorded" or "skipped: <why>"
     memory_by_holder: MemoryByHolder | None = None  # peak memory split by holder, when recorded
     train_images: ImageCounts | None = None  # images the train loader kept / skipped
+    rank: int | None = None  # the data-parallel rank that trained (None: a single-process run)
+    gradient_bytes: int | None = None  # bytes of the gradients DDP all-reduces on every synchronised backward
+    ddp_applied: dict[str, Any] | None = None  # the DistributedDataParallel arguments the model was wrapped with
+    ranks: list[TrainingOutcome] = field(default_factory=list)  # a data-parallel job: every rank's own outcome
+    slowest_rank: int | None = None  # a data-parallel job: the rank whose step times `steps` holds
 
 
 class _Instrumentation:
@@ -67,6 +90,7 @@ class _Instrumentation:
         self.snapshot: CudaMemorySnapshot | None = None  # follows the profiler window
         self.train_images: ImageCounts | None = None
         self.steps_csv: Path | None = None  # where step times are appended between epochs and at the end
+        self.gradient_bytes: int | None = None
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -83,6 +107,7 @@ class _Instrumentation:
     def on_train_start(self, trainer) -> None:
         model = trainer.model
         self.effective = _effective_model_settings(model)
+        self.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         self.train_images = loader_image_counts(trainer.train_loader.dataset)
         model.register_forward_pre_hook(self._forward_start)
         model.register_forward_hook(self._forward_end)
@@ -167,6 +192,29 @@ def _make_trainer_class():
         validation pass at all."""
 
         instrumentation: _Instrumentation
+        ddp_settings: DdpSettings | None = None  # set on a data-parallel rank
+        ddp_applied: dict[str, Any] | None = None
+        _micro_batches = 0  # micro-batches since the last optimizer step (no_sync accumulation)
+
+        def _setup_ddp(self):
+            if self.args.device != "cpu":
+                return super()._setup_ddp()  # ultralytics' own: the rank's GPU, NCCL
+            # CPU ranks, the gloo twin of a GPU job: ultralytics' DDP path is CUDA-only (a CPU device counts as
+            # world size 0), so the process group is joined here and the rest of its path runs unchanged
+            import os
+            from datetime import timedelta
+
+            import torch.distributed as dist
+
+            self.device = torch.device("cpu")
+            dist.init_process_group(backend="gloo", timeout=timedelta(seconds=DDP_TIMEOUT_S),
+                                    rank=int(os.environ["RANK"]), world_size=self.world_size)
+
+        def _setup_train(self):
+            if self.ddp_settings is None:
+                return super()._setup_train()
+            with _ddp_arguments(self, self.ddp_settings):
+                return super()._setup_train()
 
         def read_results_csv(self):
             """results.csv as column -> values, read with pandas (a dependency already) rather than polars,
@@ -181,6 +229,11 @@ def _make_trainer_class():
         def preprocess_batch(self, batch):
             inst = self.instrumentation
             self._last_batch_images = int(batch["img"].shape[0])
+            if self.ddp_settings is not None and self.ddp_settings.no_sync_accumulation:
+                self._micro_batches += 1
+                # ultralytics steps the optimizer once `accumulate` micro-batches have run; only that one's backward
+                # needs the all-reduce (what DDP's no_sync() context sets, for the forward that follows)
+                self.model.require_backward_grad_sync = self._micro_batches >= self.accumulate
             inst.open("preprocess")  # host-to-device copy, normalisation
             try:
                 return super().preprocess_batch(batch)
@@ -213,10 +266,15 @@ def _make_trainer_class():
             return {}, None
 
         def final_eval(self):
-            if self.args.val:
+            from ultralytics.utils import RANK
+
+            # ultralytics validates best.pt on a rank's CUDA device; CPU ranks keep the last epoch's validation
+            if self.args.val and not (RANK != -1 and self.args.device == "cpu"):
                 return super().final_eval()
             from ultralytics.utils.torch_utils import strip_optimizer
 
+            if RANK not in {-1, 0}:
+                return None  # rank 0 owns the checkpoints
             # the checkpoints as ultralytics leaves them: without the optimizer state
             results = strip_optimizer(self.last) if self.last.exists() else {}
             if self.best.exists():
@@ -227,12 +285,47 @@ def _make_trainer_class():
             inst = self.instrumentation
             inst.close_all()  # ends backward
             inst.open("optimizer_step")
+            self._micro_batches = 0
             try:
                 super().optimizer_step()
             finally:
                 inst.close_all()
 
     return ProfiledDetectionTrainer
+
+
+DDP_TIMEOUT_S = 600  # a collective waiting longer than this for a rank fails the job (torchrun also stops it)
+
+
+class _ddp_arguments:
+    """While ultralytics builds the model, its DistributedDataParallel wrap gets the job's DDP switches (and no
+    device_ids on CPU, which DDP refuses for CPU modules); what was passed is kept on the trainer."""
+
+    def __init__(self, trainer, settings: DdpSettings) -> None:
+        self.trainer, self.settings = trainer, settings
+
+    def __enter__(self):
+        import torch.nn.parallel as parallel
+
+        self.parallel, self.original = parallel, parallel.DistributedDataParallel
+        original, trainer, settings = self.original, self.trainer, self.settings
+
+        def wrap(module, device_ids=None, **kwargs):
+            if trainer.device.type == "cpu":
+                device_ids = None
+            buffers_key = "forward_sync_buffers" if "forward_sync_buffers" in kwargs else "broadcast_buffers"
+            chosen = {"bucket_cap_mb": settings.bucket_cap_mb,
+                      "gradient_as_bucket_view": settings.gradient_as_bucket_view,
+                      "static_graph": settings.static_graph, buffers_key: settings.broadcast_buffers}
+            kwargs.update({k: v for k, v in chosen.items() if v is not None})
+            trainer.ddp_applied = dict(kwargs)
+            return original(module, device_ids=device_ids, **kwargs)
+
+        setattr(parallel, "DistributedDataParallel", wrap)  # noqa: B010  (a class replaced by a factory)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        setattr(self.parallel, "DistributedDataParallel", self.original)  # noqa: B010
 
 
 def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
@@ -293,13 +386,18 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     flags_before = _torch_flags()
     _apply_torch_settings(plan.spec.torch)
     applied_flags = _torch_flags()
-    profiler = TrainingProfiler(plan.spec.profiler, plan.output_dir / "profiler",
-                                with_cuda=cuda_profiling_possible(plan.device), device=plan.device)
+    device = plan.own_device
+    profiler = TrainingProfiler(plan.spec.profiler, plan.rank_path(names.PROFILER_DIR),
+                                with_cuda=cuda_profiling_possible(device), device=device)
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
-    inst.steps_csv = plan.output_dir / names.STEP_TIMES_CSV
+    inst.steps_csv = plan.rank_path(names.ANALYSIS_DIR) / names.STEP_TIMES_FILE
+    inst.steps_csv.parent.mkdir(parents=True, exist_ok=True)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst
-    inst.snapshot = CudaMemorySnapshot(profiler.trace_dir, plan.device)  # beside the traces: uploaded with them
+    if plan.rank is not None:
+        trainer.ddp_settings = plan.spec.ddp
+        trainer.world_size = plan.world_size  # CPU ranks: ultralytics counts a CPU device as world size 0
+    inst.snapshot = CudaMemorySnapshot(profiler.trace_dir, device)  # beside the traces: uploaded with them
     for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
                   "on_train_epoch_end", "on_train_end"):
         trainer.add_callback(event, getattr(inst, event))
@@ -337,6 +435,9 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         memory_by_holder_status=profiler.memory.status or "skipped: no profiler cycle completed",
         memory_by_holder=profiler.memory.result,
         train_images=inst.train_images,
+        rank=plan.rank,
+        gradient_bytes=inst.gradient_bytes,
+        ddp_applied=trainer.ddp_applied,
     )
 
 
@@ -345,7 +446,8 @@ def _nvml_backend(plan: TrainingPlan):
     settings = plan.spec.nvml
     if plan.device == "cpu" and settings.backend == "auto":
         return NullNvmlBackend("training on CPU: no GPU to sample")
-    return make_backend(settings.backend, settings.devices or cuda_indices(plan.device) or None)[0]
+    # a data-parallel rank samples its own GPU only; its peers sample theirs
+    return make_backend(settings.backend, settings.devices or cuda_indices(plan.own_device) or None)[0]
 
 
 def _val_metrics(metrics: dict[str, Any]) -> dict[str, float]:

@@ -129,7 +129,7 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
             planned.append(name)
     skipped: dict[str, str] = {}
     for name in planned:
-        reason = variants.skip_reason(name, device, custom)
+        reason = variants.skip_reason(name, device, custom, base.world_size)
         if reason:
             skipped[name] = reason
         else:

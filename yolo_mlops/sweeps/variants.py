@@ -32,7 +32,9 @@ BASELINE = "baseline"
 
 # Order of the axes = order of the parts in a canonical expression.
 AXES = ("precision", "tf32", "cudnn_benchmark", "memory_format", "compile", "batch", "imgsz", "workers",
-        "pin_memory", "cache", "custom")
+        "pin_memory", "cache", "ddp_sync", "ddp_bucket", "ddp_bucket_view", "ddp_static_graph", "ddp_buffers",
+        "custom")
+DDP_REASON = "a DistributedDataParallel switch: it needs a data-parallel job (--ranks N on CPU, or several GPUs)"
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -49,6 +51,7 @@ class Variant:
     changes: dict[str, Any] = field(default_factory=dict)  # RunSpec fields; nested dicts merge
     cuda_reason: str | None = None  # set when the variant only means something on a CUDA device
     note: str = ""  # caveat shown by `yolo-mlops variants` and in the sweep report
+    needs_ddp: bool = False  # a DDP switch: meaningless (skipped) in a single-process run
 
     @property
     def requires_cuda(self) -> bool:
@@ -61,6 +64,10 @@ def _ua(**kwargs: Any) -> dict[str, Any]:
 
 def _torch(**kwargs: Any) -> dict[str, Any]:
     return {"torch": kwargs}
+
+
+def _ddp(**kwargs: Any) -> dict[str, Any]:
+    return {"ddp": kwargs}
 
 
 _FIXED: tuple[Variant, ...] = (
@@ -102,6 +109,23 @@ _FIXED: tuple[Variant, ...] = (
             _ua(cache="disk"),
             note="ultralytics reads existing .npy files in every cache mode; the sweep removes the .npy "
                  "files a cache_disk child created so later children are not sped up by them"),
+    Variant("ddp_no_sync_accumulate", "ddp_sync",
+            "gradient accumulation without the all-reduce on every micro-batch: DDP's no_sync on all but the last "
+            "micro-batch of each optimizer step (ultralytics all-reduces every backward)",
+            _ddp(no_sync_accumulation=True), needs_ddp=True,
+            note="changes nothing when ultralytics accumulates 1 micro-batch (batch >= nbs, 64 by default); "
+                 "comm/calls_per_optimizer_step shows the collectives falling by the accumulate factor"),
+    Variant("ddp_grad_bucket_view", "ddp_bucket_view",
+            "gradients as views into DDP's all-reduce buckets (gradient_as_bucket_view=True): one copy less per "
+            "bucket, less memory", _ddp(gradient_as_bucket_view=True), needs_ddp=True),
+    Variant("ddp_static_graph", "ddp_static_graph",
+            "DDP static_graph=True: the reducer learns the graph once and skips the unused-parameter search",
+            _ddp(static_graph=True), needs_ddp=True,
+            note="only correct when every step uses the same parameters (true for YOLO detection training)"),
+    Variant("ddp_broadcast_buffers", "ddp_buffers",
+            "rank 0's buffers (BatchNorm statistics) broadcast before every forward (ultralytics turns this off)",
+            _ddp(broadcast_buffers=True), needs_ddp=True,
+            note="measures the cost of keeping BatchNorm statistics identical across ranks"),
 )
 
 _REJECTED: dict[str, str] = {
@@ -120,6 +144,8 @@ _FAMILIES = (
     ("compile", "compile", "torch.compile with inductor, mode 'default' (compile=True)"),
     ("compile_<mode>", "compile", "torch.compile mode: " + ", ".join(COMPILE_MODES)
      + " (underscores accepted for hyphens)"),
+    ("ddp_bucket_<n>mb", "ddp_bucket", "DDP gradient bucket size n MiB (bucket_cap_mb; torch's default is 25): "
+                                       "fewer, larger all-reduces against more overlap with backward"),
 )
 
 _CATALOGUE = {v.name: v for v in _FIXED}
@@ -146,6 +172,13 @@ def _family(name: str) -> Variant | None:
                                "(ultralytics would silently round it)")
         return Variant(f"imgsz_{n}", "imgsz", f"image size {n}", {"imgsz": n},
                        note="changes the work per image: images/s is not like-for-like and accuracy changes")
+    match = re.fullmatch(r"ddp_bucket_(\d+)mb", name)
+    if match:
+        size = int(match.group(1))
+        if not 1 <= size <= 4096:
+            raise VariantError(f"variant {name!r}: the bucket size must be 1 to 4096 MiB")
+        return Variant(name, "ddp_bucket", f"DDP gradient buckets of {size} MiB", _ddp(bucket_cap_mb=size),
+                       needs_ddp=True)
     if name == "compile":
         return Variant("compile", "compile", "torch.compile, mode 'default'", _ua(compile=True),
                        cuda_reason=_COMPILE_CUDA_REASON, note=_COMPILE_NOTE)
@@ -172,7 +205,8 @@ def lookup(name: str, custom: dict[str, dict[str, Any]] | None = None) -> Varian
     if found is not None:
         return found
     raise VariantError(f"unknown variant {name!r}; `yolo-mlops variants` lists them "
-                       f"({', '.join(_CATALOGUE)}, batch_<n>, workers_<n>, imgsz_<n>, compile, compile_<mode>)")
+                       f"({', '.join(_CATALOGUE)}, batch_<n>, workers_<n>, imgsz_<n>, compile, compile_<mode>, "
+                       "ddp_bucket_<n>mb)")
 
 
 def parse(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> list[Variant]:
@@ -239,9 +273,14 @@ def requires_cuda(expr: str, custom: dict[str, dict[str, Any]] | None = None) ->
     return any(p.requires_cuda for p in parse(expr, custom))
 
 
-def skip_reason(expr: str, device: str, custom: dict[str, dict[str, Any]] | None = None) -> str | None:
-    """Why the expression cannot run on `device` (a resolved device string such as 'cpu' or '0'), or None."""
+def skip_reason(expr: str, device: str, custom: dict[str, dict[str, Any]] | None = None,
+                world_size: int = 1) -> str | None:
+    """Why the expression cannot run on `device` (a resolved device string such as 'cpu' or '0') in a job of
+    `world_size` ranks, or None."""
     parts = parse(expr, custom)
+    ddp_only = [p.name for p in parts if p.needs_ddp]
+    if ddp_only and world_size < 2:
+        return f"{', '.join(ddp_only)}: {DDP_REASON}"
     if device == "cpu":
         reasons = [f"{p.name}: {p.cuda_reason}" for p in parts if p.cuda_reason]
         return "needs a CUDA device (" + "; ".join(reasons) + ")" if reasons else None
@@ -273,12 +312,16 @@ def describe() -> str:
             lines.append(f"  {'':<20} changes: {_flatten(v.changes)}")
         if v.cuda_reason:
             lines.append(f"  {'':<20} CUDA only: {v.cuda_reason}")
+        if v.needs_ddp:
+            lines.append(f"  {'':<20} data-parallel jobs only")
         if v.note:
             lines.append(f"  {'':<20} note: {v.note}")
     for name, axis, summary in _FAMILIES:
         lines.append(f"  {name:<20} [{axis}] {summary}")
         if axis == "compile":
             lines.append(f"  {'':<20} CUDA only: {_COMPILE_CUDA_REASON}")
+        if axis == "ddp_bucket":
+            lines.append(f"  {'':<20} data-parallel jobs only")
     lines += ["", "Not offered:"]
     lines += [f"  {name:<20} {reason}" for name, reason in _REJECTED.items()]
     return "\n".join(lines)

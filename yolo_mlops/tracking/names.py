@@ -84,6 +84,10 @@ ENV_CPU_MHZ = "env.cpu_mhz"  # mean CPU clock when the run started (/proc/cpuinf
 SAMPLER_EFFECTIVE_INTERVAL = "sampler.effective_interval_ms"
 SWEEP_PARAM = "sweep."  # sweep parent: variants, repeats, order, warmup_steps, children, concurrency_limit, ...
 BASE_PARAM = "base."  # sweep parent: the base RunSpec's fields
+DDP_PARAM = "ddp."  # data-parallel jobs: the DdpSettings fields, world_size, backend, gradient_bytes
+DDP_WORLD_SIZE = DDP_PARAM + "world_size"
+DDP_BACKEND_PARAM = DDP_PARAM + "backend_used"  # nccl | gloo: what the process group really ran
+DDP_APPLIED_PREFIX = DDP_PARAM + "applied."  # + DistributedDataParallel argument the model was wrapped with
 
 # metrics ----------------------------------------------------------------------------------------------------
 PERF = "perf/"
@@ -106,6 +110,7 @@ DATA_WAIT_P50 = "perf/data_wait_ms_p50"
 STEPS_MEASURED = "perf/steps_measured"  # steady steps the perf/* summary is over
 STEPS_TOTAL = "perf/steps_total"  # all steps run
 PROFILER_EXPORT_S = "perf/profiler_export_s"
+SLOWEST_RANK = "perf/slowest_rank"  # a data-parallel job: the rank whose median step time the perf/* headline is
 FINDINGS_COUNT = "analysis/findings"
 # trace/*: trace analysis of the last profiler cycle (means over ranks unless said otherwise)
 TRACE_STEP_TIME_MEAN = "trace/step_time_ms_mean"
@@ -161,7 +166,8 @@ RUN_FOLDERS = (PROFILER_DIR, NVML_DIR, ANALYSIS_DIR)  # uploaded as folders, in 
 ENV_JSON = "env.json"
 RUN_SPEC_YAML = "run_spec.yaml"
 ULTRALYTICS_FILES = ("results.csv", "args.yaml")
-STEP_TIMES_CSV = "analysis/step_times.csv"
+STEP_TIMES_FILE = "step_times.csv"
+STEP_TIMES_CSV = "analysis/step_times.csv"  # a data-parallel job: analysis/rank<r>/step_times.csv per rank
 METRICS_JSON = "metrics.json"
 TRACE_ANALYSIS_JSON = "trace_analysis.json"
 FINDINGS_JSON = "findings.json"
@@ -189,6 +195,29 @@ TRENDS_DIR = "trends"
 TRENDS_PLOT_PNG = "trends/series.png"  # benchmark runs: their series' history, segments, change points
 TRENDS_REPORT_MD = "trends/report.md"  # benchmark runs: the series' change points, what changed, attribution
 COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-step operator/kernel/phase diff
+
+
+# data-parallel jobs: collectives and cross-rank waits (trace analysis of every rank's last profiler cycle)
+COMM = "comm/"
+# the job's value is the largest of any rank (rank<r>/comm/* holds each rank's)
+COMM_COLLECTIVE_PCT = "comm/collective_pct"  # collective time, % of step time
+COMM_EXPOSED_PCT = "comm/exposed_pct"  # collective time not overlapped with the rank's compute, % of step time
+COMM_WAIT_PCT = "comm/wait_pct"  # time waiting inside collectives for the other ranks, % of step time
+COMM_CALLS_PER_OPTIMIZER_STEP = "comm/calls_per_optimizer_step"  # collectives per optimizer step
+COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank, % of the mean step
+COMM_WAITED_FOR_RANK = "comm/waited_for_rank"  # the rank the others wait for (logged only when there is one)
+COMM_GRADIENT_MIB = "comm/gradient_mib"  # what one synchronised backward all-reduces: every gradient once
+
+
+def rank_folder(rank: int) -> str:
+    """`rank<r>`: a data-parallel job's folder of one rank under profiler/, analysis/ and nvml/."""
+    return f"rank{rank}"
+
+
+def rank_metric(rank: int, metric: str) -> str:
+    """`rank<r>/<metric>`: one rank's value of a job metric (`rank1/perf/step_time_ms_p50`); the MLflow UI
+    groups each rank's metrics under its own section."""
+    return f"{rank_folder(rank)}/{metric}"
 
 
 def trend_metric_tag(metric: str) -> str:

@@ -133,9 +133,9 @@ def upload_artifacts(mlflow, run_id: str, folder: Path) -> None:
 
 def save_table(folder: Path, name: str, frame) -> None:
     """Keep a key_averages table locally, so `upload` can send it as an MLflow table later."""
-    tables = folder / TABLES_DIR
-    tables.mkdir(exist_ok=True)
-    frame.to_json(tables / f"{name}.json", orient="split", index=False)
+    path = folder / TABLES_DIR / f"{name}.json"  # a data-parallel rank's name holds its rank folder
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_json(path, orient="split", index=False)
 
 
 def upload_tables(mlflow, run_id: str, folder: Path) -> None:
@@ -144,12 +144,16 @@ def upload_tables(mlflow, run_id: str, folder: Path) -> None:
 
     from yolo_mlops.tracking import writes
 
-    saved = sorted((folder / TABLES_DIR).glob("*.json"))
+    tables = folder / TABLES_DIR
+    saved = sorted(tables.rglob("*.json"))  # a data-parallel job's are in rank folders
     if not saved:
         return
-    present = {a.path for a in mlflow.list_artifacts(run_id, names.PROFILER_DIR)}
+    present: set[str] = set()
+    for sub in sorted({path.parent for path in saved}):
+        present |= {a.path for a in mlflow.list_artifacts(run_id, names.profiler_file(
+            sub.relative_to(tables).as_posix()).rstrip("/."))}
     for path in saved:
-        artifact = names.profiler_table(path.stem)
+        artifact = names.profiler_table(path.relative_to(tables).with_suffix("").as_posix())
         if artifact not in present:
             writes.log_table(mlflow, run_id, pd.read_json(path, orient="split"), artifact)
 

@@ -1,0 +1,241 @@
+"""Collective communication of a data-parallel job: per rank, and across ranks (who waits for whom).
+
+What a collective is, by backend (the trace's `distributedInfo.backend`):
+- NCCL (GPU ranks): an NCCL kernel (`ncclKernel_*`, and `ncclDevKernel_*` as newer NCCL names them),
+  measured against the rank's compute kernels: exposed time is NCCL kernel time during which no compute
+  kernel runs, as HTA's comm/compute overlap counts it.
+- gloo (CPU ranks): a `gloo:<collective>` span, which torch records on gloo's own worker thread while the
+  collective runs, measured against the training thread (the thread of the ProfilerStep spans): exposed time
+  is collective time during which that thread runs no operator of its own. Time inside a `c10d::*` call
+  (enqueueing a collective, or blocked on it) is waiting, not compute.
+
+Across ranks, the k-th collective of every rank is the same collective (DDP issues the same buckets in the same
+order on every rank). As TraceLens does, its latency is the shortest of the ranks' durations, and the rest of
+each rank's duration is time that rank waited for the others to arrive. The rank the others wait for is the one
+that waits least: a straggler, whose cause the pipeline then reads from that rank's own evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from yolo_mlops.analysis.gpu import kernel_type, merge_intervals, union_length
+from yolo_mlops.analysis.host import find_steps, host_event_mask
+from yolo_mlops.analysis.trace_loader import RankTrace
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
+
+_GLOO_SPAN_RE = re.compile(r"^gloo:")
+_C10D_OP_RE = re.compile(r"^c10d::")
+_PROFILER_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+OPTIMIZER_STEP_LABEL = PHASE_LABEL_PREFIX + "optimizer_step"
+# a spread of waits below this share of the mean step is noise, not a straggler
+STRAGGLER_MIN_WAIT_SPREAD_PCT = 5.0
+
+
+@dataclass
+class RankCommunication:
+    """One rank's collectives over its profiled steps."""
+
+    rank: int
+    backend: str  # "nccl" or "gloo"
+    steps: int
+    step_time_us: float  # summed duration of the profiled steps
+    collective_calls: int
+    collective_time_us: float  # union of the collectives' intervals inside the steps
+    exposed_time_us: float  # the part during which the rank computed nothing (see module docstring)
+    optimizer_steps: int  # optimizer_step phase spans in the window (0 when the run had no phase labels)
+    collective_pct: float  # of step time
+    exposed_pct: float  # of step time
+    calls_per_optimizer_step: float | None
+    wait_time_us: float | None = None  # time spent waiting for other ranks inside collectives (cross-rank)
+    wait_pct: float | None = None  # of step time
+    collective_ms_by_step: list[float] = field(default_factory=list)
+    exposed_ms_by_step: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CommunicationAnalysis:
+    backend: str
+    world_size: int
+    ranks: list[RankCommunication]
+    matched_collectives: int  # collectives matched across every rank (0 when the ranks' counts differ)
+    # the rank the others wait for, when the waits differ by more than STRAGGLER_MIN_WAIT_SPREAD_PCT of a step
+    waited_for_rank: int | None = None
+    wait_spread_pct: float | None = None  # largest minus smallest rank wait, % of the mean step time
+    note: str = ""
+
+
+def communication_analysis(traces: list[RankTrace]) -> CommunicationAnalysis | None:
+    """None when no trace holds a collective (a single-process run)."""
+    per_rank: list[tuple[RankCommunication, tuple[np.ndarray, np.ndarray]]] = []
+    for trace in traces:
+        found = _rank_communication(trace)
+        if found is not None:
+            per_rank.append(found)
+    if not per_rank:
+        return None
+    ranks = [r for r, _ in per_rank]
+    backend = ranks[0].backend
+    world = max([t.world_size or 0 for t in traces] + [len(ranks)])
+    analysis = CommunicationAnalysis(backend=backend, world_size=world, ranks=ranks, matched_collectives=0)
+    _cross_rank_waits(analysis, [spans for _, spans in per_rank])
+    return analysis
+
+
+def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, tuple[np.ndarray, np.ndarray]] | None:
+    """The rank's collectives, and their (start, duration) in issue order for the cross-rank match."""
+    host = host_event_mask(trace)
+    steps = find_steps(trace, host)
+    if steps.count == 0:
+        return None
+    window_start, window_end = float(steps.start[0]), float(steps.end[-1])
+    nccl = _name_mask(trace, lambda n: kernel_type(n) == "COMMUNICATION") & (trace.stream >= 0)
+    if nccl.any():
+        backend = "nccl"
+        collective = nccl
+        compute = trace.gpu_mask() & _name_mask(trace, lambda n: kernel_type(n) == "COMPUTATION")
+        compute_start, compute_end = _intervals(trace, compute)
+    else:
+        collective = _name_mask(trace, _GLOO_SPAN_RE.match) & host
+        if not collective.any():
+            return None
+        backend = trace.backend or "gloo"
+        compute_start, compute_end = _training_thread_compute(trace, host)
+    inside = (trace.ts < window_end) & (trace.ts + trace.dur > window_start)
+    collective &= inside
+    order = np.flatnonzero(collective)
+    order = order[np.argsort(trace.ts[order], kind="stable")]
+    comm_start, comm_end = trace.ts[order], trace.ts[order] + trace.dur[order]
+    comm_by_step, exposed_by_step = [], []
+    for start, end in zip(steps.start, steps.end, strict=True):
+        c_start, c_end = _clip(comm_start, comm_end, start, end)
+        merged_start, merged_end = merge_intervals(c_start, c_end)
+        comm_by_step.append(float((merged_end - merged_start).sum()))
+        exposed_by_step.append(_uncovered(merged_start, merged_end, *_clip(compute_start, compute_end, start, end)))
+    step_us = float(steps.duration.sum())
+    optimizer_steps = _count_in_window(trace, host, OPTIMIZER_STEP_LABEL, window_start, window_end)
+    comm_us, exposed_us = float(sum(comm_by_step)), float(sum(exposed_by_step))
+    result = RankCommunication(
+        rank=trace.rank, backend=backend, steps=steps.count, step_time_us=step_us,
+        collective_calls=int(order.size), collective_time_us=comm_us, exposed_time_us=exposed_us,
+        optimizer_steps=optimizer_steps, collective_pct=_pct(comm_us, step_us), exposed_pct=_pct(exposed_us, step_us),
+        calls_per_optimizer_step=order.size / optimizer_steps if optimizer_steps else None,
+        collective_ms_by_step=[v / 1000 for v in comm_by_step], exposed_ms_by_step=[v / 1000 for v in exposed_by_step])
+    return result, (trace.ts[order], trace.dur[order])
+
+
+def _training_thread_compute(trace: RankTrace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The training thread's operator time, less the time inside c10d calls (enqueueing or blocked on a
+    collective): what a gloo collective overlaps with when it is hidden."""
+    step_events = _name_mask(trace, _PROFILER_STEP_RE.match) & host
+    threads = trace.tid_id[step_events]
+    if threads.size == 0:
+        return np.zeros(0), np.zeros(0)
+    training_thread = int(np.bincount(threads).argmax())
+    on_thread = host & (trace.tid_id == training_thread)
+    cpu_op = trace.category_mask(frozenset({"cpu_op"}))
+    c10d = _name_mask(trace, _C10D_OP_RE.match)
+    ops_start, ops_end = merge_intervals(*_intervals(trace, on_thread & cpu_op & ~c10d))
+    wait_start, wait_end = merge_intervals(*_intervals(trace, on_thread & c10d))
+    return _subtract(ops_start, ops_end, wait_start, wait_end)
+
+
+def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Each matched collective ends together on every rank; a rank's wait is the start of its span up to the
+    latency before the end. Collectives run concurrently (one per gloo thread, or NCCL stream), so a rank's
+    wait is the union of its wait intervals, not their sum."""
+    durations = [d for _, d in spans]
+    counts = {d.size for d in durations}
+    if len(durations) < 2:
+        analysis.note = "one rank's trace: no cross-rank waits"
+        return
+    if len(counts) != 1 or not durations[0].size:
+        analysis.note = (f"the ranks recorded different numbers of collectives ({sorted(counts)}): not matched, "
+                         "no cross-rank waits")
+        return
+    table = np.vstack(durations)  # rank x collective
+    latency = table.min(axis=0)
+    waits = np.array([union_length(start, start + duration - latency)
+                      for (start, duration) in spans], dtype=float)
+    analysis.matched_collectives = int(table.shape[1])
+    for rank, wait in zip(analysis.ranks, waits, strict=True):
+        rank.wait_time_us = float(wait)
+        rank.wait_pct = _pct(float(wait), rank.step_time_us)
+    mean_step = float(np.mean([r.step_time_us / max(r.steps, 1) for r in analysis.ranks]))
+    steps = max(min(r.steps for r in analysis.ranks), 1)
+    spread_per_step = float(waits.max() - waits.min()) / steps
+    analysis.wait_spread_pct = _pct(spread_per_step, mean_step)
+    if analysis.wait_spread_pct >= STRAGGLER_MIN_WAIT_SPREAD_PCT:
+        analysis.waited_for_rank = analysis.ranks[int(waits.argmin())].rank
+
+
+def _name_mask(trace: RankTrace, predicate) -> np.ndarray:
+    wanted = [i for i, name in enumerate(trace.names) if predicate(name)]
+    return np.isin(trace.name_id, wanted) if wanted else np.zeros(trace.name_id.size, dtype=bool)
+
+
+def _count_in_window(trace: RankTrace, host: np.ndarray, name: str, start: float, end: float) -> int:
+    mask = _name_mask(trace, lambda n: n == name) & host & (trace.ts >= start) & (trace.ts < end)
+    return int(mask.sum())
+
+
+def _intervals(trace: RankTrace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return trace.ts[mask], trace.ts[mask] + trace.dur[mask]
+
+
+def _clip(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    s, e = np.maximum(start, lo), np.minimum(end, hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def _uncovered(start: np.ndarray, end: np.ndarray, cover_start: np.ndarray, cover_end: np.ndarray) -> float:
+    """Length of the union of [start, end) not covered by the union of the cover intervals."""
+    total = union_length(start, end)
+    if not cover_start.size or not start.size:
+        return total
+    a_start, a_end = merge_intervals(start, end)
+    b_start, b_end = merge_intervals(cover_start, cover_end)
+    return total - _intersection_length(a_start, a_end, b_start, b_end)
+
+
+def _intersection_length(a_start, a_end, b_start, b_end) -> float:
+    """Overlap of two sorted lists of disjoint intervals (a two-pointer sweep)."""
+    i = j = 0
+    total = 0.0
+    while i < a_start.size and j < b_start.size:
+        lo, hi = max(a_start[i], b_start[j]), min(a_end[i], b_end[j])
+        if hi > lo:
+            total += hi - lo
+        if a_end[i] < b_end[j]:
+            i += 1
+        else:
+            j += 1
+    return float(total)
+
+
+def _subtract(a_start, a_end, b_start, b_end) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint intervals a minus sorted disjoint intervals b."""
+    out_start, out_end = [], []
+    j = 0
+    for s, e in zip(a_start.tolist(), a_end.tolist(), strict=True):
+        while j < b_start.size and b_end[j] <= s:
+            j += 1
+        k, cursor = j, s
+        while k < b_start.size and b_start[k] < e:
+            if b_start[k] > cursor:
+                out_start.append(cursor)
+                out_end.append(float(b_start[k]))
+            cursor = max(cursor, float(b_end[k]))
+            k += 1
+        if cursor < e:
+            out_start.append(cursor)
+            out_end.append(e)
+    return np.array(out_start), np.array(out_end)
+
+
+def _pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole > 0 else 0.0
