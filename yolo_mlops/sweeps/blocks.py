@@ -35,8 +35,18 @@ stratified (lane differences count as noise, N - 1 degrees of freedom). With a s
 interval is the step-level bootstrap of that one pair (`stats.bootstrap_throughput` on each side): it covers
 step-to-step noise only, not run-to-run noise, and the method line says so.
 
-Each lane is also compared on its own, by the same method restricted to the lane, and flagged when it
-*disagrees* with the pooled result (see `disagrees`).
+Lanes
+-----
+Each lane gets its own speed-up and 95% interval: Student's t on the lane's blocks with the run-to-run noise
+of a block ratio pooled within lanes over the whole sweep (N - L degrees of freedom), so a lane of one or two
+blocks still has an interval that covers run-to-run noise. A lane is flagged (`disagrees`) when its speed-up
+differs from that of the other lanes beyond noise, tested step-down over the lanes (`lane_tests`): the lane
+with the smallest two-sided p against the others is flagged when p x (lanes still in the test) <=
+`LANE_ALPHA`, then left out of the reference, and so on while three or more lanes remain; two lanes are one
+test, and both are flagged when they differ (which of the two is off needs a third). Under no lane effect,
+at least one lane of a variant is flagged in at most `LANE_ALPHA` (5%) of sweeps (Bonferroni at the first
+step). When every lane has one block there is no run-to-run noise to test with: no lane is flagged, and the
+lanes' method says "too few blocks"; their intervals are then the step-level bootstrap of the one pair.
 """
 
 from __future__ import annotations
@@ -71,8 +81,9 @@ class LaneComparison:
     ci_low: float
     ci_high: float
     verdict: stats.Verdict  # of the lane's own interval
-    disagrees: bool  # see `disagrees`
+    disagrees: bool  # differs from the other lanes beyond noise, corrected over lanes (module doc, Lanes)
     method: str
+    pvalue: float | None = None  # the lane against the other lanes, adjusted over lanes; None: not testable
 
 
 @dataclass(frozen=True)
@@ -122,14 +133,24 @@ def compare_paired(baseline: list[BlockRepeat], variant: list[BlockRepeat], *,
     speedup, low, high, how = _interval(paired, resamples, np.random.default_rng(seed), confidence)
     pooled = stats.verdict(low, high)
     lane_names = sorted({b.lane for b in paired}, key=_natural)
+    by_lane = {name: np.array([b.log_ratio for b in paired if b.lane == name]) for name in lane_names}
+    adjusted, flagged, tested = lane_tests(by_lane)
+    noise, df = pooled_within(by_lane)
     lanes = []
     for i, name in enumerate(lane_names):
         own = [b for b in paired if b.lane == name]
-        l_speedup, l_low, l_high, l_how = _interval(own, resamples, np.random.default_rng([seed, i + 1]),
-                                                    confidence)
-        l_verdict = stats.verdict(l_low, l_high)
+        if df >= 1:
+            mean = float(by_lane[name].mean())
+            half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * noise / math.sqrt(len(own))
+            l_speedup, l_low, l_high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+            l_how = f"t interval, run-to-run noise pooled within lanes ({df} df), {confidence:.0%}; {tested}"
+        else:
+            l_speedup, l_low, l_high, l_how = _interval(own, resamples, np.random.default_rng([seed, i + 1]),
+                                                        confidence)
+            l_how = f"{l_how}; {tested}"
         lanes.append(LaneComparison(lane=name, blocks=len(own), speedup=l_speedup, ci_low=l_low, ci_high=l_high,
-                                    verdict=l_verdict, disagrees=disagrees(l_verdict, pooled), method=l_how))
+                                    verdict=stats.verdict(l_low, l_high), disagrees=name in flagged,
+                                    method=l_how, pvalue=adjusted.get(name)))
     n_lanes = len(lane_names)
     method = (f"paired by block on {n_lanes} lane{'s' * (n_lanes != 1)}, {len(paired)} "
               f"block{'s' * (len(paired) != 1)}")
@@ -160,18 +181,61 @@ def pair_blocks(baseline: list[BlockRepeat], variant: list[BlockRepeat]) -> tupl
     return paired, len(sides) - len(paired)
 
 
-def disagrees(lane_verdict: stats.Verdict, pooled_verdict: stats.Verdict) -> bool:
-    """A lane disagrees when its own interval claims what the pooled one contradicts or does not show.
+LANE_ALPHA = 0.05  # family-wise over a variant's lanes: the chance any lane is flagged without a lane effect
 
-    - pooled FASTER (SLOWER) and the lane significantly SLOWER (FASTER): opposite directions;
-    - pooled SAME and the lane significantly FASTER or SLOWER: the lane shows an effect the other lanes cancel.
 
-    A lane whose interval contains 1 never disagrees: with a fraction of the blocks it has less power than
-    the pooled comparison, and "not shown on this lane" is not a contradiction.
-    """
-    if lane_verdict == stats.SAME:
-        return False
-    return lane_verdict != pooled_verdict
+def pooled_within(by_lane: dict[str, np.ndarray]) -> tuple[float, int]:
+    """The sd of a block's log ratio within lanes, pooled over the lanes, and its degrees of freedom (N - L)."""
+    df = sum(len(v) - 1 for v in by_lane.values())
+    if df < 1:
+        return float("nan"), df
+    within = sum(float(((v - v.mean()) ** 2).sum()) for v in by_lane.values())
+    return math.sqrt(within / df), df
+
+
+def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA
+               ) -> tuple[dict[str, float], set[str], str]:
+    """(adjusted p per lane, the lanes flagged, a line saying how) for lanes differing from the other lanes.
+
+    Step-down: each lane still in the test against the others still in it (Student's t, the noise pooled within
+    all lanes); the smallest p times the lanes still in the test (the running maximum of those) is the lane's
+    adjusted p, and the lane is flagged and leaves the reference when it is <= alpha; repeated while three or
+    more lanes remain. Two lanes are one comparison (no factor), both flagged when they differ."""
+    from scipy.special import stdtr
+
+    names = list(by_lane)
+    noise, df = pooled_within(by_lane)
+    if len(names) < 2:
+        return {}, set(), "one lane: nothing to compare it with"
+    if df < 1 or not noise > 0:
+        why = "every lane has one block" if df < 1 else "no spread within lanes"
+        return {}, set(), f"lanes not compared: too few blocks ({why}: no run-to-run noise to test with)"
+    active, adjusted, flagged, running = list(names), {}, set(), 0.0
+    while len(active) >= 2:
+        pvalues = {}
+        for name in active:
+            own = by_lane[name]
+            rest = np.concatenate([by_lane[o] for o in active if o != name])
+            t = (own.mean() - rest.mean()) / (noise * math.sqrt(1 / len(own) + 1 / len(rest)))
+            pvalues[name] = float(2.0 * stdtr(df, -abs(t)))
+        factor = len(active) if len(active) > 2 else 1
+        if len(active) == 2:  # one comparison: both lanes or neither
+            p = min(1.0, max(running, min(pvalues.values())))
+            adjusted.update(dict.fromkeys(active, p))
+            if p <= alpha:
+                flagged.update(active)
+            break
+        worst = min(active, key=lambda n: (pvalues[n], names.index(n)))
+        running = min(1.0, max(running, pvalues[worst] * factor))
+        adjusted[worst] = running
+        if running > alpha:
+            adjusted.update({n: min(1.0, max(running, pvalues[n] * factor)) for n in active if n != worst})
+            break
+        flagged.add(worst)
+        active.remove(worst)
+    how = (f"lanes against the other lanes: t test, noise pooled within lanes ({df} df), step-down over "
+           f"{len(names)} lanes at {alpha:g} family-wise")
+    return adjusted, flagged, how
 
 
 def t_quantile(p: float, df: int) -> float:
