@@ -252,8 +252,21 @@ def cmd_smoke(ch: Checks) -> list[str]:
             "--copy-trace", str(ch.out / "trace"), "--tables", str(ch.out / "key_averages.txt")]
 
 
-def judge_smoke(ch: Checks, run: StepRun, output: str) -> None:
-    path = ch.work / "smoke.json"
+def cmd_ddp(ch: Checks) -> list[str]:
+    """The smoke run as a one-rank data-parallel job: NCCL on the GPU (gloo in the CPU rehearsal)."""
+    command = cmd_smoke(ch)
+    command[command.index("--result") + 1] = str(ch.work / "ddp.json")
+    command[command.index("--copy-trace") + 1] = str(ch.out / "trace-ddp")
+    command[command.index("--tables") + 1] = str(ch.out / "key_averages_ddp.txt")
+    return [*command, "--ddp-backend", "gloo" if _tiny(ch) else "nccl"]
+
+
+def judge_ddp(ch: Checks, run: StepRun, output: str) -> None:
+    judge_smoke(ch, run, output, "ddp.json")
+
+
+def judge_smoke(ch: Checks, run: StepRun, output: str, result_file: str = "smoke.json") -> None:
+    path = ch.work / result_file
     run.result = json.loads(path.read_text()) if path.exists() else {}
     trace = run.result.get("trace_file")
     if trace and Path(trace).stat().st_size > TRACE_CAP:
@@ -455,6 +468,7 @@ def dry_trace_analysis(ch: Checks) -> list[str]:
 STEPS: list[Step] = [
     Step("environment", False, 120, 20, cmd_env, judge_env),
     Step("gpu_smoke", True, 180, 120, cmd_smoke, judge_smoke, dry_script("gpu_smoke")),
+    Step("gpu_ddp", True, 120, 40, cmd_ddp, judge_ddp, dry_script("gpu_ddp")),
     Step("nvml_tests", True, 90, 30, cmd_nvml_tests, judge_pytest,
          lambda ch: [*cmd_nvml_tests(ch), "--collect-only"]),
     Step("instrumentation_overhead", True, 150, 60, cmd_overhead, judge_overhead, dry_help("instrumentation_overhead")),

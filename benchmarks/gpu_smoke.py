@@ -8,6 +8,12 @@ CUDA kernels in the Chrome trace, device time in the key_averages tables, the NV
     python3 benchmarks/gpu_smoke.py [--steps 30] [--batch 16] [--result summary.json] [--copy-trace DIR]
     python3 benchmarks/gpu_smoke.py --dry-run     # imports and the run's config only, no CUDA call
     python3 benchmarks/gpu_smoke.py --device cpu --imgsz 64 --batch 4 --steps 12   # CPU rehearsal
+    python3 benchmarks/gpu_smoke.py --ddp-backend nccl   # the same run as a one-rank DDP job (torchrun, NCCL)
+
+With --ddp-backend the run is a data-parallel job of one rank (the data-parallel path on the one GPU a machine
+may have): also checked are the trace's distributedInfo (rank 0, world size 1, the backend), the collectives the
+analysis found (NCCL kernels; gloo spans on a CPU rehearsal) and the rank's own NVML metrics (rank0/gpu/*).
+What needs two or more GPUs (cross-rank waits, a straggler, NCCL between devices) stays unverified by it.
 
 Exit 0 when every check passed; 1 when a check failed; 2 when the run could not be made (no CUDA device).
 On a CPU device the CUDA checks are recorded as not applicable (ok = null), never as passed.
@@ -35,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--result", type=Path, help="write the checks and metrics here as JSON")
     parser.add_argument("--copy-trace", type=Path, help="copy the run's gzipped Chrome trace into this folder")
     parser.add_argument("--tables", type=Path, help="write the key_averages tables (text) to this file")
+    parser.add_argument("--ddp-backend", choices=["nccl", "gloo"],
+                        help="train as a one-rank data-parallel job over this backend")
     parser.add_argument("--dry-run", action="store_true", help="imports and config only; no CUDA call")
     return parser
 
@@ -46,6 +54,7 @@ def run_spec(args: argparse.Namespace):
         "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": args.device,
         "workers": args.workers, "synthetic_images": args.batch * 8, "run_kind": "smoke", "val": False,
         "profiler": {"skip_first": 5, "wait": 2, "warmup": 3, "active": 5},
+        **({"ddp": {"backend": args.ddp_backend}} if args.ddp_backend else {}),
     })
 
 
@@ -106,6 +115,27 @@ def evidence(torch, device: str, outcome, result) -> list[dict]:
     return checks
 
 
+def ddp_evidence(device: str, backend: str, outcome, result, params: dict[str, str]) -> list[dict]:
+    """A one-rank data-parallel job: its process group, its collectives and its own NVML sampler."""
+    cuda = device != "cpu"
+    m = result.metrics
+    traces = [f for rank in outcome.ranks for f in rank.trace_files]
+    info = json.loads(gzip.decompress(traces[-1].read_bytes())).get("distributedInfo", {}) if traces else {}
+    return [
+        check("one rank's outcome", len(outcome.ranks) == 1, len(outcome.ranks), "1"),
+        check("distributedInfo backend", info.get("backend") == backend, info.get("backend"), backend),
+        check("distributedInfo rank, world size", (info.get("rank"), info.get("world_size")) == (0, 1),
+              [info.get("rank"), info.get("world_size")], "[0, 1]"),
+        check("ddp.backend_used param", params.get("ddp.backend_used") == backend, params.get("ddp.backend_used"),
+              backend),
+        check("DDP wrapped the model", "ddp.applied.find_unused_parameters" in params,
+              sorted(k for k in params if k.startswith("ddp.applied.")), "ddp.applied.* params"),
+        in_range(m, "rank0/comm/collective_pct", 1e-6, 100.0),
+        in_range(m, "rank0/gpu/mem_used_gib_max", 0.05, 1e4, cuda),
+        in_range(m, "rank0/gpu/power_w_mean", 20.0, 1500.0, cuda),
+    ]
+
+
 def main() -> int:
     args = build_parser().parse_args()
     home = os.environ.setdefault("YOLO_MLOPS_HOME", tempfile.mkdtemp(prefix="yolo-mlops-gpu-smoke-"))
@@ -116,7 +146,7 @@ def main() -> int:
     from yolo_mlops.tracking import connection, run_end
 
     spec = run_spec(args)
-    record: dict = {"step": "gpu_smoke", "device_arg": args.device, "spec": {
+    record: dict = {"step": "gpu_ddp" if args.ddp_backend else "gpu_smoke", "device_arg": args.device, "spec": {
         "model": spec.model, "imgsz": spec.imgsz, "batch": spec.batch, "max_steps": spec.max_steps,
         "workers": spec.workers}}
     if args.dry_run:
@@ -134,7 +164,11 @@ def main() -> int:
         outcome = pipeline.train(prepared)
         analysis = pipeline.analyse(prepared, outcome)
         result = pipeline.track(prepared, outcome, analysis)
-    checks = evidence(torch, args.device, outcome, result)
+    ddp_job = bool(args.ddp_backend)
+    checks = evidence(torch, args.device, outcome.ranks[0] if ddp_job else outcome, result)
+    if ddp_job:
+        params = mlflow.get_run(result.run_id).data.params
+        checks += ddp_evidence(args.device, args.ddp_backend, outcome, result, params)
     failed = [c for c in checks if c["ok"] is False]
     cuda = args.device != "cpu"
     record.update({
@@ -155,7 +189,8 @@ def main() -> int:
         args.copy_trace.mkdir(parents=True, exist_ok=True)
         record["trace_file"] = str(shutil.copy2(outcome.trace_files[0], args.copy_trace))
     if args.tables:
-        args.tables.write_text("\n\n".join(f"== {t.name} (sorted by {t.sort_by})\n{t.text}" for t in outcome.tables))
+        tables = (outcome.ranks[0] if ddp_job else outcome).tables
+        args.tables.write_text("\n\n".join(f"== {t.name} (sorted by {t.sort_by})\n{t.text}" for t in tables))
     print(f"device {record['device']}  torch {torch.__version__}  nvml backend {outcome.nvml.backend}")
     for c in checks:
         mark = {True: "ok  ", False: "FAIL", None: "n/a "}[c["ok"]]

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
-STEPS = ["environment", "gpu_smoke", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
+STEPS = ["environment", "gpu_smoke", "gpu_ddp", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
          "memory_by_holder", "diagnosis_tests", "gpu_sweep_devices", "gpu_sweep_compile"]
 
 

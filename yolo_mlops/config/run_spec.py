@@ -74,7 +74,8 @@ class DdpSettings(_Strict):
 
     ranks: int | None = Field(default=None, ge=1, le=64, description="CPU ranks (gloo) with device cpu; a GPU job "
                               "has one rank per listed device")
-    backend: Literal["auto", "nccl", "gloo"] = Field(default="auto", description="auto: nccl on GPUs, gloo on CPU")
+    backend: Literal["auto", "nccl", "gloo"] = Field(default="auto", description="auto: nccl on GPUs, gloo on CPU; "
+                                                     "named, a single device also trains as a one-rank DDP job")
     bucket_cap_mb: float | None = Field(default=None, gt=0, le=4096, description="DDP gradient bucket size (MiB)")
     gradient_as_bucket_view: bool | None = None
     static_graph: bool | None = None
@@ -161,6 +162,12 @@ class RunSpec(_Strict):
                              f"{self.batch // world} images per rank, {self.batch // world * world} per step in all): "
                              f"give a multiple of {world}")
         return self
+
+    @property
+    def data_parallel(self) -> bool:
+        """Trained as a DDP job (torchrun, a process group, the model wrapped): several ranks, or one rank whose
+        backend was asked for by name (a single GPU over NCCL checks the GPU path of a job on one device)."""
+        return self.world_size > 1 or self.ddp.backend != "auto"
 
     @property
     def world_size(self) -> int:

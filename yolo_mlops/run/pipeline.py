@@ -125,7 +125,7 @@ def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str,
     params.update({f"{names.PROFILER_PARAM}{k}": v for k, v in spec.profiler.model_dump().items()})
     params.update({f"{names.SAMPLER_PARAM}{k}": v for k, v in spec.nvml.model_dump().items()})
     params.update(env.as_params())
-    if spec.world_size > 1:
+    if spec.data_parallel:
         params.update({f"{names.DDP_PARAM}{k}": v for k, v in spec.ddp.model_dump().items()})
         params[names.DDP_WORLD_SIZE] = spec.world_size
     return {k: "none" if v is None else str(v) for k, v in params.items()}
@@ -137,7 +137,7 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     from yolo_mlops.run import training
 
     plan = prepared.plan
-    if plan.world_size > 1:
+    if plan.spec.data_parallel:
         from yolo_mlops.run import ddp
 
         outcome = job_outcome(ddp.train_job(plan).ranks)
@@ -245,15 +245,22 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
     result.tags[names.NVML_BACKEND] = outcome.nvml.backend
     if outcome.nvml.reasons:
         result.tags[names.NVML_REASON] = "; ".join(outcome.nvml.reasons)[:names.TAG_MAX_CHARS]
-    if not len(outcome.nvml):
-        return
-    steps = outcome.steps
-    aligned = align(outcome.nvml, steps.start_ns, steps.end_ns, steps.profiled)
-    result.gpu = summarise(aligned, steps.images)
-    result.metrics.update(names.gpu_metrics(result.gpu))
-    for step, name, value in step_history(aligned):
-        result.histories.setdefault(name, []).append((step, value))
-    write_timeline(aligned, prepared.plan.output_dir / names.NVML_DIR)
+    for rank in outcome.ranks or [outcome]:  # a data-parallel rank sampled its own GPU: rank<r>/gpu/*, nvml/rank<r>/
+        if not len(rank.nvml):
+            continue
+        steps = rank.steps
+        aligned = align(rank.nvml, steps.start_ns, steps.end_ns, steps.profiled)
+        summary = summarise(aligned, steps.images)
+        headline = rank.rank is None or rank.rank == outcome.slowest_rank  # the job's gpu/* are its slowest rank's
+        if rank.rank is not None:
+            result.metrics.update({names.rank_metric(rank.rank, k): v for k, v in names.gpu_metrics(summary).items()})
+        if headline:
+            result.gpu = summary
+            result.metrics.update(names.gpu_metrics(summary))
+            for step, name, value in step_history(aligned):
+                result.histories.setdefault(name, []).append((step, value))
+        folder = replace(prepared.plan, rank=rank.rank).rank_path(names.NVML_DIR)
+        write_timeline(aligned, folder)
 
 
 def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:

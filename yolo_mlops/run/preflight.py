@@ -44,7 +44,7 @@ def check(spec: RunSpec) -> Preflight:
             f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
             f"({train_images} images / batch {spec.batch} x {epochs} epochs"
             + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
-    if spec.world_size > 1:
+    if spec.data_parallel:
         _check_rank_setup()
     if spec.nvml.backend == "real" and device == "cpu":
         raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
@@ -120,7 +120,7 @@ def _check_device(device: str, spec: RunSpec) -> None:
     if device != "cpu" and not torch.cuda.is_available():
         raise ConfigError(f"device {device!r} requested but CUDA is not available here (use --device cpu)")
     if device == "cpu":
-        if spec.world_size > 1 and not torch.distributed.is_available():
+        if spec.data_parallel and not torch.distributed.is_available():
             raise ConfigError("CPU ranks need torch.distributed, which this torch build lacks")
         return
     count = torch.cuda.device_count()
@@ -128,5 +128,5 @@ def _check_device(device: str, spec: RunSpec) -> None:
     if missing:
         raise ConfigError(f"device {device!r} names GPU(s) {missing} but this machine has {count} "
                           f"(0 to {count - 1})")
-    if spec.ddp.backend == "gloo" and spec.world_size > 1:
+    if spec.ddp.backend == "gloo":
         raise ConfigError("ddp backend gloo is the CPU twin; a GPU job trains over nccl (--ddp-backend auto)")

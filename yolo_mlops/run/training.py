@@ -213,8 +213,25 @@ def _make_trainer_class():
         def _setup_train(self):
             if self.ddp_settings is None:
                 return super()._setup_train()
-            with _ddp_arguments(self, self.ddp_settings):
-                return super()._setup_train()
+            if self.world_size == 1:  # ultralytics joins a process group and wraps the model only above one rank
+                self._join_single_rank()
+            with _ddp_arguments(self, self.ddp_settings) as ddp_arguments:
+                result = super()._setup_train()
+                if self.world_size == 1:
+                    index = self.device.index if self.device.type == "cuda" else None
+                    self.model = ddp_arguments.wrap(self.model, device_ids=None if index is None else [index],
+                                                    find_unused_parameters=not bool(self.args.compile))
+            return result
+
+        def _join_single_rank(self):
+            import os
+            from datetime import timedelta
+
+            import torch.distributed as dist
+
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=DDP_TIMEOUT_S),
+                                    rank=int(os.environ["RANK"]), world_size=1)
 
         def read_results_csv(self):
             """results.csv as column -> values, read with pandas (a dependency already) rather than polars,
@@ -321,6 +338,7 @@ class _ddp_arguments:
             trainer.ddp_applied = dict(kwargs)
             return original(module, device_ids=device_ids, **kwargs)
 
+        self.wrap = wrap
         setattr(parallel, "DistributedDataParallel", wrap)  # noqa: B010  (a class replaced by a factory)
         return self
 
