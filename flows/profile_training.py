@@ -47,7 +47,7 @@ def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock
     prepared = prepare(spec)
     mlflow = connection.client()
     with run_end.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
-        with gpu_lock.hold(gpu_lock.limit_name(prepared.plan.device, gpu_limit)):
+        with gpu_lock.hold(gpu_lock.limit_names(prepared.plan.device, gpu_limit)):
             outcome = train(prepared)
         analysis = analyse(prepared, outcome)
         result = track(prepared, outcome, analysis)

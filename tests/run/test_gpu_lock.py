@@ -40,3 +40,24 @@ def test_missing_limit_is_an_error_not_unthrottled(prefect_server):
             pytest.fail("ran without the limit")
     with gpu_lock.hold(None):
         pass
+
+
+def test_a_job_on_several_gpus_holds_every_gpu_at_once(prefect_server, monkeypatch):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    assert gpu_lock.limit_names("cpu") == [] and gpu_lock.limit_names("0,1", None) == []
+    monkeypatch.setenv("YOLO_MLOPS_MACHINE", "lock-node-c")
+    with temporary_settings({PREFECT_API_URL: PREFECT_API_URL.value()}):
+        names = gpu_lock.limit_names("3,1,2")
+        assert names == ["gpu-lock-node-c-1", "gpu-lock-node-c-2", "gpu-lock-node-c-3"]  # index order
+        for name in names:
+            _create_limit(name)
+
+        def active() -> list[int]:
+            with get_client(sync_client=True) as client:
+                return [client.read_global_concurrency_limit_by_name(n).active_slots for n in names]
+
+        with gpu_lock.hold(names):
+            assert active() == [1, 1, 1]
+        assert active() == [0, 0, 0]

@@ -92,8 +92,9 @@ def old_series_key(s, env: Environment, data_identity_: str) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _logged(s, env: Environment) -> tuple[dict[str, str], dict[str, str]]:
-    plan = TrainingPlan(spec=s, data_yaml=DATA_YAML, device="0", output_dir=Path("/tmp/unused"), steps_expected=60)
+def _logged(s, env: Environment, device: str = "0") -> tuple[dict[str, str], dict[str, str]]:
+    plan = TrainingPlan(spec=s, data_yaml=DATA_YAML, device=device, output_dir=Path("/tmp/unused"),
+                        steps_expected=60)
     params = run_params(s, plan, env)
     tags = {names.RUN_KIND: "benchmark", names.VARIANT: s.variant, names.DEVICE_TYPE: env.device_type,
             names.DATASET: "synthetic"}
@@ -190,3 +191,20 @@ def test_machines_are_judged_together_only_on_request(mlflow_client):
     (together,) = history.group_series(records, across_machines=True).values()
     assert sorted(r.run_id for r in together) == sorted(ids["node-1"] + ids["node-2"])
     assert together[0].label.endswith("@ all machines")
+
+
+def test_a_data_parallel_job_is_a_series_of_its_own_and_reads_back_from_its_params():
+    cpu = gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0)
+    single = spec(device="cpu")
+    job = spec(device="cpu", ddp={"ranks": 2})
+    keys = {key(single, cpu, "cpu"), key(job, cpu, "cpu"), key(spec(device="cpu", ddp={"ranks": 4}), cpu, "cpu")}
+    assert len(keys) == 3  # the world size is part of the workload: CPU ranks are not in device_count
+    # a single-process run keeps the key it had before data-parallel jobs existed (no `ranks` in its hash)
+    legacy = {k: v for k, v in dataclasses.asdict(series_identity(single, cpu, data_identity(DATA_YAML, True),
+                                                                  "cpu")).items() if k != "ranks"}
+    legacy["profiler_window"] = list(legacy["profiler_window"])
+    assert key(single, cpu, "cpu") == hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()[:16]
+    params, tags = _logged(job, cpu, device="cpu")
+    identity = series_identity_from_params(params, tags)
+    assert identity is not None and identity.ranks == 2 and identity.key == key(job, cpu, "cpu")
+    assert "ddp2" in identity.label

@@ -218,6 +218,9 @@ class SeriesIdentity:
     device_name: str  # GPU model, or CPU model on CPU
     device_count: int  # GPUs the run trained on (0 on CPU)
     machine: str  # host-to-host differences (clocks, power caps, cooling, PCIe, CPU) stay out of one history
+    # ranks of a data-parallel job (CPU ranks count here, GPUs also in device_count); 0: a single process, which
+    # keeps the key every run logged before data-parallel jobs existed
+    ranks: int = 0
 
     @property
     def key(self) -> str:
@@ -233,6 +236,8 @@ class SeriesIdentity:
     def _fields(self, with_machine: bool) -> dict:
         fields = asdict(self)
         fields["profiler_window"] = list(self.profiler_window)
+        if not self.ranks:
+            del fields["ranks"]
         if not with_machine:
             del fields["machine"]
         return fields
@@ -240,7 +245,8 @@ class SeriesIdentity:
     @property
     def workload_label(self) -> str:
         device = self.device_name if self.device_type == "cpu" else f"{self.device_count}x {self.device_name}"
-        return f"{self.model} {self.imgsz}px b{self.batch} w{self.workers} {self.variant} on {device}"
+        ranks = f" ddp{self.ranks}" if self.ranks else ""
+        return f"{self.model} {self.imgsz}px b{self.batch} w{self.workers} {self.variant}{ranks} on {device}"
 
     @property
     def label(self) -> str:
@@ -272,6 +278,7 @@ def series_identity(spec: RunSpec, env: Environment, data_identity_: str, device
         device_name=env.device_name,
         device_count=len(cuda_indices(device)) if cuda else 0,
         machine=env.machine,
+        ranks=spec.world_size if spec.data_parallel else 0,
     )
 
 
@@ -299,6 +306,7 @@ def series_identity_from_params(params: dict[str, str], tags: dict[str, str]) ->
             device_count=len(cuda_indices(params[train + "device"])) if device_type == "cuda" else 0,
             # runs logged before `env.machine` existed: their host name, which was the machine's name then
             machine=params.get(names.ENV_MACHINE) or params[env + "hostname"],
+            ranks=int(params.get(names.DDP_WORLD_SIZE, 0)),
         )
     except (KeyError, ValueError):
         return None

@@ -39,12 +39,25 @@ def legacy_limit(index: int) -> str:
 def limit_name(device: str, requested: str | None = AUTO) -> str | None:
     """The limit a run on `device` holds: `requested` if it is a name, else on a shared server
     gpu-<machine>-<index> (or the legacy gpu-<index> where only that one exists); None on CPU or on a
-    temporary server."""
+    temporary server. A data-parallel job on several GPUs holds `limit_names`."""
     if requested != AUTO:
         return requested
     if device == "cpu" or not _shared_server():
         return None
-    index = cuda_indices(device)[0]
+    return _limit_of(cuda_indices(device)[0])
+
+
+def limit_names(device: str, requested: str | None = AUTO) -> list[str]:
+    """Every limit a run on `device` holds: one per GPU, in index order, so a data-parallel job takes the slot of
+    every GPU it trains on (and `hold` takes them in one request: two jobs never each hold half)."""
+    if requested != AUTO:
+        return [requested] if requested else []
+    if device == "cpu" or not _shared_server():
+        return []
+    return [_limit_of(index) for index in sorted(set(cuda_indices(device)))]
+
+
+def _limit_of(index: int) -> str:
     name = machine_limit(machine_name(), index)
     if not _exists(name) and _exists(legacy_limit(index)):
         print(f"concurrency limit {name!r} does not exist; holding the single-machine {legacy_limit(index)!r} "
@@ -91,12 +104,15 @@ def check_limit(name: str | None) -> int | None:
 
 
 @contextlib.contextmanager
-def hold(name: str | None) -> Iterator[None]:
-    """Hold one slot of limit `name` (strict: raises if it does not exist); a no-op for None."""
-    if name is None:
+def hold(name: str | list[str] | None) -> Iterator[None]:
+    """Hold one slot of limit `name`, or of every limit of a list at once (Prefect acquires them in one request,
+    all or none, so jobs over overlapping GPUs queue instead of deadlocking); strict: raises if one does not
+    exist; a no-op for None or an empty list."""
+    names = [name] if isinstance(name, str) else sorted(name or [])
+    if not names:
         yield
         return
     from prefect.concurrency.sync import concurrency
 
-    with concurrency(name, occupy=1, strict=True):
+    with concurrency(names, occupy=1, strict=True):
         yield
