@@ -16,6 +16,7 @@
 Series come from numpy's default_rng with fixed seeds, so every figure is reproducible.
 
     .venv/bin/python benchmarks/bench_verdicts.py [--series 250] [--seeds 200] [--drift-seeds 30]
+        [--confirm-seeds 2000] [--sections false,steps,confirmation]
 """
 
 from __future__ import annotations
@@ -91,19 +92,84 @@ def bench_false_alerts(series: int, nights: int = 20) -> str:
 
 
 def bench_steps(seeds: int) -> str:
+    """Steps at tonight's first run, 3 runs a night (the default), and repeats='auto' with target_shift_pct at
+    3 noise sd (the runs `power.repeats_needed` picks for 60 runs of 1% noise, as `nightly.repeats_needed`)."""
+    auto, _ = power.repeats_needed(1.0, HISTORY, 3.0, 8, changepoint.DEFAULT_MAX_PVALUE)  # at power.AUTO_POWER
     rows = []
-    for sd in (2.0, 3.0, 5.0):
+    for sd, night in ((2.0, NIGHT), (3.0, NIGHT), (5.0, NIGHT), (3.0, auto)):
         opened = alerted = 0
         for s in range(seeds):
             rng = np.random.default_rng(s)
-            z = 100 + rng.standard_normal(HISTORY + NIGHT + CONFIRM)
+            z = 100 + rng.standard_normal(HISTORY + night + CONFIRM)
             z[HISTORY:] += sd
-            if opens_regression(z[:HISTORY + NIGHT], HISTORY):
+            if opens_regression(z[:HISTORY + night], HISTORY):
                 opened += 1
-                alerted += confirmed(z, HISTORY)
-        rows.append([f"{sd:g} sd", fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
-    return markdown_table(["step (noise 1%, 60 runs before, 3 tonight)", "% opened tonight",
+                alerted += confirmed(z, HISTORY, night)
+        label = f"{sd:g} sd, " + (f"repeats='auto' ({night} runs tonight)" if night != NIGHT else "3 runs tonight")
+        rows.append([label, fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
+    return markdown_table(["step (noise 1%, 60 runs before)", "% opened tonight",
                            "% alerted tonight with 3 confirmation runs"], rows)
+
+
+# a night's watched metrics (name, level, noise sd): CPU runs log 3, GPU runs 7; images/s is images over the
+# step times (it moves with step time), the others have noise of their own
+NIGHT_METRICS_CPU = ((names.STEP_TIME_P50, 100.0, 1.0), (names.IMAGES_PER_S, 40.0, None),
+                     (names.DATA_WAIT_PCT, 5.0, 0.5))
+NIGHT_METRICS_GPU = NIGHT_METRICS_CPU + ((names.GPU_SM_UTIL_MEAN, 80.0, 1.0), (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0),
+                                         (names.GPU_MEM_USED_MAX, 6.0, 0.01), (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02))
+
+
+def _metric_values(rng, n: int, heavy: bool, metrics) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name, level, sd in metrics:
+        if sd is None:  # images/s: 4000 images per 100 s of step time, plus 0.2% of its own
+            out[name] = level * 100.0 / out[names.STEP_TIME_P50] * (1 + 0.002 * noise(rng, n, heavy))
+        else:
+            out[name] = level + sd * noise(rng, n, heavy)
+    return out
+
+
+def _night_records(values: dict[str, np.ndarray], nights_of: int = NIGHT) -> list[HistoryRun]:
+    n = len(next(iter(values.values())))
+    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                       series="s", label="sim", metrics={k: float(v[i]) for k, v in values.items()},
+                       versions={"commit": f"c{max(0, (i - HISTORY) // nights_of + 1)}"}, night=f"n{i // nights_of}",
+                       profiled_steps=5, step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(n)]
+
+
+def bench_night(series: int, nights: int = 20) -> str:
+    """False alerts per series-night as the nightly flow meets them: every watched metric (3 on CPU, 7 on GPU),
+    a new commit every night (so every night is also a version boundary tested at 1% for each metric), the
+    worst of them deciding (`trend.verdict`), then 3 confirmation runs (`confirm.judge`, Holm over the metrics
+    re-measured)."""
+    rows = []
+    for label, metrics in (("CPU (3 metrics)", NIGHT_METRICS_CPU), ("GPU (7 metrics)", NIGHT_METRICS_GPU)):
+        for heavy in (False, True):
+            raw = alerts = total = 0
+            for s in range(series):
+                rng = np.random.default_rng([60_000 + s, heavy, len(metrics)])
+                values = _metric_values(rng, HISTORY + nights * NIGHT, heavy, metrics)
+                for night in range(nights):
+                    first = HISTORY + night * NIGHT
+                    total += 1
+                    runs = _night_records({k: v[:first + NIGHT] for k, v in values.items()})
+                    tonight = {r.run_id for r in runs[first:]}
+                    v = trend.verdict(trend.series_trend(runs), tonight)
+                    if v.status != "regression":
+                        continue
+                    raw += 1
+                    again = _metric_values(rng, CONFIRM, heavy, metrics)
+                    both = {k: np.r_[values[k][:first + NIGHT], again[k]] for k in values}
+                    runs = _night_records(both)
+                    extra = {r.run_id for r in runs[first + NIGHT:]}
+                    for r in runs[first + NIGHT:]:  # the confirmation runs ran tonight's commit
+                        r.versions["commit"] = runs[first].versions["commit"]
+                    alerts += confirm.judge(trend.series_trend(runs), tonight, extra,
+                                            confirm.needs_confirmation(v))[1].confirmed
+            rows.append([label, "Student t(3)" if heavy else "Gaussian", total, fmt(1000 * raw / total, ".2f"),
+                         fmt(1000 * alerts / total, ".2f")])
+    return markdown_table(["runs", "noise", "series-nights", "regressions opened / 1,000 (no confirmation)",
+                           "alerts / 1,000 with 3 confirmation runs"], rows)
 
 
 # (label, tonight's level, the confirmation runs' level, noise sd of the confirmation runs), in % of the level
@@ -245,17 +311,32 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=200, help="seeds per step / power / candidate cell")
     parser.add_argument("--drift-seeds", type=int, default=30)
     parser.add_argument("--confirm-seeds", type=int, default=2000, help="seeds per confirmation case")
+    parser.add_argument("--night-series", type=int, default=100, help="series (20 nights each) per row of 'night'")
+    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, confirmation, suspected, drifts, "
+                        "power, candidates (default: all)")
     args = parser.parse_args()
-    print("### Speed\n\n" + bench_speed() + "\n", flush=True)
-    print("### False alerts on stationary histories\n\n" + bench_false_alerts(args.series) + "\n", flush=True)
-    print("### Steps alerted within one night\n\n" + bench_steps(args.seeds) + "\n", flush=True)
-    print("### Confirmation runs at tonight's level, worse, after a load shift, back at baseline\n\n"
-          + bench_confirmation(args.confirm_seeds) + "\n", flush=True)
-    print("### A lasting step dismissed on its first night\n\n" + bench_suspected_then_established(args.seeds)
-          + "\n", flush=True)
-    print("### Drifts\n\n" + bench_drifts(args.drift_seeds) + "\n", flush=True)
-    print("### Minimum detectable shift against simulation\n\n" + bench_power(args.seeds) + "\n", flush=True)
-    print("### Known changes: direct test against the blind search\n\n" + bench_candidates(args.seeds), flush=True)
+    sections = {
+        "speed": ("Speed", bench_speed),
+        "false": ("False alerts on stationary histories", lambda: bench_false_alerts(args.series)),
+        "steps": ("Steps alerted within one night", lambda: bench_steps(args.seeds)),
+        "night": ("False alerts per series-night, every watched metric and a new commit every night",
+                  lambda: bench_night(args.night_series)),
+        "confirmation": ("Confirmation runs at tonight's level, worse, after a load shift, back at baseline",
+                         lambda: bench_confirmation(args.confirm_seeds)),
+        "suspected": ("A lasting step dismissed on its first night",
+                      lambda: bench_suspected_then_established(args.seeds)),
+        "drifts": ("Drifts", lambda: bench_drifts(args.drift_seeds)),
+        "power": ("Minimum detectable shift against simulation", lambda: bench_power(args.seeds)),
+        "candidates": ("Known changes: direct test against the blind search", lambda: bench_candidates(args.seeds)),
+    }
+    wanted = args.sections.split(",") if args.sections else list(sections)
+    unknown = [w for w in wanted if w not in sections]
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; one of {', '.join(sections)}")
+    for name in wanted:
+        title, run = sections[name]
+        t0 = time.perf_counter()
+        print(f"### {title}\n\n{run()}\n\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
     return 0
 
 

@@ -179,7 +179,9 @@ def test_min_detectable_shift_scales_and_repeats_auto():
     assert power.min_detectable_shift(1.0, 30, 1) == float("inf")
     assert power.min_detectable_shift(1.0, 30, 6) < power.min_detectable_shift(1.0, 30, 3)
     k, ok = power.repeats_needed(1.0, 40, target_pct=3.0, max_repeats=10)
-    assert ok and power.min_detectable_shift(1.0, 40, k) <= 3.0 < power.min_detectable_shift(1.0, 40, k - 1)
+    at = power.AUTO_POWER  # repeats='auto' aims at 95%: with the confirmation, >= 90% alerted within the night
+    assert ok and power.min_detectable_shift(1.0, 40, k, power=at) <= 3.0 < power.min_detectable_shift(
+        1.0, 40, k - 1, power=at)
     assert power.repeats_needed(1.0, 40, target_pct=0.5, max_repeats=6) == (6, False)
     recent = 100 + np.random.default_rng(0).standard_normal(40)
     recent[5] = 500  # one outlier does not blind the robust noise
@@ -255,6 +257,18 @@ def test_confirmation_back_at_the_old_level_dismisses_at_the_stated_rate():
     throughput = confirm.level_test([50.0, 51.0, 49.0, 50.5], [40.0, 41.0], [40.5, 39.5], higher_is_better=True,
                                     confirm_pvalue=0.01)  # higher is better: lower throughput is the bad way
     assert throughput.holds and throughput.pooled and throughput.shift_pct > 0
+
+
+def test_several_metrics_re_measured_are_held_to_holm():
+    """Each metric re-measured tonight is one test of the night's family: the smallest p against alpha / m."""
+    def level(p: float, shift: float = 5.0) -> confirm.LevelTest:
+        return confirm.LevelTest((), (), (), False, float("nan"), p, shift, p <= 0.01 and shift >= 0)
+
+    assert confirm.holm_holds({"a": level(0.004), "b": level(0.2)}, 0.01) == ["a"]  # 0.004 <= 0.01 / 2
+    assert confirm.holm_holds({"a": level(0.006), "b": level(0.2)}, 0.01) == []  # 0.006 > 0.005
+    assert confirm.holm_holds({"a": level(0.004), "b": level(0.008)}, 0.01) == ["a", "b"]  # then 0.008 <= 0.01
+    assert confirm.holm_holds({"a": level(0.001, shift=-1.0), "b": level(0.008)}, 0.01) == ["b"]  # a went the
+    assert confirm.holm_holds({"a": level(float("nan"))}, 0.01) == []  # good way; nan: no degrees of freedom
 
 
 def test_a_dismissed_level_is_judged_again_on_the_next_nights():

@@ -4,14 +4,15 @@ When tonight's runs open a change point that goes the bad way (or a version boun
 metric the bad way), the benchmark flow runs `confirm_repeats` more runs of the configuration and `judge`
 tests them directly against the level before the regression:
 
-- the *baseline* is the metric's runs before the regression's first run, back to the change point before it
-  (the last 200 at most);
+- the *baseline* is the metric's runs before the regression's first run, back to the last change point that
+  the history before it shows (the last 200 runs at most);
 - the *test group* is the confirmation runs, pooled with the regression's own runs (tonight's, and those of
   earlier dismissed nights of the same level) when a two-sided t test at `AGREE_PVALUE` cannot tell the two
   apart;
 - a one-sided t test, noise pooled within the groups, asks whether the test group sits the bad way of the
   baseline; the regression holds when p <= `confirm_pvalue` (DetectionSettings, default 0.01) and the shift is
-  at least `min_magnitude`.
+  at least `min_magnitude`; with several metrics re-measured, Holm's step-down over them (`holm_holds`), so
+  the night's confirmation errs at most `confirm_pvalue` however many metrics regressed.
 
 So a regression that holds or gets worse, or whose confirmation runs sit at yet another bad level because
 the machine's load moved, is confirmed; only confirmation runs back at the old level dismiss it. A dismissed
@@ -33,7 +34,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.special import stdtr
 
-from yolo_mlops.trends.trend import MetricTrend, SeriesTrend, SeriesVerdict, verdict
+from yolo_mlops.trends import changepoint
+from yolo_mlops.trends.trend import DetectionSettings, MetricTrend, SeriesTrend, SeriesVerdict, verdict
 
 AGREE_PVALUE = 0.05  # two-sided: tonight's and the confirmation runs are pooled unless a t test separates them
 BASELINE_RUNS = 200  # the baseline is the last runs of the level before the regression, at most this many
@@ -128,16 +130,17 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
     """The verdict over tonight's and the confirmation runs: `regression` when it holds (see the module
     doc), else `suspected` with the evidence; the Confirmation says which and why."""
     v = verdict(trend, tonight | confirmation)
-    holds, lines = [], []
+    tests: dict[str, LevelTest | None] = {}
     for name in metrics:
         series_metric = trend.metric(name)
-        if series_metric is None:
-            continue
-        test = _test_metric(series_metric, v, tonight, confirmation, trend.settings.confirm_pvalue,
-                            trend.settings.min_magnitude)
-        if test is not None and test.holds:
-            holds.append(name)
-        lines.append(_evidence(series_metric, test))
+        if series_metric is not None:
+            tests[name] = _test_metric(series_metric, v, tonight, confirmation, trend.settings)
+    holds = holm_holds({k: t for k, t in tests.items() if t is not None}, trend.settings.confirm_pvalue)
+    lines = []
+    for name, test in tests.items():
+        series_metric = trend.metric(name)
+        if series_metric is not None:
+            lines.append(_evidence(series_metric, test, len(tests)))
     confirmed = bool(holds)
     result = Confirmation(metrics=metrics, confirmed=confirmed, runs_tonight=len(tonight),
                           confirmation_runs=len(confirmation), evidence="; ".join(lines))
@@ -148,6 +151,21 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
     return replace(v, status="suspected", per_metric=per_metric, reason=result.summary(),
                    new_changes=tuple(c for c in v.new_changes if c.metric not in metrics),
                    new_candidates=tuple(c for c in v.new_candidates if c.metric not in metrics)), result
+
+
+def holm_holds(tests: dict[str, LevelTest], alpha: float) -> list[str]:
+    """The metrics whose regression holds, Holm's step-down over the metrics re-measured tonight: the k-th
+    smallest p is held to alpha / (m - k + 1), and a metric holds only when it and every smaller p pass (and its
+    shift reaches min_magnitude). So the chance that confirmation runs back at the old level confirm any metric
+    is at most alpha per night, however many metrics were re-measured."""
+    ranked = sorted(tests.items(), key=lambda kv: (kv[1].pvalue if kv[1].pvalue == kv[1].pvalue else 2.0, kv[0]))
+    holds = []
+    for k, (name, test) in enumerate(ranked):
+        if not test.pvalue <= alpha / (len(ranked) - k):
+            break
+        if test.holds:
+            holds.append(name)
+    return holds
 
 
 def regression_start(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str]
@@ -164,21 +182,25 @@ def regression_start(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[
 
 
 def _test_metric(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str],
-                 confirm_pvalue: float, min_magnitude: float) -> LevelTest | None:
+                 settings: DetectionSettings) -> LevelTest | None:
     start = regression_start(series_metric, v, tonight, confirmation)
     if start is None:
         return None
     ids, values = series_metric.run_ids, np.asarray(series_metric.values, dtype=float)
-    level_from = max([0, *[c.index for c in series_metric.changes if c.index < start]])
-    level_from = max(level_from, start - BASELINE_RUNS)
+    # the level as the history before the regression shows it: a change point found with tonight's runs may
+    # land a run or two early (the last runs before them high by chance) and leave too short a baseline
+    before = changepoint.detect(values[:start], window=settings.window, max_pvalue=settings.max_pvalue,
+                                min_magnitude=settings.min_magnitude)
+    level_from = max([0, *[c.index for c in before], start - BASELINE_RUNS])
     base = values[level_from:start]
     regressed = np.array([x for i, x in enumerate(values) if i >= start and ids[i] not in confirmation])
     again = np.array([x for r, x in zip(ids, values, strict=True) if r in confirmation])
-    test = level_test(base, regressed, again, series_metric.higher_is_better, confirm_pvalue, min_magnitude)
+    test = level_test(base, regressed, again, series_metric.higher_is_better, settings.confirm_pvalue,
+                      settings.min_magnitude)
     return replace(test, reopened=ids[start] not in tonight)
 
 
-def _evidence(series_metric: MetricTrend, test: LevelTest | None) -> str:
+def _evidence(series_metric: MetricTrend, test: LevelTest | None, family: int = 1) -> str:
     if test is None:
         return f"{series_metric.metric}: none of tonight's runs logged it"
     base = float(np.mean(test.baseline)) if test.baseline else float("nan")
@@ -196,4 +218,5 @@ def _evidence(series_metric: MetricTrend, test: LevelTest | None) -> str:
     return (f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (mean of {len(test.baseline)} runs), "
             f"{part('since the dismissed night' if test.reopened else 'tonight', test.regressed)}, "
             f"{part('confirmation', test.confirmation)}; {group} against "
-            f"before: one-sided p={test.pvalue:.2g}{agree}")
+            f"before: one-sided p={test.pvalue:.2g}{agree}"
+            + (f" (Holm over {family} metrics re-measured)" if family > 1 else ""))

@@ -152,11 +152,12 @@ def repeats_needed(mlflow, suite: BenchmarkSuite, config_index: int, tonights_ru
     recent = power.recent_segment(step)
     found = power.for_values(step.metric, recent, 2, suite.max_pvalue)
     k, reachable = power.repeats_needed(found.noise_pct, len(recent), target, cap, suite.max_pvalue)
-    at_k = power.min_detectable_shift(found.noise_pct, len(recent), k, suite.max_pvalue)
+    at_k = power.min_detectable_shift(found.noise_pct, len(recent), k, suite.max_pvalue, power.AUTO_POWER)
     if reachable:
-        return k, f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time (target {target:g}%)"
+        return k, (f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time in "
+                   f"{power.AUTO_POWER:.0%} of nights (target {target:g}%)")
     return k, (f"repeats auto: the cap of {k} runs cannot reach the target {target:g}%: the smallest step found "
-               f"in one night is {at_k:.2f}% (noise {found.noise_pct:.2f}%, {len(recent)} runs of history)")
+               f"in one night ({power.AUTO_POWER:.0%} of nights) is {at_k:.2f}% (noise {found.noise_pct:.2f}%, {len(recent)} runs of history)")
 
 
 def _pct(value: float | None) -> str:
@@ -178,7 +179,8 @@ def markdown(judged: list[JudgedSeries], failures: list[str], fleet_sections: li
 
 
 def failure_message(regressions: list[JudgedSeries], failures: list[str]) -> str:
-    """What the night fails with: each new regression with its evidence, then each run that failed."""
+    """What the night fails with: each new regression with its evidence and notes (the repeats it ran, the
+    bisection started), then each run that failed."""
     return "; ".join([f"new regression in {j.label} [{j.series}]: "
-                      f"{' | '.join([*j.new_changes, j.confirmation or 'not re-measured'])}"
+                      f"{' | '.join([*j.new_changes, j.confirmation or 'not re-measured', *j.notes])}"
                       for j in regressions] + [f"failed run: {f}" for f in failures])

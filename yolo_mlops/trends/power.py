@@ -95,12 +95,16 @@ def recent_segment(m) -> np.ndarray:
     return recent
 
 
+AUTO_POWER = 0.95  # repeats='auto': the target step is opened in 95% of nights, so that >= 90% are alerted
+# within the night once the confirmation runs (which miss a few) have judged it (benchmarks/bench_verdicts.py)
+
+
 def repeats_needed(noise_pct: float, history_runs: int, target_pct: float, max_repeats: int,
-                   max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE) -> tuple[int, bool]:
-    """(repeats, reachable): the fewest runs a night (2 .. max_repeats) whose minimum detectable shift is at
-    most target_pct; (max_repeats, False) when even the cap cannot reach it."""
+                   max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE, power: float = AUTO_POWER) -> tuple[int, bool]:
+    """(repeats, reachable): the fewest runs a night (2 .. max_repeats) that find a step of target_pct with
+    probability `power`; (max_repeats, False) when even the cap cannot reach it."""
     for k in range(2, max(int(max_repeats), 2) + 1):
-        if min_detectable_shift(noise_pct, history_runs, k, max_pvalue) <= target_pct:
+        if min_detectable_shift(noise_pct, history_runs, k, max_pvalue, power) <= target_pct:
             return k, True
     return max(int(max_repeats), 2), False
 
