@@ -30,6 +30,13 @@ def _runs(mlflow_client):
      "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3"),
     (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
     (["--device", "0"], "CUDA is not available"),
+    # data-parallel jobs
+    (["--device", "0,0"], "device '0,0' names a device twice: one rank per device"),
+    (["--device", "0,1", "--ranks", "2"], "ddp.ranks (--ranks) is for CPU ranks"),
+    (["--ranks", "2", "--ddp-backend", "nccl"], "ddp backend nccl needs GPUs"),
+    (["--ranks", "3"], "batch 4 does not divide over 3 ranks (ultralytics would train 1 images per rank"),
+    (["--ranks", "0"], "ddp.ranks"),
+    (["--device", "0,1"], "CUDA is not available"),  # more GPUs than the machine has: here, none at all
 ])
 def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, argv, fragment):
     code, err = _run_cli(capsys, *argv)
@@ -92,3 +99,19 @@ def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
     assert run.data.tags["yolo_mlops.analysis_status"] == "failed"
     assert trace.name in run.data.tags["yolo_mlops.analysis_error"]
     assert run.data.metrics["perf/step_time_ms_p50"] > 0
+
+
+def test_more_gpus_than_the_machine_has(monkeypatch):
+    """The GPU is the one piece of hardware tests may fake: a machine of 2 GPUs asked for a third."""
+    import torch
+
+    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.errors import ConfigError
+    from yolo_mlops.run import preflight
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    spec = build_run_spec({"device": "0,1,2", "batch": 6})
+    with pytest.raises(ConfigError, match=r"device '0,1,2' names GPU\(s\) \[2\] but this machine has 2 \(0 to 1\)"):
+        preflight._check_device("0,1,2", spec)
+    preflight._check_device("0,1", build_run_spec({"device": "0,1", "batch": 6}))  # both exist: accepted
