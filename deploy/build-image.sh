@@ -7,8 +7,8 @@
 #                  Debian's Python 3.11 (what python:3.11-slim-bookworm has) in a venv first on PATH.
 #
 # With buildah the host's pip settings come along without entering the image: the CA bundle pip trusts
-# (`pip config get global.cert`; egress proxies re-sign TLS) and its local wheel directories (find-links,
-# file:// extra indexes) are mounted read-only into the build at their own paths and passed as build
+# (PIP_CERT or pip config's cert; egress proxies re-sign TLS) and its local wheel directories (find-links,
+# file:// extra indexes) are mounted read-only into the build under /tmp/build-host and passed as build
 # arguments; anything they lack comes from PyPI.
 #
 # Usage: deploy/build-image.sh            (make image)
@@ -139,27 +139,33 @@ if [ "${HOST_PIP:-1}" = 1 ] && command -v pip3 >/dev/null 2>&1; then
     if [ -n "${!var:-}" ]; then printf '%s\n' "${!var}"; return; fi
     pip3 config list 2>/dev/null | sed -n "s/^global\.$1='\(.*\)'\$/\1/p" | tail -n 1
   }
+  # Mounted for the build's RUN steps only, all under one directory the image does not otherwise use. Buildah
+  # leaves the mount points behind (an empty file and empty directories under $inside), never their content.
+  inside=/tmp/build-host
   cert=$(pip_get cert)
   if [ -n "$cert" ] && [ -f "$cert" ]; then
-    # mounted for the build's RUN steps only; never copied into a layer
-    args+=(--volume "$cert:/etc/ssl/certs/host-ca.crt:ro" --build-arg PIP_CERT=/etc/ssl/certs/host-ca.crt)
+    args+=(--volume "$cert:$inside/ca.crt:ro" --build-arg "PIP_CERT=$inside/ca.crt")
   fi
-  # local directories only, mounted at their own paths so the file:// URLs hold inside the build
-  local_dirs() {
-    local entry path
+  # Local directories only (a find-links folder, a file:// simple index with its files beside it); an entry that
+  # is not a local directory is left to PIP_* defaults, i.e. PyPI.
+  # Prints the entry as seen inside the build; adds its mount.
+  local_entries() {
+    local entry path root
     for entry in "$@"; do
       path=${entry#file://}
-      if [ "${path#/}" != "$path" ] && [ -d "$path" ]; then printf '%s\n' "$entry"; fi
+      if [ "${path#/}" = "$path" ] || [ ! -d "$path" ]; then continue; fi
+      root=${path%/simple}  # a simple index links its files relative to the folder above
+      printf '%s\n' "${entry/"$path"/"$inside$path"}"
+      printf '%s:%s:ro\n' "$root" "$inside$root" >>"$mounts"
     done
   }
-  mount_for() { local path=${1#file://}; path=${path%/simple}; printf '%s:%s:ro' "$path" "$path"; }
+  mounts=$(mktemp)
   # shellcheck disable=SC2046  # both settings are space-separated lists
-  mapfile -t find_links < <(local_dirs $(pip_get find-links))
+  mapfile -t find_links < <(local_entries $(pip_get find-links))
   # shellcheck disable=SC2046
-  mapfile -t extra_index < <(local_dirs $(pip_get extra-index-url))
-  for entry in "${find_links[@]}" "${extra_index[@]}"; do
-    args+=(--volume "$(mount_for "$entry")")
-  done
+  mapfile -t extra_index < <(local_entries $(pip_get extra-index-url))
+  while read -r mount; do args+=(--volume "$mount"); done < <(sort -u "$mounts")
+  rm -f "$mounts"
   [ ${#find_links[@]} -eq 0 ] || args+=(--build-arg "PIP_FIND_LINKS=${find_links[*]}")
   [ ${#extra_index[@]} -eq 0 ] || args+=(--build-arg "PIP_EXTRA_INDEX_URL=${extra_index[*]}")
 fi

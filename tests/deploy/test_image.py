@@ -14,6 +14,7 @@ paths hold on both sides and the run is read back here with the host's MLflow.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -104,6 +105,26 @@ except OSError:
 """]))
     assert f"uid {APP_UID} gid {APP_UID} home /home/app cwd /opt/yolo-mlops" in out
     assert "network no" in out
+
+
+def test_build_host_files_were_mounted_not_copied(container: Container):
+    """deploy/build-image.sh mounts the host's CA bundle and wheel folders into the build: no file of the image
+    has the bundle's content, only empty mount points remain under /tmp/build-host, and no PIP_* setting of the
+    build is in the image's environment."""
+    bundle = Path(os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
+    if not bundle.is_file():
+        pytest.skip(f"no CA bundle at {bundle} to look for")
+    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
+    out = check(container.run(["python", "-c", f"""
+import hashlib, os, subprocess
+same_size = subprocess.run(["find", "/", "-xdev", "-type", "f", "-size", "{bundle.stat().st_size}c"],
+                           capture_output=True, text=True).stdout.split()
+print("copies", [p for p in same_size if hashlib.sha256(open(p, "rb").read()).hexdigest() == "{digest}"])
+print("non-empty", subprocess.run(["find", "/tmp/build-host", "-type", "f", "-size", "+0"],
+                                  capture_output=True, text=True).stdout.split())
+print("pip-env", sorted(k for k in os.environ if k in ("PIP_CERT", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")))
+"""]))
+    assert "copies []" in out and "non-empty []" in out and "pip-env []" in out, out
 
 
 def test_help(container: Container):
