@@ -138,7 +138,12 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     change = next((c for c in trend.metric(names.STEP_TIME_P50).changes if c.run_id == series[4].run_id), None)
     assert change is not None
     a = trends.attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
-    assert a.runs_without_tables == () and len(a.before_runs) == 4 and len(a.after_runs) == 4
+    # the segments on each side of the shift: 4 runs, or 2 where the machine's load moved inside a night and the
+    # detector put a change point there too (tolerated by test_detector_finds_the_shift_at_the_first_slowed_run)
+    assert a.runs_without_tables == ()
+    assert len(a.before_runs) == len(change.before_run_ids) in (2, 4), [c.index for c in trend.metric(
+        names.STEP_TIME_P50).changes]
+    assert len(a.after_runs) == len(change.after_run_ids) in (2, 4)
     operators = [c for c in a.contributions if c.kind == "operator"]
     assert operators[0].name == INJECTED, [c.name for c in operators[:5]]
     assert operators[0].delta_ms == pytest.approx(1000, rel=0.1)  # the injected 1 s per step

@@ -1,0 +1,103 @@
+"""The nightly `benchmark` flow end to end with repeats='auto' and auto_bisect: real CPU training into a real
+SQLite MLflow store, Prefect's test server with a real work pool and `bisect` deployment (no worker runs the
+bisection: what is checked is where it is sent and with what).
+
+Night 1 (commit a...): no history, so repeats='auto' runs the cap. Night 2 (commit b...): every run 2 s a step
+slower (a sleep in a forward hook: far above this shared machine's noise); repeats='auto' picks the runs from
+night 1's noise, the regression is confirmed, and the flow hands the commit range to the bisect deployment on
+this machine's work queue before it fails."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from yolo_mlops.tracking import names
+
+EXPERIMENT = f"nightly-auto-{time.time_ns()}"
+GOOD, BAD = "a" * 40, "b" * 40
+POOL, DEPLOYMENT = "nightly-bisect-pool", "bisect-nightly"
+
+
+def _suite():
+    from yolo_mlops.config import BenchmarkSuite, build_run_spec
+
+    tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
+                           "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
+                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
+                                        "profile_memory": False}})
+    return BenchmarkSuite(runs=[tiny], repeats="auto", target_shift_pct=50, max_repeats=3, max_pvalue=0.01,
+                          confirm_repeats=2, auto_bisect=True, bisect_deployment=f"bisect/{DEPLOYMENT}")
+
+
+def _slow_runs(monkeypatch, seconds: float) -> None:
+    from yolo_mlops.run import training
+
+    original = training._Instrumentation.on_train_start
+
+    def on_train_start(self, trainer):
+        original(self, trainer)
+        trainer.model.model[0].register_forward_hook(lambda *_: time.sleep(seconds))
+
+    monkeypatch.setattr(training._Instrumentation, "on_train_start", on_train_start)
+
+
+@pytest.fixture(scope="module")
+def two_nights(prefect_server):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    from yolo_mlops.flows.benchmark import RegressionDetected, benchmark
+    from yolo_mlops.flows.bisection import bisect
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name=POOL, type="process"))
+    deployment_id = bisect.to_deployment(name=DEPLOYMENT, work_pool_name=POOL).apply()
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setenv("YOLO_MLOPS_GIT_COMMIT", GOOD)
+        first = benchmark(_suite())
+        mp.setenv("YOLO_MLOPS_GIT_COMMIT", BAD)
+        _slow_runs(mp, 2.0)
+        with pytest.raises(RegressionDetected) as failed:
+            benchmark(_suite())
+    finally:
+        mp.undo()
+    return first, failed.value, deployment_id
+
+
+@pytest.mark.slow
+def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    from yolo_mlops.run.environment import machine_name
+    from yolo_mlops.tracking import queries
+
+    first, failure, deployment_id = two_nights
+    ((_, night1),) = first.items()
+    assert len(night1["runs_tonight"]) == 3  # no history: the cap
+    assert night1["notes"] == ["repeats auto: no step-time history yet, 3 runs (the cap)"]
+
+    runs = sorted(queries.search_all_runs(mlflow_client, [queries.find_experiment_id(mlflow_client, EXPERIMENT)]),
+                  key=lambda r: r.info.start_time)
+    night2 = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION not in r.data.tags]
+    confirmation = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION in r.data.tags]
+    message = str(failure)
+    picked = re.search(r"repeats auto: (?:(\d) runs detect|the cap of (\d) runs)", message)
+    assert picked is not None, message  # the night's note is in the failure message
+    assert len(night2) == int(picked.group(1) or picked.group(2)) and 2 <= len(night2) <= 3
+    assert len(confirmation) == 2 and "confirmed by 2 confirmation runs" in message
+    assert all(r.data.tags[names.TREND] == "regression" for r in night2 + confirmation)
+
+    assert f"auto-bisect: started bisect/{DEPLOYMENT} run" in message
+    assert f"on work queue '{machine_name()}' of pool '{POOL}'" in message
+    with get_client(sync_client=True) as client:
+        (flow_run,) = client.read_flow_runs(deployment_filter=DeploymentFilter(
+            id=DeploymentFilterId(any_=[deployment_id])))
+    assert flow_run.parameters["good"] == GOOD and flow_run.parameters["bad"] == BAD
+    assert flow_run.parameters["run_id"] in {r.info.run_id for r in night2}
+    assert flow_run.work_queue_name == machine_name()
+    assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": machine_name()}}
