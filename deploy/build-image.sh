@@ -173,5 +173,6 @@ fi
 # ---------------------------------------------------------------- buildah: the image
 started=$(now)
 say "building $IMAGE with buildah on $base"
-run_build "$started" buildah bud --isolation chroot --layers -f Dockerfile -t "$IMAGE" "${args[@]}" .
+# --force-rm: no working container left behind by a failed step
+run_build "$started" buildah bud --isolation chroot --layers --force-rm -f Dockerfile -t "$IMAGE" "${args[@]}" .
 say "built $IMAGE with buildah in $(( $(now) - started )) s"

@@ -29,12 +29,19 @@ import pytest
 IMAGE = os.environ.get("YOLO_MLOPS_IMAGE_TEST", "")
 APP_UID = 1000  # the Dockerfile's `USER 1000:1000`
 
-pytestmark = [
+# the tests that run the image; the build script's own checks below them need neither an image nor a builder
+needs_image = [
     pytest.mark.slow,
     pytest.mark.integration,
     pytest.mark.skipif(not IMAGE, reason="YOLO_MLOPS_IMAGE_TEST not set: `make image-test` builds the image and "
                                          "runs these tests on it"),
 ]
+
+
+def image_test(test):
+    for mark in needs_image:
+        test = mark(test)
+    return test
 
 
 def _docker_answers() -> bool:
@@ -93,6 +100,7 @@ def check(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout
 
 
+@image_test
 def test_runs_as_the_non_root_user_without_network(container: Container):
     out = check(container.run(["python", "-c", """
 import os, socket
@@ -107,6 +115,7 @@ except OSError:
     assert "network no" in out
 
 
+@image_test
 def test_build_host_files_were_mounted_not_copied(container: Container):
     """deploy/build-image.sh mounts the host's CA bundle and wheel folders into the build: no file of the image
     has the bundle's content, only empty mount points remain under /tmp/build-host, and no PIP_* setting of the
@@ -127,12 +136,14 @@ print("pip-env", sorted(k for k in os.environ if k in ("PIP_CERT", "PIP_FIND_LIN
     assert "copies []" in out and "non-empty []" in out and "pip-env []" in out, out
 
 
+@image_test
 def test_help(container: Container):
     out = check(container.run(["yolo-mlops", "--help"]))
     for command in ("demo", "profile", "sweep", "trends"):
         assert command in out
 
 
+@image_test
 def test_ultralytics_finds_its_font_and_config_dir(container: Container):
     """The fonts and settings the build placed are where ultralytics looks, and the dir is the user's."""
     out = check(container.run(["python", "-c", """
@@ -148,6 +159,7 @@ print("sync", SETTINGS["sync"], "mlflow", SETTINGS["mlflow"])
     assert "sync False mlflow False" in out
 
 
+@image_test
 def test_flow_entrypoints_load_from_the_working_directory(container: Container):
     """What a worker does with deploy/prefect.yaml's entrypoints after its pull step changes into the project dir."""
     out = check(container.run(["python", "-c", """
@@ -162,6 +174,7 @@ for d in yaml.safe_load(open("deploy/prefect.yaml"))["deployments"]:
         assert f"flow {entrypoint} " in out
 
 
+@image_test
 def test_bootstrap_and_process_worker_against_a_server_in_the_container(container: Container):
     """The compose stack's one-shot `bootstrap` and its worker's command, against `prefect server start` on
     loopback in the same container: pools, limits and deployments are created offline (prefect deploy loads
@@ -213,6 +226,7 @@ echo "server-stopped"
     print(f"bootstrap + workers in the container: {time.monotonic() - started:.1f} s")
 
 
+@image_test
 def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_path: Path):
     home = tmp_path / "home"
     home.mkdir()
@@ -237,3 +251,53 @@ def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_pa
     assert {"profiler", "analysis"} <= top, top
     report = Path(client.download_artifacts(run.info.run_id, "analysis/report.html", str(tmp_path)))
     assert report.stat().st_size > 0
+
+
+# ---------------------------------------------------------------- deploy/build-image.sh, no builder needed
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "build-image.sh"
+
+
+def test_build_script_passes_shellcheck():
+    from .conftest import VENV_BIN
+
+    proc = subprocess.run([str(VENV_BIN / "shellcheck"), str(BUILD_SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _tool_dir(tmp_path: Path, fake: dict[str, str]) -> dict[str, str]:
+    """A PATH with the few real tools the script uses and the given fake programs, nothing else."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "dirname", "date", "mkdir", "cat", "grep", "tail", "tee", "nice", "mktemp", "rm", "sort"):
+        (bin_dir / name).symlink_to(shutil.which(name))
+    for name, body in fake.items():
+        (bin_dir / name).write_text("#!" + shutil.which("bash") + "\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": str(bin_dir), "HOME": str(tmp_path), "LOG_DIR": str(tmp_path / "log")}
+
+
+def test_without_docker_or_buildah_says_what_to_install(tmp_path: Path):
+    proc = subprocess.run([shutil.which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True,
+                          env=_tool_dir(tmp_path, {}))
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        "deploy/build-image.sh: neither docker nor buildah found: install Docker Engine, or apt-get install -y "
+        "buildah mmdebstrap"], proc.stderr
+
+
+def test_a_failed_build_names_its_step(tmp_path: Path):
+    """The builder's output is a fake here; the script's report of it is what is checked."""
+    fake_buildah = """case $1 in
+  inspect) exit 0 ;;                 # every image "exists": no pull, no base build
+  bud) echo '[3/3] STEP 6/16: COPY --from=requirements /requirements.txt /tmp/requirements.txt'
+       echo '[3/3] STEP 7/16: RUN pip install --no-cache-dir -r /tmp/requirements.txt'
+       echo 'ERROR: No matching distribution found for ultralytics'
+       exit 1 ;;
+esac
+"""
+    env = _tool_dir(tmp_path, {"buildah": fake_buildah}) | {"HOST_PIP": "0"}
+    proc = subprocess.run([shutil.which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True, env=env)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "build failed" in last and "at [3/3] STEP 7/16: RUN pip install" in last, proc.stderr
