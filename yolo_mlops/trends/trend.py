@@ -254,7 +254,7 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         if first_tonight_ms is None:
             per_metric[m.metric] = "stable"
             continue
-        changed_tonight = [c for c in m.changes if c.start_time_ms >= first_tonight_ms]
+        changed_tonight = [c for c in m.changes if _new_tonight(m, c, by_id, first_tonight_ms, trend.settings)]
         if not changed_tonight and (open_level := _suspected_level(m, by_id, first_tonight_ms)) is not None:
             changed_tonight = [open_level]  # a dismissed regression's level still holds: judged again tonight
         moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
@@ -277,6 +277,27 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
     return SeriesVerdict(trend.series, trend.label, overall, tuple(new), per_metric=per_metric,
                          new_drifts=tuple(drifts), new_candidates=tuple(cands))
+
+
+EARLY_SPLIT_RUNS = 5  # a change point this few runs before tonight, into tonight's runs, may be tonight's own
+
+
+def _new_tonight(m: MetricTrend, change: ChangeEvent, by_id: dict[str, HistoryRun], first_tonight_ms: int,
+                 settings: DetectionSettings) -> bool:
+    """The change point was not there before tonight: it starts among tonight's runs, or it is the last one
+    before them, its new level runs on into tonight from fewer than EARLY_SPLIT_RUNS runs of an earlier night,
+    and the history before tonight shows no change point there (within a run). The last run or two before
+    tonight, high by chance, pull the split early; judged by start time alone that step was never reported."""
+    if change.start_time_ms >= first_tonight_ms:
+        return True
+    earlier = [by_id[r] for r in change.after_run_ids if by_id[r].start_time_ms < first_tonight_ms]
+    later = [by_id[r] for r in change.after_run_ids if by_id[r].start_time_ms >= first_tonight_ms]
+    nights = {r.night for r in later if r.night is not None}
+    if not later or len(earlier) >= EARLY_SPLIT_RUNS or any(r.night in nights for r in earlier):
+        return False  # not reaching tonight, long established, or judged with tonight's own benchmark night
+    end = sum(t < first_tonight_ms for t in m.times_ms)
+    seen = _analyse(np.array(m.values[:end]), list(m.times_ms[:end]), settings).steps
+    return not any(abs(c.index - change.index) <= 1 for c in seen)
 
 
 def _suspected_level(m: MetricTrend, by_id: dict[str, HistoryRun], first_tonight_ms: int) -> ChangeEvent | None:
