@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import kernel_type, merge_intervals, union_length
+from yolo_mlops.analysis.gpu import (
+    COMMUNICATION,
+    COMPUTATION,
+    kernel_type,
+    launched_before,
+    merge_intervals,
+    select_gpu_activities,
+    union_length,
+)
 from yolo_mlops.analysis.host import find_steps, host_event_mask
 from yolo_mlops.analysis.trace_loader import RankTrace
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
@@ -33,6 +41,9 @@ _PROFILER_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 OPTIMIZER_STEP_LABEL = PHASE_LABEL_PREFIX + "optimizer_step"
 # a spread of waits below this share of the mean step is noise, not a straggler
 STRAGGLER_MIN_WAIT_SPREAD_PCT = 5.0
+
+
+_Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # a rank's collectives: end, duration, step index
 
 
 @dataclass
@@ -50,7 +61,8 @@ class RankCommunication:
     collective_pct: float  # of step time
     exposed_pct: float  # of step time
     calls_per_optimizer_step: float | None
-    wait_time_us: float | None = None  # time spent waiting for other ranks inside collectives (cross-rank)
+    # time its steps were held back waiting for other ranks inside collectives (cross-rank; see _cross_rank_waits)
+    wait_time_us: float | None = None
     wait_pct: float | None = None  # of step time
     collective_ms_by_step: list[float] = field(default_factory=list)
     exposed_ms_by_step: list[float] = field(default_factory=list)
@@ -70,7 +82,7 @@ class CommunicationAnalysis:
 
 def communication_analysis(traces: list[RankTrace]) -> CommunicationAnalysis | None:
     """None when no trace holds a collective (a single-process run)."""
-    per_rank: list[tuple[RankCommunication, tuple[np.ndarray, np.ndarray]]] = []
+    per_rank: list[tuple[RankCommunication, _Spans]] = []
     for trace in traces:
         found = _rank_communication(trace)
         if found is not None:
@@ -85,46 +97,77 @@ def communication_analysis(traces: list[RankTrace]) -> CommunicationAnalysis | N
     return analysis
 
 
-def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, tuple[np.ndarray, np.ndarray]] | None:
-    """The rank's collectives, and their (start, duration) in issue order for the cross-rank match."""
+def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans] | None:
+    """The rank's collectives, and their (end, duration, step) in issue order for the cross-rank match."""
     host = host_event_mask(trace)
     steps = find_steps(trace, host)
     if steps.count == 0:
         return None
-    window_start, window_end = float(steps.start[0]), float(steps.end[-1])
-    nccl = _name_mask(trace, lambda n: kernel_type(n) == "COMMUNICATION") & (trace.stream >= 0)
-    if nccl.any():
-        backend = "nccl"
-        collective = nccl
-        compute = trace.gpu_mask() & _name_mask(trace, lambda n: kernel_type(n) == "COMPUTATION")
-        compute_start, compute_end = _intervals(trace, compute)
+    if _name_mask(trace, lambda n: kernel_type(n) == COMMUNICATION).any():
+        spans = _nccl_spans(trace, steps)
     else:
-        collective = _name_mask(trace, _GLOO_SPAN_RE.match) & host
-        if not collective.any():
-            return None
-        backend = trace.backend or "gloo"
-        compute_start, compute_end = _training_thread_compute(trace, host)
-    inside = (trace.ts < window_end) & (trace.ts + trace.dur > window_start)
-    collective &= inside
+        spans = _gloo_spans(trace, host, steps)
+    if spans is None:
+        return None
+    backend, comm_start, comm_end, cover_start, cover_end, step_of_comm, step_of_cover, window_steps = spans
+    comm_by_step, exposed_by_step = [], []
+    for i in range(window_steps):
+        in_step, covering = step_of_comm == i, step_of_cover == i
+        merged_start, merged_end = merge_intervals(comm_start[in_step], comm_end[in_step])
+        comm_by_step.append(float((merged_end - merged_start).sum()))
+        exposed_by_step.append(_uncovered(merged_start, merged_end, cover_start[covering], cover_end[covering]))
+    step_us = float(steps.duration[:window_steps].sum())
+    window_start, window_end = float(steps.start[0]), float(steps.end[window_steps - 1])
+    optimizer_steps = _count_in_window(trace, host, OPTIMIZER_STEP_LABEL, window_start, window_end)
+    calls = int((step_of_comm >= 0).sum())
+    comm_us, exposed_us = float(sum(comm_by_step)), float(sum(exposed_by_step))
+    result = RankCommunication(
+        rank=trace.rank, backend=backend, steps=window_steps, step_time_us=step_us,
+        collective_calls=calls, collective_time_us=comm_us, exposed_time_us=exposed_us,
+        optimizer_steps=optimizer_steps, collective_pct=_pct(comm_us, step_us), exposed_pct=_pct(exposed_us, step_us),
+        calls_per_optimizer_step=calls / optimizer_steps if optimizer_steps else None,
+        collective_ms_by_step=[v / 1000 for v in comm_by_step], exposed_ms_by_step=[v / 1000 for v in exposed_by_step])
+    counted = step_of_comm >= 0
+    return result, (comm_end[counted], (comm_end - comm_start)[counted], step_of_comm[counted])
+
+
+def _nccl_spans(trace: RankTrace, steps):
+    """NCCL kernels against compute kernels, in HTA's window (the kernels launched before the last ProfilerStep
+    starts, when there are two or more) and each kernel in the step that launched it, as HTA counts them."""
+    acts = select_gpu_activities(trace)
+    window_steps = steps.count
+    if steps.count >= 2:
+        acts = launched_before(acts, float(np.ceil(steps.start[-1])))
+        window_steps = steps.count - 1
+    order = np.argsort(acts.start, kind="stable")
+    kinds, start, end, launch = acts.kernel_type[order], acts.start[order], acts.end[order], acts.launch_ts[order]
+    step_of = steps.index_of(launch)
+    step_of = np.where(step_of < window_steps, step_of, -1)
+    comm, compute = kinds == COMMUNICATION, kinds == COMPUTATION
+    return ("nccl", start[comm], end[comm], start[compute], end[compute], step_of[comm], step_of[compute],
+            window_steps)
+
+
+def _gloo_spans(trace: RankTrace, host: np.ndarray, steps):
+    """gloo's collective spans against the training thread's operators, both clipped to each step."""
+    collective = _name_mask(trace, _GLOO_SPAN_RE.match) & host
+    if not collective.any():
+        return None
     order = np.flatnonzero(collective)
     order = order[np.argsort(trace.ts[order], kind="stable")]
     comm_start, comm_end = trace.ts[order], trace.ts[order] + trace.dur[order]
-    comm_by_step, exposed_by_step = [], []
-    for start, end in zip(steps.start, steps.end, strict=True):
-        c_start, c_end = _clip(comm_start, comm_end, start, end)
-        merged_start, merged_end = merge_intervals(c_start, c_end)
-        comm_by_step.append(float((merged_end - merged_start).sum()))
-        exposed_by_step.append(_uncovered(merged_start, merged_end, *_clip(compute_start, compute_end, start, end)))
-    step_us = float(steps.duration.sum())
-    optimizer_steps = _count_in_window(trace, host, OPTIMIZER_STEP_LABEL, window_start, window_end)
-    comm_us, exposed_us = float(sum(comm_by_step)), float(sum(exposed_by_step))
-    result = RankCommunication(
-        rank=trace.rank, backend=backend, steps=steps.count, step_time_us=step_us,
-        collective_calls=int(order.size), collective_time_us=comm_us, exposed_time_us=exposed_us,
-        optimizer_steps=optimizer_steps, collective_pct=_pct(comm_us, step_us), exposed_pct=_pct(exposed_us, step_us),
-        calls_per_optimizer_step=order.size / optimizer_steps if optimizer_steps else None,
-        collective_ms_by_step=[v / 1000 for v in comm_by_step], exposed_ms_by_step=[v / 1000 for v in exposed_by_step])
-    return result, (trace.ts[order], trace.dur[order])
+    ops_start, ops_end = _training_thread_compute(trace, host)
+    # a collective belongs to the step it starts in; both sides are clipped to that step's span
+    step_of_comm = steps.index_of(comm_start)
+    comm_end = np.where(step_of_comm >= 0, np.minimum(comm_end, steps.end[step_of_comm]), comm_end)
+    cover_start, cover_end, step_of_cover = [], [], []
+    for i, (lo, hi) in enumerate(zip(steps.start, steps.end, strict=True)):
+        s, e = _clip(ops_start, ops_end, lo, hi)
+        cover_start.append(s)
+        cover_end.append(e)
+        step_of_cover.append(np.full(s.size, i))
+    return (trace.backend or "gloo", comm_start, comm_end, np.concatenate(cover_start), np.concatenate(cover_end),
+            step_of_comm, np.concatenate(step_of_cover).astype(int), steps.count)
 
 
 def _training_thread_compute(trace: RankTrace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -143,11 +186,13 @@ def _training_thread_compute(trace: RankTrace, host: np.ndarray) -> tuple[np.nda
     return _subtract(ops_start, ops_end, wait_start, wait_end)
 
 
-def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Each matched collective ends together on every rank; a rank's wait is the start of its span up to the
-    latency before the end. Collectives run concurrently (one per gloo thread, or NCCL stream), so a rank's
-    wait is the union of its wait intervals, not their sum."""
-    durations = [d for _, d in spans]
+def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[_Spans]) -> None:
+    """Each matched collective ends together on every rank, after its latency (the shortest of the ranks'
+    durations); the rest of a rank's duration it waited for a peer. A rank's step is held back by its longest
+    wait in the step: DDP's buckets of one backward all wait for the same late peer, concurrently and staggered
+    beside the rank's compute, so a sum (or a union) over buckets would count one delay once per bucket, and
+    the last collective to end can be a small one issued after the buckets, when every rank has arrived."""
+    durations = [d for _, d, _ in spans]
     counts = {d.size for d in durations}
     if len(durations) < 2:
         analysis.note = "one rank's trace: no cross-rank waits"
@@ -158,8 +203,7 @@ def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[tuple[np.ndar
         return
     table = np.vstack(durations)  # rank x collective
     latency = table.min(axis=0)
-    waits = np.array([union_length(start, start + duration - latency)
-                      for (start, duration) in spans], dtype=float)
+    waits = np.array([_step_waits(end, duration - latency, step) for end, duration, step in spans])
     analysis.matched_collectives = int(table.shape[1])
     for rank, wait in zip(analysis.ranks, waits, strict=True):
         rank.wait_time_us = float(wait)
@@ -170,6 +214,11 @@ def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[tuple[np.ndar
     analysis.wait_spread_pct = _pct(spread_per_step, mean_step)
     if analysis.wait_spread_pct >= STRAGGLER_MIN_WAIT_SPREAD_PCT:
         analysis.waited_for_rank = analysis.ranks[int(waits.argmin())].rank
+
+
+def _step_waits(end: np.ndarray, wait: np.ndarray, step: np.ndarray) -> float:
+    """Sum over steps of each step's longest wait."""
+    return float(sum(wait[step == s].max() for s in np.unique(step)))
 
 
 def _name_mask(trace: RankTrace, predicate) -> np.ndarray:

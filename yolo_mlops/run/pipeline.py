@@ -159,8 +159,8 @@ def job_outcome(ranks: list[TrainingOutcome]) -> TrainingOutcome:
     ultralytics too), the step times of the slowest rank (DDP moves at its pace: the slowest median steady step
     decides), every rank's traces; `ranks` keeps each rank's own."""
     def median_step(outcome: TrainingOutcome) -> float:
-        steady = outcome.steps.steady(DISCARD_FIRST_STEPS)
-        return float(np.median(steady)) if steady.size else 0.0
+        summary = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
+        return summary.step_time_ms_p50 if summary is not None else 0.0
 
     slowest = max(ranks, key=median_step)
     first = ranks[0]

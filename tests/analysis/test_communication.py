@@ -1,0 +1,98 @@
+"""Collectives of a data-parallel job: HTA's comm/compute overlap on real NCCL traces, both NCCL kernel namings,
+and cross-rank waits on hand-built gloo rank traces whose answer is known by construction."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from yolo_mlops.analysis import analyze_traces
+from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
+
+NCCL_FIXTURES = ["a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz"]
+PCT_TOLERANCE = 0.5  # percentage points
+
+
+@pytest.mark.parametrize("name", NCCL_FIXTURES)
+def test_nccl_overlap_agrees_with_hta(gpu_traces_dir, hta_reference, name):
+    """HTA's kernel breakdown splits communication into rows alone and overlapping compute: the overlapped share
+    of communication time is what our exposed time leaves."""
+    rows = {r["kernel_type"]: r["sum"] for r in hta_reference[name]["kernel_type_breakdown"]}
+    comm_total = sum(v for k, v in rows.items() if "COMMUNICATION" in k)
+    overlapped = sum(v for k, v in rows.items() if "COMMUNICATION" in k and "COMPUTATION" in k)
+    (rank,) = analyze_traces(gpu_traces_dir / name).communication.ranks
+    assert rank.backend == "nccl" and rank.collective_calls > 0
+    assert rank.collective_time_us == pytest.approx(comm_total, rel=0.01)
+    ours = 100 * (1 - rank.exposed_time_us / rank.collective_time_us)
+    assert ours == pytest.approx(100 * overlapped / comm_total, abs=PCT_TOLERANCE)
+
+
+def test_newer_nccl_kernel_names_are_collectives_too(gpu_traces_dir, tmp_path):
+    """NCCL 2.19+ names its kernels ncclDevKernel_* (HTA's straggler code matches only ncclKernel*)."""
+    source = gpu_traces_dir / "small_comm_rank0.json.gz"
+    renamed = tmp_path / "renamed.json.gz"
+    text = gzip.decompress(source.read_bytes()).decode()
+    assert "ncclKernel_" in text
+    renamed.write_bytes(gzip.compress(text.replace("ncclKernel_", "ncclDevKernel_").encode()))
+    before = analyze_traces(source).communication.ranks[0]
+    after = analyze_traces(renamed).communication.ranks[0]
+    assert (after.collective_calls, after.collective_time_us, after.exposed_time_us) == \
+        (before.collective_calls, before.collective_time_us, before.exposed_time_us)
+
+
+def _gloo_rank(path: Path, rank: int, late_us: float, steps: int = 3, peers_late_us: float = 0.0) -> Path:
+    """A CPU rank trace: ProfilerSteps of 100 ms on the training thread, backward operators from 10 ms to 50 ms
+    (+ late_us), and two all_reduce spans on gloo threads for buckets ready at 30 and 40 ms (+ late_us); each
+    ends together on every rank, 20 and 21 ms after the latest rank's bucket was ready (peers_late_us: how late
+    the latest of the job is)."""
+    events = []
+    for i in range(steps):
+        t0 = i * 100_000.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t0, "dur": 100_000.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: ConvBackward0",
+                       "pid": 1, "tid": 1, "ts": t0 + 10_000, "dur": 40_000.0 + late_us})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/optimizer_step", "pid": 1, "tid": 1,
+                       "ts": t0 + 70_000, "dur": 5_000.0})
+        for thread, ready, transfer in ((7, 30_000.0, 20_000.0), (8, 40_000.0, 21_000.0)):
+            start = t0 + ready + late_us
+            end = t0 + ready + max(late_us, peers_late_us) + transfer
+            events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": thread,
+                           "ts": start, "dur": end - start})
+    trace = {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "traceEvents": events}
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def test_the_rank_the_others_wait_for_and_how_long(tmp_path):
+    late_us = 15_000.0
+    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=late_us),
+             _gloo_rank(tmp_path / "r1.json", 1, late_us)]
+    comm = analyze_traces(files).communication
+    assert comm.backend == "gloo" and comm.world_size == 2 and comm.matched_collectives == 6
+    assert comm.waited_for_rank == 1
+    by_rank = {r.rank: r for r in comm.ranks}
+    # both of rank 0's buckets wait late_us, staggered: its step is held back late_us, not twice that
+    assert by_rank[0].wait_time_us / 3 == pytest.approx(late_us)
+    assert by_rank[1].wait_time_us == pytest.approx(0.0)
+    assert by_rank[0].calls_per_optimizer_step == 2.0
+    # rank 0: spans 30-65 and 40-76 ms, its backward 10-50 ms: collective 30-76, exposed 50-76 ms per step
+    assert by_rank[0].collective_time_us / 3 == pytest.approx(46_000.0)
+    assert by_rank[0].exposed_time_us / 3 == pytest.approx(26_000.0)
+    straggler = next(f for f in diagnose(DiagnosisInput(analysis=analyze_traces(files))) if f.rule == "ddp_straggler")
+    assert straggler.evidence["rank"] == "1"
+    assert straggler.saving is not None and straggler.saving.ms_per_step == pytest.approx(late_us / 1000)
+
+
+def test_ranks_in_step_record_no_straggler(tmp_path):
+    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0), _gloo_rank(tmp_path / "r1.json", 1, 0.0)]
+    comm = analyze_traces(files).communication
+    assert comm.waited_for_rank is None and comm.wait_spread_pct == pytest.approx(0.0)
+    assert not [f for f in diagnose(DiagnosisInput(analysis=analyze_traces(files))) if f.rule == "ddp_straggler"]
+
+
+def test_a_single_process_trace_has_no_communication(cpu_trace_dir):
+    assert analyze_traces(cpu_trace_dir).communication is None
