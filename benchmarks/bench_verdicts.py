@@ -312,8 +312,8 @@ def main() -> int:
     parser.add_argument("--drift-seeds", type=int, default=30)
     parser.add_argument("--confirm-seeds", type=int, default=2000, help="seeds per confirmation case")
     parser.add_argument("--night-series", type=int, default=100, help="series (20 nights each) per row of 'night'")
-    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, confirmation, suspected, drifts, "
-                        "power, candidates (default: all)")
+    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, confirmation, suspected, "
+                        "drifts, power, candidates (default: all)")
     args = parser.parse_args()
     sections = {
         "speed": ("Speed", bench_speed),

@@ -66,5 +66,6 @@ def register(sub) -> None:
     p.add_argument("--min-effect", type=float, default=0.05,
                    help="smallest slowdown the premise calls a regression, a fraction (default 0.05)")
     p.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
-                   help=f"seconds after which a profiled run is killed and counts as failed (default {RUN_TIMEOUT_S:g})")
+                   help=f"seconds after which a profiled run is killed and counts as failed "
+                   f"(default {RUN_TIMEOUT_S:g})")
     p.set_defaults(handler=cmd_bisect)

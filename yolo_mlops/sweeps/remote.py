@@ -196,11 +196,13 @@ def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s
 def _cancel(client: SyncPrefectClient, flow_run_id, state, reason: str) -> None:
     """A child that never started is Cancelled at once (no worker holds it); a running one is set Cancelling,
     so its worker stops the process, as a cancellation from the UI does."""
+    from prefect.client.schemas.objects import State
     from prefect.states import Cancelled, Cancelling
 
-    new = Cancelling(message=reason) if state is not None and state.is_running() else Cancelled(message=reason)
+    running = state is not None and state.is_running()
+    ending: State = Cancelling(message=reason) if running else Cancelled(message=reason)
     try:
-        client.set_flow_run_state(flow_run_id, new, force=True)
+        client.set_flow_run_state(flow_run_id, ending, force=True)
     except Exception as exc:  # noqa: BLE001 - the sweep goes on; the flow run keeps its last state
         print(f"could not cancel flow run {flow_run_id}: {type(exc).__name__}: {exc}")
 

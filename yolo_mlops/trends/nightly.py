@@ -157,7 +157,8 @@ def repeats_needed(mlflow, suite: BenchmarkSuite, config_index: int, tonights_ru
         return k, (f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time in "
                    f"{power.AUTO_POWER:.0%} of nights (target {target:g}%)")
     return k, (f"repeats auto: the cap of {k} runs cannot reach the target {target:g}%: the smallest step found "
-               f"in one night ({power.AUTO_POWER:.0%} of nights) is {at_k:.2f}% (noise {found.noise_pct:.2f}%, {len(recent)} runs of history)")
+               f"in one night ({power.AUTO_POWER:.0%} of nights) is {at_k:.2f}% (noise {found.noise_pct:.2f}%, "
+               f"{len(recent)} runs of history)")
 
 
 def _pct(value: float | None) -> str:
