@@ -146,3 +146,17 @@ def _rank_processes() -> list[str]:
         if "yolo_mlops.run.ddp_rank" in cmdline or ("torch.distributed.run" in cmdline and "ddp_rank" in cmdline):
             found.append(cmdline)
     return found
+
+
+def test_compare_reads_a_job_per_rank(job, no_sync_job, capsys):
+    """Two jobs' operator and phase diff: each job's slowest rank by default, any rank with --rank."""
+    from yolo_mlops import cli
+
+    (_, a), (_, b) = job, no_sync_job
+    for extra in ([], ["--rank", "1"]):
+        assert cli.main(["compare", a.info.run_id, b.info.run_id, "--format", "json", *extra]) == 0
+        diff = json.loads(capsys.readouterr().out)
+        kinds = {row["kind"] for row in diff["contributions"]}
+        assert {"operator", "phase"} <= kinds, kinds
+    assert cli.main(["compare", a.info.run_id, b.info.run_id, "--rank", "5"]) == 2  # no such rank: one line
+    assert "no key_averages tables" in capsys.readouterr().err

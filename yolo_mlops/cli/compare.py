@@ -31,7 +31,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"compare needs two trace files or two MLflow run ids; {a if as_files[0] else b} "
                           f"is a file and {b if as_files[0] else a} is not")
     else:
-        result, warning = _compare_runs(a, b)
+        result, warning = _compare_runs(a, b, args.rank)
         run_b = b
     shown = dataclasses.replace(result, contributions=result.contributions[:args.top])
     if args.format == "json":
@@ -81,7 +81,7 @@ def _compare_traces(a: str, b: str):
     return attribute(profiles[:1], profiles[1:], top=None)
 
 
-def _compare_runs(a: str, b: str):
+def _compare_runs(a: str, b: str, rank: int | None = None):
     from yolo_mlops.tracking import connection, queries
     from yolo_mlops.trends.attribution import attribute, profile_from_run
     from yolo_mlops.trends.history import record_from_run
@@ -102,7 +102,7 @@ def _compare_runs(a: str, b: str):
                    f"B is {records[1].label} [{records[1].series}]; the diff mixes workload or hardware changes")
     profiles = []
     for r in records:
-        profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms)
+        profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms, rank)
         if profile is None:
             raise ConfigError(f"run {r.run_id} has no key_averages tables (logged before they existed?): "
                               "nothing to compare per operator")
@@ -126,5 +126,7 @@ def register(sub) -> None:
     p.add_argument("a", help="MLflow run id or trace file (the baseline)")
     p.add_argument("b", help="MLflow run id or trace file (compared with A)")
     p.add_argument("--top", type=int, default=20, help="rows shown (default 20); the logged table has all")
+    p.add_argument("--rank", type=int, help="data-parallel jobs: compare this rank's tables (default: each job's "
+                   "slowest rank, the one its perf/* headline is over)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_compare)

@@ -55,6 +55,11 @@ def find_run(mlflow: MlflowClient, run_id: str):
         raise
 
 
+def run_metric(mlflow: MlflowClient, run_id: str, name: str) -> float | None:
+    """One summary metric of a run (its latest value), None when the run has none by that name."""
+    return mlflow.get_run(run_id).data.metrics.get(name)
+
+
 # ---- history queries (trends, compare) ------------------------------------------------------------------------
 # search_runs is paginated over ALL pages: MLflow answers at most `max_results` runs per call, and a trend over
 # a silently truncated history would be wrong.

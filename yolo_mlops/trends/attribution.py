@@ -78,8 +78,10 @@ class Attribution:
 
 
 def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataFrame | None, trace_json: str | None,
-                        profiled_steps: int | None, step_ms: float | None) -> RunProfile | None:
-    """A run's profile from its key_averages tables (pandas frames) and trace analysis JSON."""
+                        profiled_steps: int | None, step_ms: float | None,
+                        rank: int | None = None) -> RunProfile | None:
+    """A run's profile from its key_averages tables (pandas frames) and trace analysis JSON (phases of `rank`,
+    else of its first rank)."""
     if host is None and device is None:
         return None
     frames = [f for f in (host, device) if f is not None]
@@ -96,7 +98,9 @@ def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataF
                 entries[(kind, str(name))] = float(us) / steps / 1000.0
     trace_step_ms = None
     analysis = _stored_analysis(trace_json)
-    per_step = analysis.ranks[0].steps if analysis is not None and analysis.ranks else []
+    ranks = analysis.ranks if analysis is not None else []
+    chosen = next((r for r in ranks if r.rank == rank), ranks[0] if ranks else None)
+    per_step = chosen.steps if chosen is not None else []
     if per_step:
         for category in {c for s in per_step for c in s.host_us}:
             ms = float(np.mean([s.host_us.get(category, 0.0) for s in per_step])) / 1000.0
@@ -118,12 +122,19 @@ def _stored_analysis(trace_json: str | None):
         return None
 
 
-def profile_from_run(mlflow, run_id: str, profiled_steps: int | None, step_ms: float | None) -> RunProfile | None:
-    """A logged run's profile; None when it has no key_averages tables (runs logged before they existed)."""
-    host = queries.load_run_table(mlflow, run_id, names.profiler_table(HOST_TABLE))
-    device = queries.load_run_table(mlflow, run_id, names.profiler_table(DEVICE_TABLE))
+def profile_from_run(mlflow, run_id: str, profiled_steps: int | None, step_ms: float | None,
+                     rank: int | None = None) -> RunProfile | None:
+    """A logged run's profile; None when it has no key_averages tables (runs logged before they existed). A
+    data-parallel job's is its `rank`'s, by default its slowest rank's (the one its perf/* headline is over)."""
+    folder = "" if rank is None else f"{names.rank_folder(rank)}/"
+    host = queries.load_run_table(mlflow, run_id, names.profiler_table(folder + HOST_TABLE))
+    device = queries.load_run_table(mlflow, run_id, names.profiler_table(folder + DEVICE_TABLE))
+    if host is None and device is None and rank is None:
+        slowest = queries.run_metric(mlflow, run_id, names.SLOWEST_RANK)
+        if slowest is not None:
+            return profile_from_run(mlflow, run_id, profiled_steps, step_ms, int(slowest))
     trace = queries.load_artifact_text(mlflow, run_id, f"{names.ANALYSIS_DIR}/{names.TRACE_ANALYSIS_JSON}")
-    return profile_from_tables(run_id, host, device, trace, profiled_steps, step_ms)
+    return profile_from_tables(run_id, host, device, trace, profiled_steps, step_ms, rank)
 
 
 def profile_from_trace(path: str, analysis) -> RunProfile:
