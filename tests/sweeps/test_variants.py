@@ -113,3 +113,28 @@ def test_describe_lists_every_fixed_variant_and_family():
                  "pin_memory_off", "cache_ram", "cache_disk", "batch_<n>", "workers_<n>", "imgsz_<n>",
                  "compile_<mode>"):
         assert name in text
+
+
+def test_ddp_variants_change_the_job_and_are_skipped_outside_one():
+    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.sweeps import variants
+    from yolo_mlops.sweeps.recommend import recommendations
+
+    job = build_run_spec({"device": "cpu", "batch": 8, "ddp": {"ranks": 2}})
+    changed = variants.apply_variant(job, "ddp_bucket_100mb+ddp_no_sync_accumulate")
+    assert changed.ddp.bucket_cap_mb == 100 and changed.ddp.no_sync_accumulation and changed.ddp.ranks == 2
+    assert changed.variant == "ddp_no_sync_accumulate+ddp_bucket_100mb"  # canonical: catalogue (axis) order
+    assert variants.apply_variant(job, "ddp_grad_bucket_view+ddp_static_graph+ddp_broadcast_buffers").ddp == \
+        job.ddp.model_copy(update={"gradient_as_bucket_view": True, "static_graph": True, "broadcast_buffers": True})
+    assert variants.skip_reason("ddp_no_sync_accumulate", "cpu", world_size=2) is None
+    reason = variants.skip_reason("amp_bf16+ddp_static_graph", "0", world_size=1)
+    assert reason is not None and reason.startswith("ddp_static_graph: a DistributedDataParallel switch")
+    with pytest.raises(variants.VariantError, match="1 to 4096 MiB"):
+        variants.parse("ddp_bucket_0mb")
+    with pytest.raises(variants.VariantError, match="appears twice|conflicts"):
+        variants.parse("ddp_bucket_50mb+ddp_bucket_100mb")
+    # the diagnosis' DDP recommendations are sweepable names
+    from yolo_mlops.analysis.diagnosis import DDP_COMMUNICATION_VARIANTS, Finding
+
+    found = recommendations([Finding("ddp_exposed_communication", "high", "t", {}, DDP_COMMUNICATION_VARIANTS)])
+    assert found.variants == DDP_COMMUNICATION_VARIANTS and not found.rejected
