@@ -361,6 +361,8 @@ def captured_step_times(folder: Path) -> StepTimes | None:
     """The step times written so far (between epochs, and when training ended or was interrupted); a last
     line cut short (a full disk) is left out."""
     path = folder / names.STEP_TIMES_CSV
+    if not path.is_file():  # a data-parallel job's: rank 0's
+        path = folder / names.ANALYSIS_DIR / names.rank_folder(0) / names.STEP_TIMES_FILE
     if not path.is_file():
         return None
     lines = path.read_text(errors="replace").splitlines()
