@@ -11,7 +11,8 @@ from yolo_mlops.analysis import analyze_traces
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.report import KERNEL_PLOT, STEP_PLOT, headline_metrics, write_report
 
-METRIC_NAME = re.compile(r"^trace/[a-z0-9_]+_(pct|ms|gib|mib_per_step|count|ms_mean|ms_median|ms_max)$")
+METRIC_NAME = re.compile(r"^(trace/[a-z0-9_]+_(pct|ms|gib|mib_per_step|count|ms_mean|ms_median|ms_max)"
+                         r"|(rank\d+/)?comm/[a-z_]+)$")  # comm/*: the collectives of a trace that has them
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

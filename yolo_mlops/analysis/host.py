@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from yolo_mlops.analysis.gpu import merge_intervals, unique
-from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace
+from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace, TraceError
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 DATA_LOADER_CATEGORY = "data_loader"
@@ -108,14 +108,22 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
     if not numbers:
         return Steps(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     idx = np.flatnonzero(host & np.isin(trace.name_id, list(numbers)))
-    # One span per step number: a step can be recorded twice (e.g. cpu_op + user_annotation).
+    # One span per step number: a step can be recorded twice (e.g. cpu_op + user_annotation), as overlapping
+    # spans. Two disjoint spans of one number, or numbers out of time order, make the steps ambiguous: refused.
     longest: dict[int, tuple[float, float]] = {}
     for ev in idx:
         n = numbers[int(trace.name_id[ev])]
         start, end = float(trace.ts[ev]), float(trace.ts[ev] + trace.dur[ev])
+        if n in longest and (start >= longest[n][1] or end <= longest[n][0]):
+            raise TraceError(f"{trace.path}: ProfilerStep#{n} appears twice, at {longest[n][0]:.0f} and {start:.0f} us "
+                             "(a duplicate step id): the steps are ambiguous")
         if n not in longest or end - start > longest[n][1] - longest[n][0]:
             longest[n] = (start, end)
     ordered = sorted(longest.items(), key=lambda kv: kv[1][0])
+    for (n_before, _), (n_after, (start, _)) in zip(ordered, ordered[1:], strict=False):
+        if n_after < n_before:
+            raise TraceError(f"{trace.path}: ProfilerStep#{n_after} at {start:.0f} us starts after ProfilerStep#"
+                             f"{n_before} (step ids out of time order): the steps are ambiguous")
     return Steps(
         number=np.array([n for n, _ in ordered], dtype=np.int64),
         start=np.array([s for _, (s, _) in ordered]),

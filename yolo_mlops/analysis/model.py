@@ -132,6 +132,7 @@ class TraceAnalysis:
     ranks: list[RankAnalysis]
     spread: RankSpread | None
     communication: CommunicationAnalysis | None = None  # data-parallel jobs: collectives per rank, waits
+    warnings: list[str] = field(default_factory=list)  # parts of the traces left out of the analysis, and why
 
     def to_dict(self) -> dict:
         """Plain JSON values; rank keys become strings (JSON object keys)."""

@@ -30,6 +30,7 @@ from yolo_mlops.analysis.model import (
     TraceAnalysis,
 )
 from yolo_mlops.analysis.trace_loader import RankTrace, load_rank_traces, load_traces
+from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
 GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
@@ -177,5 +178,22 @@ def analyze_traces(path: str | Path | list[Path]) -> TraceAnalysis:
     else:
         source, traces = str(path), load_traces(path)
     ranks = [analyze_rank(trace) for trace in traces]
+    warnings = [w for trace in traces for w in [*trace.warnings, *_labels_outside_steps(trace)]]
     return TraceAnalysis(source=source, ranks=ranks, spread=rank_spread(ranks),
-                         communication=communication_analysis(traces))
+                         communication=communication_analysis(traces), warnings=warnings)
+
+
+def _labels_outside_steps(trace: RankTrace) -> list[str]:
+    """Phase labels that start outside every ProfilerStep: their time is in no step's breakdown."""
+    host = host_event_mask(trace)
+    steps = find_steps(trace, host)
+    if steps.count == 0:
+        return []
+    labels = [i for i, name in enumerate(trace.names) if name.startswith(PHASE_LABEL_PREFIX)]
+    events = np.flatnonzero(host & np.isin(trace.name_id, labels)) if labels else np.zeros(0, dtype=np.int64)
+    outside = events[steps.index_of(trace.ts[events]) < 0]
+    if not outside.size:
+        return []
+    first = int(outside[0])
+    return [f"{Path(trace.path).name}: {outside.size} phase label event(s) outside every ProfilerStep left out of "
+            f"the step breakdown, e.g. {trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us"]

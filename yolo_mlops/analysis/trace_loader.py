@@ -72,6 +72,7 @@ class RankTrace:
     tids: list[str] = field(default_factory=list)
     backend: str | None = None  # distributedInfo.backend ("nccl", "gloo"); None outside a process group
     world_size: int | None = None  # distributedInfo.world_size
+    warnings: list[str] = field(default_factory=list)  # what was left out of the analysis, and why
 
     @property
     def event_count(self) -> int:
@@ -498,7 +499,24 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
     if len(columns.ts) == 0:
         raise TraceError(f"{path}: not a Kineto trace (no complete 'X' events with ts and dur)")
     rank = _rank_from_meta(meta)
-    return columns.build(path, default_rank if rank is None else rank, meta)
+    return _without_negative_durations(columns.build(path, default_rank if rank is None else rank, meta))
+
+
+def _without_negative_durations(trace: RankTrace) -> RankTrace:
+    """Events with a negative duration have no interval to count: left out, and said so in the result."""
+    negative = trace.dur < 0
+    if not negative.any():
+        return trace
+    first = int(np.flatnonzero(negative)[0])
+    trace.warnings.append(
+        f"{Path(trace.path).name}: {int(negative.sum())} event(s) with a negative duration left out, e.g. "
+        f"{trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us (dur {trace.dur[first]:g} us)")
+    keep = ~negative
+    for column in ("name_id", "cat_id", "pid_id", "ts", "dur", "stream", "correlation", "tid_id"):
+        values = getattr(trace, column)
+        if values.size == keep.size:
+            setattr(trace, column, values[keep])
+    return trace
 
 
 def find_trace_files(directory: Path) -> list[Path]:

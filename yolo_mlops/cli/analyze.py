@@ -43,7 +43,8 @@ def analyze_command(path: str, fmt: str = "text", context=None) -> str:
         doc["findings"] = [f.to_dict() for f in findings]
         doc["headline"] = headline(findings)
         return json_text(doc) + "\n"
-    lines = [render_text(analysis), "findings (largest estimated saving first):"]
+    lines = [f"warning: {w}" for w in analysis.warnings]
+    lines += [render_text(analysis), "findings (largest estimated saving first):"]
     lines += [f"  {f.line()}" for f in findings] or ["  none: no rule fired"]
     lines += ["", headline(findings)]
     return "\n".join(lines) + "\n"

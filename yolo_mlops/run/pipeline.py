@@ -281,6 +281,8 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
                            else outcome.trace_files[-1])
     if trace.communication is not None:
         result.tags[_BACKEND_USED] = trace.communication.backend
+    if trace.warnings:
+        result.tags[names.ANALYSIS_WARNINGS] = "\n".join(trace.warnings)[:names.TAG_MAX_CHARS]
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     result.metrics.update(headline_metrics(trace))
     perf = result.perf

@@ -36,6 +36,7 @@ NVML_BACKEND = TAG_PREFIX + "nvml_backend"
 NVML_REASON = TAG_PREFIX + "nvml_reason"
 ANALYSIS_STATUS = TAG_PREFIX + "analysis_status"
 ANALYSIS_ERROR = TAG_PREFIX + "analysis_error"
+ANALYSIS_WARNINGS = TAG_PREFIX + "analysis_warnings"  # what the trace analysis left out, and why
 CUDA_MEMORY_SNAPSHOT = TAG_PREFIX + "cuda_memory_snapshot"  # "recorded" or "skipped: <why>"
 MEMORY_BY_HOLDER = TAG_PREFIX + "memory_by_holder"  # "recorded" or "skipped: <why>"
 DATA_WARNINGS = TAG_PREFIX + "data_warnings"  # ultralytics' scan warnings when it skipped training images

@@ -1,0 +1,74 @@
+"""Malformed traces are named, not analysed as if sound: ambiguous steps are refused in one line (exit 2), and
+what can be left out (an event with a negative duration, a phase label outside every step) is left out with a
+warning printed and kept in the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from yolo_mlops import cli
+from yolo_mlops.analysis import analyze_traces
+
+
+def _trace(path: Path, steps: list[tuple[int, float]], extra: list[dict] | None = None) -> Path:
+    """ProfilerStep#n spans of 10 ms at the given start (us), each with a 4 ms backward label and an operator."""
+    events = []
+    for number, start in steps:
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": 10_000.0})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/backward", "pid": 1, "tid": 1,
+                       "ts": start + 1_000, "dur": 4_000.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1,
+                       "ts": start + 1_500, "dur": 2_000.0})
+    path.write_text(json.dumps({"traceEvents": events + (extra or [])}))
+    return path
+
+
+def _analyze(capsys, path: Path) -> tuple[int, str, str]:
+    code = cli.main(["analyze", str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+@pytest.mark.parametrize("steps, fragment", [
+    ([(1, 0.0), (1, 20_000.0), (2, 40_000.0)], "ProfilerStep#1 appears twice, at 0 and 20000 us (a duplicate step id)"),
+    ([(2, 0.0), (1, 20_000.0)], "ProfilerStep#1 at 20000 us starts after ProfilerStep#2 (step ids out of time order)"),
+])
+def test_ambiguous_steps_are_refused_in_one_line(tmp_path, capsys, steps, fragment):
+    code, out, err = _analyze(capsys, _trace(tmp_path / "t.json", steps))
+    assert code == 2 and fragment in err and len(err.splitlines()) == 1 and not out
+
+
+def test_a_step_recorded_twice_as_one_span_is_one_step(tmp_path):
+    """torch may record a step as a cpu_op and a user_annotation over the same span: not a duplicate."""
+    again = {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 9_990.0}
+    analysis = analyze_traces(_trace(tmp_path / "t.json", [(1, 0.0), (2, 20_000.0)], [again]))
+    assert analysis.ranks[0].step_time.count == 2 and not analysis.warnings
+
+
+def test_a_negative_duration_is_left_out_and_said(tmp_path, capsys):
+    bad = {"ph": "X", "cat": "cpu_op", "name": "aten::broken", "pid": 1, "tid": 1, "ts": 2_000.0, "dur": -5.0}
+    path = _trace(tmp_path / "t.json", [(1, 0.0), (2, 20_000.0)], [bad])
+    analysis = analyze_traces(path)
+    (warning,) = analysis.warnings
+    assert "1 event(s) with a negative duration left out, e.g. 'aten::broken' at 2000 us (dur -5 us)" in warning
+    assert "aten::broken" not in {op.name for op in analysis.ranks[0].top_host_ops}
+    code, out, _ = _analyze(capsys, path)
+    assert code == 0 and out.startswith("warning: t.json: 1 event(s) with a negative duration")
+    assert cli.main(["analyze", str(path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == [warning]
+
+
+def test_a_phase_label_outside_every_step_is_said(tmp_path):
+    stray = {"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/data_wait", "pid": 1, "tid": 1,
+             "ts": 50_000.0, "dur": 3_000.0}
+    analysis = analyze_traces(_trace(tmp_path / "t.json", [(1, 0.0), (2, 20_000.0)], [stray]))
+    (warning,) = analysis.warnings
+    assert "1 phase label event(s) outside every ProfilerStep" in warning and "'yolo_mlops/data_wait'" in warning
+
+
+def test_a_sound_trace_has_no_warning(cpu_trace_dir):
+    assert analyze_traces(cpu_trace_dir).warnings == []
