@@ -190,8 +190,9 @@ def compare_with_hta(repeats: int) -> tuple[list[dict], float]:
     return rows, statistics.median(floors)
 
 
-def write_big_trace(path: Path, events: int, seed: int = 0) -> None:
-    """A Kineto-shaped trace: ProfilerSteps of cpu_op + cudaLaunchKernel + kernel triples, memory events."""
+def write_big_trace(path: Path, events: int, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+    """A Kineto-shaped trace: ProfilerSteps of cpu_op + cudaLaunchKernel + kernel triples, memory events; its
+    distributedInfo names `rank` of `world_size`."""
     rng = random.Random(seed)
     kernels = [f"void at::native::vectorized_elementwise_kernel<4, at::native::Functor{i}<float>, "
                f"at::detail::Array<char*, 3> >(int, at::native::Functor{i}<float>, at::detail::Array<char*, 3>)"
@@ -199,7 +200,8 @@ def write_big_trace(path: Path, events: int, seed: int = 0) -> None:
     ops = [f"aten::op{i}" for i in range(200)]
     per_step = 10_000
     with gzip.open(path, "wt", compresslevel=1) as out:
-        out.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n')
+        out.write(f'{{"schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {rank}, '
+                  f'"world_size": {world_size}}},\n')
         out.write('"deviceProperties": [{"id": 0, "name": "Synthetic GPU", "totalGlobalMem": 34359738368}],\n')
         out.write('"traceEvents": [\n')
         written, t, gpu_t, corr, step = 0, 1.0e9, 1.0e9, 0, 0

@@ -80,20 +80,34 @@ class CommunicationAnalysis:
     note: str = ""
 
 
+@dataclass
+class RankCollectives:
+    """One rank's part of the analysis, computed where its trace is loaded (a worker process, for many ranks)."""
+
+    rank: RankCommunication
+    spans: _Spans
+    world_size: int | None  # distributedInfo.world_size
+
+
 def communication_analysis(traces: list[RankTrace]) -> CommunicationAnalysis | None:
     """None when no trace holds a collective (a single-process run)."""
-    per_rank: list[tuple[RankCommunication, _Spans]] = []
-    for trace in traces:
-        found = _rank_communication(trace)
-        if found is not None:
-            per_rank.append(found)
-    if not per_rank:
+    return combine([rank_collectives(trace) for trace in traces])
+
+
+def rank_collectives(trace: RankTrace) -> RankCollectives | None:
+    found = _rank_communication(trace)
+    return None if found is None else RankCollectives(found[0], found[1], trace.world_size)
+
+
+def combine(parts: list[RankCollectives | None]) -> CommunicationAnalysis | None:
+    """The ranks' collectives matched across ranks, in rank order; None when no rank has any."""
+    present = [p for p in parts if p is not None]
+    if not present:
         return None
-    ranks = [r for r, _ in per_rank]
-    backend = ranks[0].backend
-    world = max([t.world_size or 0 for t in traces] + [len(ranks)])
-    analysis = CommunicationAnalysis(backend=backend, world_size=world, ranks=ranks, matched_collectives=0)
-    _cross_rank_waits(analysis, [spans for _, spans in per_rank])
+    ranks = [p.rank for p in present]
+    world = max([p.world_size or 0 for p in present] + [len(ranks)])
+    analysis = CommunicationAnalysis(backend=ranks[0].backend, world_size=world, ranks=ranks, matched_collectives=0)
+    _cross_rank_waits(analysis, [p.spans for p in present])
     return analysis
 
 

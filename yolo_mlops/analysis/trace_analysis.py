@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from yolo_mlops.analysis import gpu as gpu_mod
-from yolo_mlops.analysis.communication import communication_analysis
+from yolo_mlops.analysis.communication import RankCollectives, combine, rank_collectives
 from yolo_mlops.analysis.host import (
     CategoryTime,
     Steps,
@@ -29,7 +31,7 @@ from yolo_mlops.analysis.model import (
     StepTimeStats,
     TraceAnalysis,
 )
-from yolo_mlops.analysis.trace_loader import RankTrace, load_rank_traces, load_traces
+from yolo_mlops.analysis.trace_loader import RankTrace, TraceError, find_trace_files, load_trace_file
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
@@ -169,18 +171,78 @@ def rank_spread(ranks: list[RankAnalysis]) -> RankSpread | None:
     return RankSpread(means, spread, _pct(spread, means[fastest]), slowest, fastest)
 
 
-def analyze_traces(path: str | Path | list[Path]) -> TraceAnalysis:
+# Rank traces of this many bytes on disk in all (gzipped: ~130 MiB of JSON, about a second of analysis) or more
+# are analysed in worker processes, one per core: below it, starting the workers (each imports numpy and the
+# analysis, ~0.5 s) costs more than it saves.
+PARALLEL_MIN_BYTES = 16 << 20
+
+
+@dataclass
+class _RankResult:
+    """What one rank's trace gives, built in the process that loaded it; the trace itself stays there."""
+
+    rank: int
+    path: str
+    analysis: RankAnalysis
+    collectives: RankCollectives | None
+    warnings: list[str]
+
+
+def _analyze_file(path: Path, default_rank: int) -> _RankResult:
+    trace = load_trace_file(path, default_rank=default_rank)
+    return _RankResult(trace.rank, trace.path, analyze_rank(trace), rank_collectives(trace),
+                       [*trace.warnings, *_labels_outside_steps(trace)])
+
+
+def analyze_traces(path: str | Path | list[Path], workers: int | None = None) -> TraceAnalysis:
     """Analyse one trace file, a directory of per-rank traces, or a list of rank traces (a data-parallel
-    job's, one per rank folder). Raises TraceError on bad input."""
-    if isinstance(path, list):
-        source = str(Path(path[0]).parent.parent) if path else ""
-        traces = load_rank_traces(path, source)
+    job's, one per rank folder). Raises TraceError on bad input.
+
+    Several traces of PARALLEL_MIN_BYTES or more in all are analysed in `workers` processes (default: one per
+    core), each loading one trace at a time: wall time falls with the cores, and each worker's memory is that of
+    the largest trace, not of all of them."""
+    files, source = _trace_files(path)
+    if workers is None:
+        big = sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES
+        workers = min(len(files), os.cpu_count() or 1) if big else 1
+    if workers > 1 and len(files) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: the caller may be a Prefect worker with threads of its own
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_analyze_file, files, range(len(files))))
     else:
-        source, traces = str(path), load_traces(path)
-    ranks = [analyze_rank(trace) for trace in traces]
-    warnings = [w for trace in traces for w in [*trace.warnings, *_labels_outside_steps(trace)]]
+        results = [_analyze_file(f, i) for i, f in enumerate(files)]
+    by_rank: dict[int, _RankResult] = {}
+    for result in results:
+        if result.rank in by_rank:
+            raise TraceError(f"{source}: two traces for rank {result.rank} ({Path(by_rank[result.rank].path).name}, "
+                             f"{Path(result.path).name}); analyse one file at a time")
+        by_rank[result.rank] = result
+    ordered = [by_rank[r] for r in sorted(by_rank)]
+    ranks = [r.analysis for r in ordered]
     return TraceAnalysis(source=source, ranks=ranks, spread=rank_spread(ranks),
-                         communication=communication_analysis(traces), warnings=warnings)
+                         communication=combine([r.collectives for r in ordered]),
+                         warnings=[w for r in ordered for w in r.warnings])
+
+
+def _trace_files(path: str | Path | list[Path]) -> tuple[list[Path], str]:
+    if isinstance(path, list):
+        files = [Path(p) for p in path]
+        for file in files:
+            if not file.is_file():
+                raise TraceError(f"{file}: no such trace file")
+        return files, str(files[0].parent.parent) if files else ""
+    path = Path(path)
+    if path.is_dir():
+        files = find_trace_files(path)
+        if not files:
+            raise TraceError(f"{path}: directory holds no trace files (*.json, *.json.gz)")
+        return files, str(path)
+    if path.is_file():
+        return [path], str(path)
+    raise TraceError(f"{path}: no such file or directory")
 
 
 def _labels_outside_steps(trace: RankTrace) -> list[str]:
