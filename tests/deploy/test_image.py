@@ -253,6 +253,54 @@ def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_pa
     assert report.stat().st_size > 0
 
 
+# Build-context files: what .dockerignore lets in, plus the Dockerfile and the build script.
+CONTEXT = ["pyproject.toml", "README.md", "yolo_mlops", "flows", "deploy/prefect.yaml", "deploy/bootstrap.sh",
+           "deploy/work-pools", "Dockerfile", ".dockerignore", "deploy/build-image.sh"]
+# The steps a code change may rebuild: the build stage's copy of the code and its wheel, then the image's last layers.
+CODE_STEPS = ("COPY yolo_mlops", "COPY flows ./flows", "RUN pip wheel", "COPY --from=build /wheels",
+              "RUN pip install --no-cache-dir --no-deps", "USER 1000:1000", "RUN python -c \"from yolo_mlops",
+              "CMD [")
+
+
+@image_test
+def test_a_code_change_rebuilds_only_the_code_layers(tmp_path: Path):
+    """A copy of the build context with one line added to the package, built on the cache `make image` left:
+    the dependency layer comes from the cache, only the code's steps run again."""
+    if _docker_answers():
+        pytest.skip("reads buildah's build log (`Using cache`); docker's says CACHED")
+    repo = Path(__file__).resolve().parents[2]
+    context = tmp_path / "context"
+    for name in CONTEXT:
+        source, target = repo / name, context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, target)
+    init = context / "yolo_mlops" / "__init__.py"
+    init.write_text(init.read_text() + "# one more line\n")
+    tag = f"localhost/yolo-mlops-rebuild-test:{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "IMAGE": tag, "LOG_DIR": str(tmp_path / "log")}
+    started = time.monotonic()
+    proc = subprocess.run(["bash", str(context / "deploy" / "build-image.sh")], capture_output=True, text=True,
+                          env=env, timeout=1800)
+    print(f"rebuild after a one-line change: {time.monotonic() - started:.1f} s")
+    try:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        steps: list[tuple[str, bool]] = []  # (instruction, came from the cache)
+        for line in proc.stdout.splitlines():
+            match = re.search(r"STEP \d+/\d+: (.*)", line)
+            if match:
+                steps.append((match.group(1), False))
+            elif line.startswith("--> Using cache") and steps:
+                steps[-1] = (steps[-1][0], True)
+        rebuilt = [step for step, cached in steps if not cached and not step.startswith("FROM ")]
+        assert rebuilt and all(step.startswith(CODE_STEPS) for step in rebuilt), rebuilt
+        assert ("RUN pip install --no-cache-dir -r /tmp/requirements.txt", True) in steps, steps
+    finally:
+        subprocess.run(["buildah", "rmi", tag], capture_output=True)
+
+
 # ---------------------------------------------------------------- deploy/build-image.sh, no builder needed
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "build-image.sh"
