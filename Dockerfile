@@ -4,6 +4,8 @@
 # deploy/docker-compose.yml.  Build from the repository root:
 #
 #   docker build -t yolo-mlops:latest .
+#   make image      # the same with docker, else with buildah (no daemon), on a Debian base where no
+#                   # image registry is reachable (deploy/build-image.sh, docs/deploy.md)
 #
 # CUDA: the PyPI torch wheels pinned in pyproject.toml are CUDA builds that carry their CUDA runtime
 # libraries (nvidia-* wheels), so the base only has to provide the Python the project requires (3.11).
@@ -11,10 +13,10 @@
 # device request (compose `deploy.resources.reservations.devices`, docker pool `device_requests`).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# Package indexes for pip, given at build time only (ARGs are not part of the image's environment):
-# PIP_CERT a CA bundle mounted into the build where an egress re-signs TLS, PIP_FIND_LINKS and
-# PIP_EXTRA_INDEX_URL local wheel directories mounted read-only beside PyPI. deploy/build-image.sh sets them
-# from the host's pip configuration; a plain `docker build` needs none of them.
+# Package indexes for pip, given at build time only (ARGs are not part of the image's environment; their
+# values, paths, show in its history): PIP_CERT a CA bundle mounted into the build where an egress re-signs
+# TLS, PIP_FIND_LINKS and PIP_EXTRA_INDEX_URL local wheel directories mounted read-only beside PyPI.
+# deploy/build-image.sh sets them from the host's pip configuration; a plain `docker build` needs none.
 
 # ---- requirements: the dependency list alone, so the heavy dependency layer below is rebuilt only when it changes ----
 FROM ${PYTHON_IMAGE} AS requirements
