@@ -11,7 +11,7 @@ import signal
 import time
 
 SLOW_RANK = 1
-SLEEP_PER_IMAGE_S = 0.15  # the slow rank's loader: 0.3 s more per step at 2 images per rank
+SLEEP_PER_IMAGE_S = 0.5  # the slow rank's loader: 1 s more per step (2 images per rank), several steps' compute
 KILLED_RANK = 1
 KILL_AT_STEP = 7  # after the profiler window (steps 3 to 6) has written its traces
 

@@ -17,7 +17,7 @@ from yolo_mlops.config import build_run_spec
 pytestmark = pytest.mark.slow
 
 PLANTS = Path(__file__).parent  # ddp_plants.py
-PLANTED_WAIT_MS = 2 * 150.0  # ddp_plants: 2 images per rank and step, 0.15 s each
+PLANTED_WAIT_MS = 2 * 500.0  # ddp_plants: 2 images per rank and step, 0.5 s each
 
 
 def _spec(name: str, **overrides):
