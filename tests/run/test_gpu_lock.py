@@ -61,3 +61,23 @@ def test_a_job_on_several_gpus_holds_every_gpu_at_once(prefect_server, monkeypat
         with gpu_lock.hold(names):
             assert active() == [1, 1, 1]
         assert active() == [0, 0, 0]
+
+
+def test_a_sweep_of_a_multi_gpu_job_says_what_it_needs(prefect_server, monkeypatch):
+    """A data-parallel job over GPUs 0,1: no single-device lanes, and no child holding only GPU 0's limit. The GPU
+    is the hardware tests may fake: a machine of 2 GPUs."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from yolo_mlops import sweeps
+    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.sweeps import plan as plan_module
+
+    job = build_run_spec({"device": "0,1", "batch": 8})
+    monkeypatch.setattr(plan_module, "_cuda_device_count", lambda: 2)
+    monkeypatch.setenv("YOLO_MLOPS_MACHINE", "lock-node-d")
+    with pytest.raises(ConfigError, match="--devices makes each device a lane of single-device children"):
+        sweeps.plan_sweep(job, ["batch_16"], devices=["0", "1"])
+    with temporary_settings({PREFECT_API_URL: PREFECT_API_URL.value()}):  # the test server, as a shared one
+        with pytest.raises(ConfigError, match="holds one concurrency limit per child: give --concurrency-limit"):
+            sweeps.plan_sweep(job, ["batch_16"])
+        assert sweeps.plan_sweep(job, ["batch_16"], concurrency_limit="gpus-0-1").concurrency_limit == "gpus-0-1"

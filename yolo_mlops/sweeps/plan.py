@@ -110,6 +110,9 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
         raise ConfigError(f"custom variant names may not shadow {clash}")
     if devices is not None:
         devices = check_devices(devices, local=pool is None)
+        if base.world_size > 1 and base.ddp.ranks is None:
+            raise ConfigError(f"--devices makes each device a lane of single-device children; the base is a "
+                              f"data-parallel job over GPUs {base.device!r}: sweep it without --devices")
     if pool is not None and not machines:
         raise ConfigError(f"work pool {pool!r}: no machine to run on")
     if (devices or pool) and order != "interleaved":
@@ -136,7 +139,12 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
             variants.apply_variant(base, name, custom)  # invalid combinations fail here, before any run
     runnable = [n for n in planned if n not in skipped]
     if concurrency_limit is None and pool is None:
-        concurrency_limit = gpu_lock.limit_name(device)
+        held = gpu_lock.limit_names(device)
+        if len(held) > 1:  # one name per child: a data-parallel job over several GPUs would hold only the first's
+            raise ConfigError(f"a sweep of a job over GPUs {device!r} holds one concurrency limit per child: give "
+                              f"--concurrency-limit NAME, a limit every job on GPUs {device} takes, to keep other "
+                              f"runs off all of them ({', '.join(held)} are each GPU's own)")
+        concurrency_limit = held[0] if held else None
     lanes = _lanes(base, devices, pool, machines, concurrency_limit)
     if order == "interleaved":
         triples = [(n, r, r - 1) for r in range(1, repeats + 1) for n in runnable]
