@@ -42,7 +42,7 @@ from scipy.special import stdtr
 from yolo_mlops.trends import changepoint
 from yolo_mlops.trends.trend import DetectionSettings, MetricTrend, SeriesTrend, SeriesVerdict, verdict
 
-AGREE_PVALUE = 0.05  # two-sided: tonight's and the confirmation runs are pooled unless a t test separates them
+AGREE_PVALUE = 0.05  # two-sided: the size pools tonight's and the confirmation runs unless a t test separates them
 BASELINE_RUNS = 200  # the baseline is the last runs of the level before the regression, at most this many
 
 
