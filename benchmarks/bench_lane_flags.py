@@ -10,12 +10,16 @@ by a block's children, 3% run-to-run noise per child, 20 steps with 5% noise), t
    lane 1 and only lane 1.
 
     .venv/bin/python benchmarks/bench_lane_flags.py [--sims 1000]
+    .venv/bin/python benchmarks/bench_lane_flags.py --sims 400 --before 9a2ce2e~1  # the rule of that commit
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,13 +32,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sweep
 from test_blocks import simulate  # noqa: E402
 
 
+def blocks_at(revision: str):
+    """`yolo_mlops/sweeps/blocks.py` as it was at a git revision, imported as a module of its own."""
+    root = Path(__file__).resolve().parent.parent
+    text = subprocess.run(["git", "show", f"{revision}:yolo_mlops/sweeps/blocks.py"], cwd=root, check=True,
+                          capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="blocks-")) / "blocks_before.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("blocks_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["blocks_before"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def flag_rate(lanes: int, per_lane: int, sims: int, lane_true: dict[str, float] | None = None,
-              seed: int = 0) -> tuple[float, float]:
+              seed: int = 0, rule=blocks) -> tuple[float, float]:
     """(share of sweeps with any lane flagged, share flagging lane "1" and no other: with two lanes, both)."""
     rng = np.random.default_rng([seed, lanes, per_lane])
     any_flag = only_one = 0
     for i in range(sims):
-        cmp = blocks.compare_paired(*simulate(rng, (per_lane,) * lanes, 1.0, lane_true=lane_true), resamples=50,
+        cmp = rule.compare_paired(*simulate(rng, (per_lane,) * lanes, 1.0, lane_true=lane_true), resamples=50,
                                     seed=i)
         flagged = [lane.lane for lane in cmp.lanes if lane.disagrees]
         any_flag += bool(flagged)
@@ -42,11 +61,27 @@ def flag_rate(lanes: int, per_lane: int, sims: int, lane_true: dict[str, float] 
     return any_flag / sims, only_one / sims
 
 
+def _any_flag(rule, layout: tuple[int, ...], sims: int) -> float:
+    rng = np.random.default_rng([5, len(layout)])
+    return sum(any(lane.disagrees for lane in rule.compare_paired(*simulate(rng, layout, 1.0), resamples=200,
+                                                                  seed=i).lanes) for i in range(sims)) / sims
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sims", type=int, default=1000, help="simulated sweeps per layout")
+    parser.add_argument("--before", help="a git revision: the no-effect table for the rule of its blocks.py")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.before:
+        rule = blocks_at(args.before)
+        rows = [[f"{lanes} x {per_lane}" if len(set(layout)) == 1 else "x".join(map(str, layout)),
+                 fmt(100 * _any_flag(rule, layout, args.sims), ".1f")]
+                for layout in ((1, 1), (1, 1, 1), (1, 1, 1, 1), (2, 2, 1), (3, 3), (1,))
+                for lanes, per_lane in [(len(layout), layout[0])]]
+        print(markdown_table(["layout (lanes x blocks)", f"% of sweeps with a lane flagged, rule of {args.before}"],
+                             rows))
+        return 0
     rows = []
     for per_lane in (1, 2, 3):
         rows.append([f"{per_lane} block{'s' * (per_lane > 1)} a lane",
