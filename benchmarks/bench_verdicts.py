@@ -197,8 +197,15 @@ def bench_confirmation(seeds: int) -> str:
                 opened += 1
                 held += confirmed(z, 30)
         rows.append([label, opened, fmt(100 * held / max(opened, 1), ".1f")])
-    return markdown_table(["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)",
-                           "nights opened", "% confirmed"], rows)
+    table = markdown_table(["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)",
+                            "nights opened", "% confirmed"], rows)
+    rng, draws = np.random.default_rng(1), 20_000
+    calibration = []
+    for before in (30, 60):  # the test alone, confirmation runs drawn from the baseline level
+        held = sum(confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= 0.01
+                   for _ in range(draws))
+        calibration.append(f"{100 * held / draws:.2f}% with {before} runs before")
+    return table + f"\n\nThe one-sided test at 1% on {draws:,} fresh draws: " + ", ".join(calibration)
 
 
 def bench_suspected_then_established(seeds: int, nights: int = 4) -> str:
