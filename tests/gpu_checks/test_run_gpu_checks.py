@@ -76,7 +76,7 @@ def test_cpu_rehearsal_runs_every_step_to_its_end(tmp_path):
     assert list(steps) == STEPS
     statuses = {n: s["status"] for n, s in steps.items()}
     # CPU timings are not judged against GPU goals ("ran"); only the CUDA-only compile sweep is skipped
-    assert statuses == {"environment": "passed", "gpu_smoke": "passed", "nvml_tests": "passed",
+    assert statuses == {"environment": "passed", "gpu_smoke": "passed", "gpu_ddp": "passed", "nvml_tests": "passed",
                         "instrumentation_overhead": "ran", "gpu_sweep": "passed", "trace_analysis": "passed",
                         "memory_by_holder": "ran", "diagnosis_tests": "passed", "gpu_sweep_devices": "passed",
                         "gpu_sweep_compile": "skipped"}

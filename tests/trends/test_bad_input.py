@@ -68,11 +68,16 @@ def test_a_pool_sweep_against_a_prefect_url_that_does_not_answer(monkeypatch):
     """The URL and what to do, in one line (was: `ConnectError: [Errno 111] Connection refused`, exit 1)."""
     import socket
 
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     with socket.socket() as s:  # a port nothing listens on: bound, never listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{port}/api")
-        code, out, err = _main("sweep", "--variants", "fp32", "--pool", "gpu-process")
+        url = f"http://127.0.0.1:{port}/api"
+        monkeypatch.setenv("PREFECT_API_URL", url)
+        # the setting itself too: a test server of this worker's session (prefect_test_harness) overrides the env
+        with temporary_settings({PREFECT_API_URL: url}):
+            code, out, err = _main("sweep", "--variants", "fp32", "--pool", "gpu-process")
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert f"no Prefect server answers at http://127.0.0.1:{port}/api" in err
     assert "Connection refused" in err and "point PREFECT_API_URL at it" in err
