@@ -95,6 +95,10 @@ def test_no_sync_accumulation_all_reduces_once_per_optimizer_step(job, no_sync_j
         name = f"rank{rank}/comm/calls_per_optimizer_step"
         assert plain.data.metrics[name] == 2 * no_sync.data.metrics[name]
         assert no_sync.data.metrics[name] >= 1
+    # the bytes follow: every gradient twice per optimizer step without no_sync, once with it
+    gradient_mib = no_sync.data.metrics["comm/gradient_mib"]
+    assert no_sync.data.metrics["comm/allreduce_mib_per_optimizer_step"] == pytest.approx(gradient_mib)
+    assert plain.data.metrics["comm/allreduce_mib_per_optimizer_step"] == pytest.approx(2 * gradient_mib)
 
 
 def test_a_slow_rank_is_named_with_its_cause(prefect_server, mlflow_client, monkeypatch):

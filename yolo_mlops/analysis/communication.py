@@ -61,6 +61,7 @@ class RankCommunication:
     collective_pct: float  # of step time
     exposed_pct: float  # of step time
     calls_per_optimizer_step: float | None
+    synced_steps: int = 0  # steps (micro-batches) whose backward all-reduced: any collective in the step
     # time its steps were held back waiting for other ranks inside collectives (cross-rank; see _cross_rank_waits)
     wait_time_us: float | None = None
     wait_pct: float | None = None  # of step time
@@ -140,6 +141,7 @@ def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans] | 
         collective_calls=calls, collective_time_us=comm_us, exposed_time_us=exposed_us,
         optimizer_steps=optimizer_steps, collective_pct=_pct(comm_us, step_us), exposed_pct=_pct(exposed_us, step_us),
         calls_per_optimizer_step=calls / optimizer_steps if optimizer_steps else None,
+        synced_steps=sum(1 for ms in comm_by_step if ms > 0),
         collective_ms_by_step=[v / 1000 for v in comm_by_step], exposed_ms_by_step=[v / 1000 for v in exposed_by_step])
     counted = step_of_comm >= 0
     return result, (comm_end[counted], (comm_end - comm_start)[counted], step_of_comm[counted])

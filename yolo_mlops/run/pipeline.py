@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
+from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.analysis.report import Block, Heading, Paragraph, Table
 from yolo_mlops.config import RunSpec, data_home
@@ -226,6 +227,17 @@ def _per_rank_perf(outcome: TrainingOutcome) -> tuple[dict[str, float], dict[str
     return metrics, histories
 
 
+def _allreduce_per_optimizer_step(outcome: TrainingOutcome, comm: CommunicationAnalysis, result: RunAnalysis) -> None:
+    """Gradient bytes all-reduced per optimizer step: every gradient once per step that synchronised (the trace
+    shows which), over the optimizer steps of the window. Rank 0's: DDP synchronises every rank alike."""
+    first = next((r for r in comm.ranks if r.rank == 0), None)
+    gradient_bytes = next((r.gradient_bytes for r in outcome.ranks if r.rank == 0 and r.gradient_bytes), None)
+    if first is None or not first.optimizer_steps or gradient_bytes is None:
+        return
+    result.metrics[names.COMM_ALLREDUCE_MIB_PER_OPTIMIZER_STEP] = (
+        gradient_bytes / 2**20 * first.synced_steps / first.optimizer_steps)
+
+
 def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """A benchmark on fewer images than the user thinks is a wrong number: say how many were skipped."""
     counts = outcome.train_images
@@ -281,6 +293,7 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
                            else outcome.trace_files[-1])
     if trace.communication is not None:
         result.tags[_BACKEND_USED] = trace.communication.backend
+        _allreduce_per_optimizer_step(outcome, trace.communication, result)
     if trace.warnings:
         result.tags[names.ANALYSIS_WARNINGS] = "\n".join(trace.warnings)[:names.TAG_MAX_CHARS]
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())

@@ -208,6 +208,8 @@ COMM_CALLS_PER_OPTIMIZER_STEP = "comm/calls_per_optimizer_step"  # collectives p
 COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank, % of the mean step
 COMM_WAITED_FOR_RANK = "comm/waited_for_rank"  # the rank the others wait for (logged only when there is one)
 COMM_GRADIENT_MIB = "comm/gradient_mib"  # what one synchronised backward all-reduces: every gradient once
+# comm/gradient_mib x the window's steps that all-reduced / its optimizer steps (rank 0's; every rank's is the same)
+COMM_ALLREDUCE_MIB_PER_OPTIMIZER_STEP = "comm/allreduce_mib_per_optimizer_step"
 
 
 def rank_folder(rank: int) -> str:
