@@ -105,3 +105,20 @@ def test_ranks_analysed_in_worker_processes_give_the_same_result(tmp_path):
     assert parallel.to_json() == alone.to_json()
     with pytest.raises(Exception, match="two traces for rank 0"):
         analyze_traces([files[0], files[0]], workers=2)
+
+
+def test_a_straggler_with_slower_clocks_is_named_by_them(tmp_path):
+    """No data wait behind it: the straggler's NVML clocks against its peers' say why it is slow."""
+    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
+             _gloo_rank(tmp_path / "r1.json", 1, 15_000.0)]
+    analysis = analyze_traces(files)
+
+    def straggler(clocks):
+        found = diagnose(DiagnosisInput(analysis=analysis, rank_sm_clock_mhz=clocks))
+        return next(f for f in found if f.rule == "ddp_straggler")
+
+    slow = straggler({0: 1980.0, 1: 1500.0})
+    assert "slower clocks (1500 MHz mean SM clock against its peers' 1980" in slow.evidence["cause"]
+    assert slow.evidence["sm_clock_mhz_mean"] == 1500.0
+    assert "own compute" in straggler({0: 1980.0, 1: 1975.0}).evidence["cause"]  # clocks alike: not the cause
+    assert "own compute" in straggler({}).evidence["cause"]  # CPU ranks: no clocks to read

@@ -48,6 +48,8 @@ COMMUNICATION_PCT_HIGH = 40.0
 DDP_EXPOSED_PCT_WARN = 10.0
 DDP_EXPOSED_PCT_HIGH = 30.0
 DDP_DATA_WAIT_IMBALANCE_PTS = 10.0
+# a straggler whose mean SM clock is below this fraction of its peers' is slowed by its clocks
+DDP_SLOW_CLOCK_FRACTION = 0.95
 # the sweep variants that cut or hide DDP's gradient all-reduce (sweeps/variants.py)
 DDP_COMMUNICATION_VARIANTS = ["ddp_no_sync_accumulate", "ddp_bucket_100mb", "ddp_grad_bucket_view"]
 # Peak GPU memory as a share (%) of device memory.
@@ -72,6 +74,7 @@ class DiagnosisInput:
     batch_size: int | None = None
     workers: int | None = None
     step_time_ms: float | None = None  # mean step time (step timer); else the trace's
+    rank_sm_clock_mhz: dict[int, float] = field(default_factory=dict)  # data-parallel jobs: each rank's NVML mean
 
 
 @dataclass
@@ -464,6 +467,15 @@ def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
         if extra >= 0.5 * lost_ms:
             cause = f"its data loading ({extra:.0f} ms/step more data wait than its peers)"
             variants = [f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"]
+    clocks = diagnosis_input.rank_sm_clock_mhz
+    peer_clocks = [mhz for rank, mhz in clocks.items() if rank != slow]
+    if slow in clocks and peer_clocks:
+        peers_mhz = sum(peer_clocks) / len(peer_clocks)
+        evidence["sm_clock_mhz_mean"] = round(clocks[slow], 1)
+        evidence["peers_sm_clock_mhz_mean"] = round(peers_mhz, 1)
+        if not variants and clocks[slow] < DDP_SLOW_CLOCK_FRACTION * peers_mhz:
+            cause = (f"its GPU's slower clocks ({clocks[slow]:.0f} MHz mean SM clock against its peers' "
+                     f"{peers_mhz:.0f}; rank{slow}/gpu/clocks_event_* says why)")
     evidence["cause"] = cause
     step_ms = _step_ms(diagnosis_input, by_rank.get(slow))
     return Finding(

@@ -313,6 +313,8 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         batch_size=prepared.spec.batch,
         workers=prepared.spec.workers,
         step_time_ms=perf.step_time_ms_mean if perf is not None else None,
+        rank_sm_clock_mhz={r.rank: result.metrics[clock] for r in outcome.ranks if r.rank is not None
+                           and (clock := names.rank_metric(r.rank, names.GPU_SM_CLOCK_MEAN)) in result.metrics},
     ))
     result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
