@@ -193,7 +193,7 @@ def _training_thread_compute(trace: RankTrace, host: np.ndarray) -> tuple[np.nda
     threads = trace.tid_id[step_events]
     if threads.size == 0:
         return np.zeros(0), np.zeros(0)
-    training_thread = int(np.bincount(threads).argmax())
+    training_thread = int(np.argmax(np.bincount(threads)))
     on_thread = host & (trace.tid_id == training_thread)
     cpu_op = trace.category_mask(frozenset({"cpu_op"}))
     c10d = _name_mask(trace, _C10D_OP_RE.match)
@@ -226,15 +226,15 @@ def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[_Spans]) -> N
         rank.wait_pct = _pct(float(wait), rank.step_time_us)
     mean_step = float(np.mean([r.step_time_us / max(r.steps, 1) for r in analysis.ranks]))
     steps = max(min(r.steps for r in analysis.ranks), 1)
-    spread_per_step = float(waits.max() - waits.min()) / steps
+    spread_per_step = float(np.max(waits) - np.min(waits)) / steps
     analysis.wait_spread_pct = _pct(spread_per_step, mean_step)
     if analysis.wait_spread_pct >= STRAGGLER_MIN_WAIT_SPREAD_PCT:
-        analysis.waited_for_rank = analysis.ranks[int(waits.argmin())].rank
+        analysis.waited_for_rank = analysis.ranks[int(np.argmin(waits))].rank
 
 
 def _step_waits(end: np.ndarray, wait: np.ndarray, step: np.ndarray) -> float:
     """Sum over steps of each step's longest wait."""
-    return float(sum(wait[step == s].max() for s in np.unique(step)))
+    return float(sum(np.max(wait[step == s]) for s in np.unique(step)))
 
 
 def _name_mask(trace: RankTrace, predicate) -> np.ndarray:
