@@ -90,11 +90,6 @@ class RankCollectives:
     world_size: int | None  # distributedInfo.world_size
 
 
-def communication_analysis(traces: list[RankTrace]) -> CommunicationAnalysis | None:
-    """None when no trace holds a collective (a single-process run)."""
-    return combine([rank_collectives(trace) for trace in traces])
-
-
 def rank_collectives(trace: RankTrace) -> RankCollectives | None:
     found = _rank_communication(trace)
     return None if found is None else RankCollectives(found[0], found[1], trace.world_size)

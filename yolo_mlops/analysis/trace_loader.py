@@ -537,12 +537,6 @@ def load_traces(path: str | Path) -> list[RankTrace]:
         files = [path]
     else:
         raise TraceError(f"{path}: no such file or directory")
-    return load_rank_traces(files, str(path))
-
-
-def load_rank_traces(files: list[Path], source: str) -> list[RankTrace]:
-    """One trace per rank (a data-parallel job's rank folders hold one each), sorted by rank."""
-    path = source
     traces = [load_trace_file(f, default_rank=i) for i, f in enumerate(files)]
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:

@@ -14,7 +14,6 @@ import pickle
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan
@@ -25,11 +24,6 @@ STOP_GRACE_S = 20.0  # after SIGTERM to torchrun's group, the ranks' time to flu
 
 class DdpJobFailed(RuntimeError):
     """A rank failed or was killed; the message names it and says why in one line."""
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    ranks: list[TrainingOutcome]  # rank order
 
 
 def job_dir(plan: TrainingPlan) -> Path:
@@ -60,7 +54,8 @@ def launcher_command(plan: TrainingPlan, folder: Path) -> list[str]:
             "-m", "yolo_mlops.run.ddp_rank", str(folder)]
 
 
-def train_job(plan: TrainingPlan) -> JobOutcome:
+def train_job(plan: TrainingPlan) -> list[TrainingOutcome]:
+    """Every rank's outcome, in rank order; raises DdpJobFailed naming the rank that failed."""
     folder = job_dir(plan)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "plan.pkl", "wb") as fh:
@@ -89,7 +84,7 @@ def train_job(plan: TrainingPlan) -> JobOutcome:
     for rank in range(plan.world_size):
         with open(folder / f"outcome-rank{rank}.pkl", "rb") as fh:
             outcomes.append(pickle.load(fh))
-    return JobOutcome(ranks=outcomes)
+    return outcomes
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

@@ -141,7 +141,7 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     if plan.spec.data_parallel:
         from yolo_mlops.run import ddp
 
-        outcome = job_outcome(ddp.train_job(plan).ranks)
+        outcome = job_outcome(ddp.train_job(plan))
     else:
         outcome = training.train(plan)
     _analysis_dir(prepared)  # the folder the step times go to
