@@ -157,4 +157,7 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
     assert parent.info.status == "FINISHED" and parent.data.tags[names.SWEEP_FAILED_CHILDREN] == "2"
     children = mlflow_client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
-    assert all(c.info.status == "FAILED" for c in children)
+    # none left RUNNING: a child the lane's process was training when it was ended (SIGTERM) ends KILLED by its own
+    # run guard, one it had not started yet or that the signal caught outside the guard is ended FAILED by the sweep
+    assert all(c.info.status in ("FAILED", "KILLED") for c in children), \
+        [(c.info.status, c.data.tags.get(names.ERROR)) for c in children]
