@@ -8,7 +8,17 @@
 - `attribution`: per-step operator / kernel / phase deltas between the runs on each side of a change.
 - `report`: text tables and the picture.
 - `fleet`: one workload on several machines: each machine's step time and the machines slower than their
-  peers beyond noise, with the recorded figures that explain them.
+  peers beyond noise, with the recorded figures that explain them; loads from MLflow and re-exports:
+  - `fleet_stats`: the test per machine (pooled t against its peers, Holm over a workload's machines);
+  - `fleet_evidence`: the NVML and host figures beside a slow machine, against its peers';
+  - `fleet_render`: Markdown, JSON and the picture.
+- `drift`: slow drifts (Mann-Kendall, Theil-Sen) kept apart from steps.
+- `candidates`: every version boundary tested directly (Welch's t, no search penalty).
+- `confirm`: confirmation runs tested against the level before a new regression.
+- `power`: the smallest step the detector finds within one night (minimum detectable shift).
+- `nightly`: one night of the benchmark suite judged, logged on its runs, and its artifact.
+- `commit_range`: the commit range of a regression, for `yolo-mlops bisect`.
+- `bounds`: the shared rule for p-value bounds and smallest effects of the commands.
 """
 
 from __future__ import annotations
