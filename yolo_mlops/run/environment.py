@@ -15,10 +15,12 @@ import platform
 import re
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from yolo_mlops.config import RunSpec
+from yolo_mlops.config.params import PROFILER_WINDOW_FIELDS, LoggedParams, environment_params
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.tracking import names
 
@@ -51,7 +53,7 @@ class Environment:
 
     def as_params(self) -> dict[str, str]:
         """`env.*` MLflow params; missing values say so instead of being left out."""
-        return {f"env.{k}": "none" if v is None else str(v) for k, v in asdict(self).items()}
+        return environment_params(asdict(self))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -196,13 +198,6 @@ def nvidia_driver_version() -> str | None:
 
 # series identity ---------------------------------------------------------------------------------------------
 
-# Software versions: recorded on every run as `env.<name>` params, never part of the series key.
-VERSION_PARAMS = {name: names.ENV_PARAM + field for name, field in (
-    ("commit", "git_commit"), ("torch", "torch"), ("cuda", "torch_cuda"), ("cudnn", "cudnn"),
-    ("ultralytics", "ultralytics"), ("driver", "nvidia_driver"), ("python", "python"))}
-PROFILER_WINDOW_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
-
-
 @dataclass(frozen=True)
 class SeriesIdentity:
     """What must match for two runs' speed to be comparable: the workload and the kind of hardware."""
@@ -287,31 +282,42 @@ def series_key(spec: RunSpec, env: Environment, data_identity_: str, device: str
     return series_identity(spec, env, data_identity_, device).key
 
 
-def series_identity_from_params(params: dict[str, str], tags: dict[str, str]) -> SeriesIdentity | None:
+def series_identity_from_params(params: Mapping[str, str], tags: Mapping[str, str]) -> SeriesIdentity | None:
     """The identity of a logged run, rebuilt from its params and tags: how runs logged before the
     `yolo_mlops.series` tag existed join their series. None when the run lacks a needed param."""
-    train, env = names.TRAIN_PARAM, names.ENV_PARAM
+    logged = LoggedParams(params)
     try:
-        device_type = params.get(env + "device_type") or tags[names.DEVICE_TYPE]
+        device_type = logged.env("device_type") or tags[names.DEVICE_TYPE]
+        data, device = logged.train("data"), logged.train("device")
+        window, machine = logged.profiler_window, logged.machine
+        model, device_name = logged.model_name(), logged.env("device_name")
+        if None in (data, device, window, machine, model, device_name):
+            return None
         return SeriesIdentity(
-            model=Path(params[train + "model"]).name,
-            data=data_identity(params[train + "data"], tags.get(names.DATASET) == "synthetic"),
-            imgsz=int(params[train + "imgsz"]),
-            batch=int(params[train + "batch"]),
-            workers=int(params[train + "workers"]),
-            variant=params.get(train + "variant") or tags[names.VARIANT],
-            profiler_window=tuple(int(params[names.PROFILER_PARAM + f]) for f in PROFILER_WINDOW_FIELDS),
+            model=str(model),
+            data=data_identity(str(data), tags.get(names.DATASET) == "synthetic"),
+            imgsz=_required(logged.integer(names.TRAIN_PARAM + "imgsz")),
+            batch=_required(logged.integer(names.TRAIN_PARAM + "batch")),
+            workers=_required(logged.integer(names.TRAIN_PARAM + "workers")),
+            variant=logged.train("variant") or tags[names.VARIANT],
+            profiler_window=tuple(window or ()),
             device_type=device_type,
-            device_name=params[env + "device_name"],
-            device_count=len(cuda_indices(params[train + "device"])) if device_type == "cuda" else 0,
-            # runs logged before `env.machine` existed: their host name, which was the machine's name then
-            machine=params.get(names.ENV_MACHINE) or params[env + "hostname"],
-            ranks=int(params.get(names.DDP_WORLD_SIZE, 0)),
+            device_name=str(device_name),
+            device_count=len(cuda_indices(str(device))) if device_type == "cuda" else 0,
+            machine=str(machine),
+            ranks=logged.world_size,
         )
     except (KeyError, ValueError):
         return None
 
 
-def versions_from_params(params: dict[str, str]) -> dict[str, str]:
-    """The software versions a run recorded ('none' where a version does not apply, '?' where not logged)."""
-    return {name: params.get(param, "?") for name, param in VERSION_PARAMS.items()}
+def _required(value: int | None) -> int:
+    if value is None:
+        raise KeyError("param not recorded")
+    return value
+
+
+def versions_from_params(params: Mapping[str, str]) -> dict[str, str]:
+    """The software versions a run recorded (`NONE` where a version does not apply, `UNLOGGED` where not
+    logged)."""
+    return LoggedParams(params).versions()

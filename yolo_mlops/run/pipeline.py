@@ -23,6 +23,7 @@ from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.analysis.report import Block, Heading, Paragraph, Table
 from yolo_mlops.config import RunSpec, data_home
+from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
 from yolo_mlops.profiling import memory_holders
 from yolo_mlops.profiling.step_timer import PerfSummary, StepTimes, perf_summary
@@ -118,18 +119,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
 
 
 def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str, str]:
-    train = names.TRAIN_PARAM
-    params = {f"{train}{k}": v for k, v in ultralytics_args(plan).items() if k not in ("project", "name")}
-    params.update({f"{train}max_steps": spec.max_steps, f"{train}variant": spec.variant,
-                   f"{train}steps_expected": plan.steps_expected})
-    params.update({f"{names.TORCH_PARAM}{k}": v for k, v in spec.torch.model_dump().items()})
-    params.update({f"{names.PROFILER_PARAM}{k}": v for k, v in spec.profiler.model_dump().items()})
-    params.update({f"{names.SAMPLER_PARAM}{k}": v for k, v in spec.nvml.model_dump().items()})
-    params.update(env.as_params())
-    if spec.data_parallel:
-        params.update({f"{names.DDP_PARAM}{k}": v for k, v in spec.ddp.model_dump().items()})
-        params[names.DDP_WORLD_SIZE] = spec.world_size
-    return {k: "none" if v is None else str(v) for k, v in params.items()}
+    return {**spec_params(spec, ultralytics_args(plan), plan.steps_expected), **env.as_params()}
 
 
 # train ------------------------------------------------------------------------------------------------------
