@@ -10,7 +10,6 @@ import pytest
 
 from yolo_mlops.nvml import NvmlSummary, Timeline, align, step_history, summarise, summary_metrics, write_timeline
 from yolo_mlops.nvml.summary import weighted_mean, weighted_quantile
-from yolo_mlops.tracking import names
 
 S = 1_000_000_000  # ns per second
 NAN = float("nan")
@@ -184,8 +183,8 @@ def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
     assert summary.tensor_util_pct_mean == pytest.approx((5 + 2 * 15 + 25) / 4)  # the NaN row is not measured
     assert summary.mem_used_gib_max == 3.0 and summary.mem_total_gib == 16.0
     assert summary.gpu_util_pct_mean is None  # never sampled: unknown, not zero
-    assert names.gpu_metrics(summary) == summary_metrics(aligned, images_per_step=4)
-    assert summary.energy_j == names.gpu_metrics(summary)["gpu/energy_j"]
+    assert summary.as_metrics() == summary_metrics(aligned, images_per_step=4)
+    assert summary.energy_j == summary.as_metrics()["gpu/energy_j"]
     assert summary.stats["sm_util_pct"]["p95"] == 80.0 and summary.stat("mem_total_gib") == 16.0
     assert summary.energy_per_image_j == pytest.approx(summary.energy_j / 8)
 
@@ -193,7 +192,7 @@ def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
 def test_summarise_of_a_run_without_samples_knows_nothing():
     summary = summarise(align(Timeline.empty("none"), [], [], []), images_per_step=4)
     assert summary == NvmlSummary(backend="none")
-    assert summary.sm_util_pct_mean is None and names.gpu_metrics(summary) == {}
+    assert summary.sm_util_pct_mean is None and summary.as_metrics() == {}
 
 
 def test_clock_limit_link_and_reasons_seen_while_training():
@@ -205,7 +204,7 @@ def test_clock_limit_link_and_reasons_seen_while_training():
                "pcie_width": [16, 16, 16, 8, 1],
                "temp_c": [60, 70, 80, 75, 90]}
     summary = summarise(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
-    metrics = names.gpu_metrics(summary)
+    metrics = summary.as_metrics()
     assert metrics["gpu/sm_clock_mhz_mean"] == pytest.approx((1400 + 1500 + 2 * 1600 + 1700) / 5)
     assert metrics["gpu/sm_clock_max_mhz"] == 1980.0
     assert metrics["gpu/power_limit_w"] == 500.0  # the tightest enforced limit seen while training
@@ -223,7 +222,7 @@ def test_clock_limit_link_and_reasons_seen_while_training():
 def test_reasons_not_measured_are_none_not_an_empty_list():
     columns = {k: v for k, v in COLUMNS.items() if k != "clocks_event_mask"}
     summary = summarise(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
-    metrics = names.gpu_metrics(summary)
+    metrics = summary.as_metrics()
     assert summary.clocks_events is None and summary.power_limit_w is None and summary.pcie_gen is None
     assert not [k for k in metrics if k.startswith(("gpu/clocks_event", "gpu/pcie_gen", "gpu/power_limit"))]
     quiet = summarise(align(_timeline({**COLUMNS, "clocks_event_mask": [0] * 5}), STEP_START, STEP_END,

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from yolo_mlops.profiling.step_timer import PerfSummary, StepTimer, StepTimes, perf_summary
-from yolo_mlops.tracking import names
 
 
 def _times(step_ms, wait_ms, profiled, images=8):
@@ -23,7 +22,7 @@ def test_perf_summary_on_known_steps():
     assert s.data_wait_pct == pytest.approx(100 * 60 / 600)
     assert s.step_time_ms_p50_profiled == pytest.approx(300.0)
     assert s.steps_measured == 3 and s.steps_total == 6
-    m = names.perf_metrics(s)
+    m = s.as_metrics()
     assert m["perf/step_time_ms_p50"] == s.step_time_ms_p50 and m["perf/steps_measured"] == 3.0
     assert m["perf/step_time_ms_p50_profiled"] == s.step_time_ms_p50_profiled and len(m) == 9
 
@@ -32,7 +31,7 @@ def test_perf_summary_without_steps_or_profiled_steps():
     assert perf_summary(_times([], [], []), discard_first=1) is None
     s = perf_summary(_times([100, 200], [10, 20], [False, False]), discard_first=1)
     assert isinstance(s, PerfSummary) and s.step_time_ms_p50_profiled is None
-    assert "perf/step_time_ms_p50_profiled" not in names.perf_metrics(s)
+    assert "perf/step_time_ms_p50_profiled" not in s.as_metrics()
 
 
 def test_timer_records_every_step_and_round_trips_csv(tmp_path):

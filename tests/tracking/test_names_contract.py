@@ -188,7 +188,7 @@ def _every_gpu_metric() -> list[str]:
     timeline = Timeline("fake", 0, np.array([1, 2, 3], np.int64) * s, np.zeros(3, np.int16),
                         np.full(3, s, np.int64), columns)
     aligned = align(timeline, [0, 2 * s], [2 * s, 4 * s], [False, True])
-    return sorted(names.gpu_metrics(summarise(aligned, 8))) + sorted({n for _, n, _ in step_history(aligned)})
+    return sorted(summarise(aligned, 8).as_metrics()) + sorted({n for _, n, _ in step_history(aligned)})
 
 
 def written_metrics() -> list[str]:
@@ -211,7 +211,7 @@ def written_metrics() -> list[str]:
     out |= {names.trace_memory_metric(d, s) for d in ("gpu", "cpu")
             for s in ("peak_allocated_gib", "peak_reserved_gib", "growth_mib_per_step")}
     out |= {names.train_metric("box_loss"), names.val_metric("precision"), names.val_metric("box_loss")}
-    out |= set(names.perf_metrics(PerfSummary(1.0, 2.0, 1.5, 10.0, 5.0, 0.1, 3, 4, step_time_ms_p50_profiled=2.0)))
+    out |= set(PerfSummary(1.0, 2.0, 1.5, 10.0, 5.0, 0.1, 3, 4, step_time_ms_p50_profiled=2.0).as_metrics())
     out |= set(_every_gpu_metric())
     out |= {names.rank_metric(1, m) for m in (names.STEP_TIME_P50, names.STEP_TIME_MS, names.COMM_EXPOSED_PCT)}
     out |= set(RECORDED["metrics"])

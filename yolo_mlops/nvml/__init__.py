@@ -15,7 +15,7 @@ Typical use by the training code:
         train()                                              # steps timed with perf_counter_ns
     aligned = align(sampler.timeline(), step_start_ns, step_end_ns, profiler_active)
     summary = summarise(aligned, images_per_step)            # NvmlSummary: summary.sm_util_pct_mean, .stats, ...
-    metrics = names.gpu_metrics(summary)                     # where it is logged: {names.gpu_metric(...): v}
+    metrics = summary.as_metrics()                           # where it is logged: {names.gpu_metric(...): v}
     history = step_history(aligned)                          # [(step, names.gpu_metric("sm_util_pct"), v), ...]
     paths = write_timeline(aligned, out_dir)                 # CSV + PNG + JSON -> artifacts nvml/
 """

@@ -2,7 +2,7 @@
 
 Everything here is a pure function over plain data (numpy arrays, dataclasses) except
 write_timeline, which writes files. `summarise` gives an NvmlSummary: typed statistics
-for code that reasons about the run (the diagnosis); `tracking.names.gpu_metrics` names
+for code that reasons about the run (the diagnosis); `NvmlSummary.as_metrics` names
 them `gpu/*` for MLflow. The MLflow calls themselves live in yolo_mlops.tracking.
 """
 
@@ -188,8 +188,8 @@ class NvmlSummary:
     """What the NVML sampler measured over the training span, typed.
 
     Means are time-weighted over the sample intervals inside the training span. Absent or None means
-    "not measured" (no sampler, unsupported metric), never zero. `tracking.names.gpu_metrics` gives the
-    `gpu/*` MLflow names of everything here.
+    "not measured" (no sampler, unsupported metric), never zero. `as_metrics` gives everything here under
+    its `gpu/*` MLflow names.
     """
 
     backend: str
@@ -205,6 +205,18 @@ class NvmlSummary:
 
     def stat(self, column: str, statistic: str = "") -> float | None:
         return self.stats.get(column, {}).get(statistic)
+
+    def as_metrics(self) -> dict[str, float]:
+        """Under the `gpu/*` MLflow names: every statistic of every column measured, the clocks-event shares
+        (`gpu/clocks_event_<group or reason>_pct`), energy and energy per image."""
+        out = {names.gpu_metric(column, statistic): value
+               for column, stats in self.stats.items() for statistic, value in stats.items()}
+        out.update({names.clocks_event_metric(reason): pct for reason, pct in (self.clocks_event_pct or {}).items()})
+        if self.energy_j is not None:
+            out[names.GPU_ENERGY] = self.energy_j
+        if self.energy_per_image_j is not None:
+            out[names.GPU_ENERGY_PER_IMAGE] = self.energy_per_image_j
+        return out
 
     @property
     def sm_util_pct_mean(self) -> float | None:
@@ -353,8 +365,8 @@ def _clocks_event_pct(column: np.ndarray, w_rows: np.ndarray) -> dict[str, float
 
 def summary_metrics(aligned: AlignedTimeline,
                     images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
-    """`summarise` under the `gpu/*` MLflow names (tracking.names.gpu_metrics); the null backend gives {}."""
-    return names.gpu_metrics(summarise(aligned, images_per_step))
+    """`summarise` under the `gpu/*` MLflow names (NvmlSummary.as_metrics); the null backend gives {}."""
+    return summarise(aligned, images_per_step).as_metrics()
 
 
 def _total_images(images_per_step: float | Sequence[float] | np.ndarray | None, n_steps: int) -> float:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from yolo_mlops.tracking import names
+
 CLOCK = time.perf_counter_ns
 
 
@@ -124,7 +126,7 @@ class StepTimer:
 
 @dataclass(frozen=True)
 class PerfSummary:
-    """Step-timer summary over the steady steps; `tracking.names.perf_metrics` gives its `perf/*` names."""
+    """Step-timer summary over the steady steps; `as_metrics` gives it under its `perf/*` names."""
 
     step_time_ms_p50: float
     step_time_ms_p90: float
@@ -135,6 +137,16 @@ class PerfSummary:
     steps_measured: int  # steady steps summarised
     steps_total: int  # all steps run
     step_time_ms_p50_profiled: float | None = None  # inside the profiler window; None when no step was profiled
+
+    def as_metrics(self) -> dict[str, float]:
+        """The summary under its `perf/*` MLflow names; the profiled median only when profiled steps ran."""
+        out = {names.STEP_TIME_P50: self.step_time_ms_p50, names.STEP_TIME_P90: self.step_time_ms_p90,
+               names.STEP_TIME_MEAN: self.step_time_ms_mean, names.IMAGES_PER_S: self.images_per_s,
+               names.DATA_WAIT_PCT: self.data_wait_pct, names.DATA_WAIT_P50: self.data_wait_ms_p50,
+               names.STEPS_MEASURED: float(self.steps_measured), names.STEPS_TOTAL: float(self.steps_total)}
+        if self.step_time_ms_p50_profiled is not None:
+            out[names.STEP_TIME_P50_PROFILED] = self.step_time_ms_p50_profiled
+        return out
 
 
 def perf_summary(times: StepTimes, discard_first: int = 1) -> PerfSummary | None:

@@ -174,7 +174,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     if perf is not None and outcome.ranks:  # the job's throughput: every rank's images, at the job's pace
         perf = replace(perf, images_per_s=sum(
             p.images_per_s for r in outcome.ranks if (p := perf_summary(r.steps, DISCARD_FIRST_STEPS)) is not None))
-    metrics = names.perf_metrics(perf) if perf is not None else {}
+    metrics = perf.as_metrics() if perf is not None else {}
     metrics.update(rank_metrics)
     metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s
     metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
@@ -207,7 +207,7 @@ def _per_rank_perf(outcome: TrainingOutcome) -> tuple[dict[str, float], dict[str
         assert rank.rank is not None
         summary = perf_summary(rank.steps, DISCARD_FIRST_STEPS)
         if summary is not None:
-            metrics.update({names.rank_metric(rank.rank, k): v for k, v in names.perf_metrics(summary).items()})
+            metrics.update({names.rank_metric(rank.rank, k): v for k, v in summary.as_metrics().items()})
         for name, values in ((names.STEP_TIME_MS, rank.steps.step_ms), (names.DATA_WAIT_MS, rank.steps.data_wait_ms)):
             histories[names.rank_metric(rank.rank, name)] = list(enumerate(values.tolist()))
         if rank.gradient_bytes is not None and rank.rank == 0:
@@ -255,10 +255,10 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
         summary = summarise(aligned, steps.images)
         headline = rank.rank is None or rank.rank == outcome.slowest_rank  # the job's gpu/* are its slowest rank's
         if rank.rank is not None:
-            result.metrics.update({names.rank_metric(rank.rank, k): v for k, v in names.gpu_metrics(summary).items()})
+            result.metrics.update({names.rank_metric(rank.rank, k): v for k, v in summary.as_metrics().items()})
         if headline:
             result.gpu = summary
-            result.metrics.update(names.gpu_metrics(summary))
+            result.metrics.update(summary.as_metrics())
             for step, name, value in step_history(aligned):
                 result.histories.setdefault(name, []).append((step, value))
         folder = replace(prepared.plan, rank=rank.rank).rank_path(names.NVML_DIR)
@@ -310,7 +310,7 @@ def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
     (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / names.NVML_DIR / names.NVML_TIMELINE_PNG
-    headline = {**(names.perf_metrics(perf) if perf is not None else {}),
+    headline = {**(perf.as_metrics() if perf is not None else {}),
                 names.PROFILER_EXPORT_S: outcome.profiler_export_s}
     memory_rows = memory_holders.table_rows(result.metrics)
     sections: list[Block] = [] if memory_rows is None else [
@@ -407,7 +407,7 @@ class RunSalvage:
         times = captured_step_times(self.folder)
         if times is not None:
             perf = perf_summary(times, DISCARD_FIRST_STEPS)
-            record.metrics = names.perf_metrics(perf) if perf is not None else {}
+            record.metrics = perf.as_metrics() if perf is not None else {}
             record.histories = {names.STEP_TIME_MS: list(enumerate(times.step_ms.tolist())),
                                 names.DATA_WAIT_MS: list(enumerate(times.data_wait_ms.tolist()))}
         self._record = record

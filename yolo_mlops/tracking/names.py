@@ -7,12 +7,6 @@ needs a migration or a reader of both names.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the typed summaries perf_metrics and gpu_metrics name; never imported at run time
-    from yolo_mlops.nvml.summary import NvmlSummary
-    from yolo_mlops.profiling.step_timer import PerfSummary
-
 # tags ---------------------------------------------------------------------------------------------------------
 TAG_PREFIX = "yolo_mlops."
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]
@@ -279,30 +273,6 @@ def train_metric(name: str) -> str:
 def val_metric(name: str) -> str:
     """`val/<name>`: one of ultralytics' validation metrics (`mAP50-95`, `precision`, `box_loss`, ...)."""
     return f"{VAL}{name}"
-
-
-def perf_metrics(summary: PerfSummary) -> dict[str, float]:
-    """The step timer's summary under its `perf/*` names; the profiled median only when profiled steps ran."""
-    out = {STEP_TIME_P50: summary.step_time_ms_p50, STEP_TIME_P90: summary.step_time_ms_p90,
-           STEP_TIME_MEAN: summary.step_time_ms_mean, IMAGES_PER_S: summary.images_per_s,
-           DATA_WAIT_PCT: summary.data_wait_pct, DATA_WAIT_P50: summary.data_wait_ms_p50,
-           STEPS_MEASURED: float(summary.steps_measured), STEPS_TOTAL: float(summary.steps_total)}
-    if summary.step_time_ms_p50_profiled is not None:
-        out[STEP_TIME_P50_PROFILED] = summary.step_time_ms_p50_profiled
-    return out
-
-
-def gpu_metrics(summary: NvmlSummary) -> dict[str, float]:
-    """The NVML summary under its `gpu/*` names: every statistic of every column measured, the
-    clocks-event shares (`gpu/clocks_event_<group or reason>_pct`), energy and energy per image."""
-    out = {gpu_metric(column, statistic): value
-           for column, stats in summary.stats.items() for statistic, value in stats.items()}
-    out.update({clocks_event_metric(reason): pct for reason, pct in (summary.clocks_event_pct or {}).items()})
-    if summary.energy_j is not None:
-        out[GPU_ENERGY] = summary.energy_j
-    if summary.energy_per_image_j is not None:
-        out[GPU_ENERGY_PER_IMAGE] = summary.energy_per_image_j
-    return out
 
 
 def profiler_table(name: str) -> str:
