@@ -1,15 +1,27 @@
 """Automatic bisection of a slowdown: which commit between a good and a bad one made training slower.
 
+- `models`: the request, the plan, the profiled runs, the steps and the result (plain data).
+- `checks`: every check before a run is made (`prepare`): settings, repository and range, workload, and the
+  series' history at the good commit.
+- `workload`: the workload's run and series, and its RunSpec (`spec_from_params` when it logged none).
 - `git`: revisions, the commit range, one installed copy of the code per commit (worktrees, removed at once).
+- `driver`: one profiled run in a commit's code (started as a process of its own).
+- `execution`: the profiled runs, one bounded process each, children of the bisection's MLflow run.
 - `decide`: the statistics of each step (pure): the premise (bad slower than good beyond noise) and each
   candidate's verdict, good or bad or inconclusive, with the simulation of their error rates.
-- `runner`: checks, profiled runs in the commits' code, the bisection, the report and its MLflow record.
+- `search`: the premise, then the halving of the range, and the first bad commit's shift.
+- `report`: the report and the exit code.
+- `runner`: a bisection end to end under one parent MLflow run (`run`).
+- `trigger`: hands a regression's commit range to the `bisect` deployment.
 
 `yolo-mlops bisect` and the Prefect flow `flows/bisection.py:bisect` run it (docs/trends.md, "Bisect").
 """
 
 from __future__ import annotations
 
-from yolo_mlops.bisect.runner import BisectPlan, BisectRequest, BisectResult, prepare, report, run
+from yolo_mlops.bisect.checks import prepare
+from yolo_mlops.bisect.models import BisectPlan, BisectRequest, BisectResult
+from yolo_mlops.bisect.report import exit_code
+from yolo_mlops.bisect.runner import run
 
-__all__ = ["BisectPlan", "BisectRequest", "BisectResult", "prepare", "report", "run"]
+__all__ = ["BisectPlan", "BisectRequest", "BisectResult", "exit_code", "prepare", "run"]

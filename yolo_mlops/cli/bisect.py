@@ -14,14 +14,14 @@ from yolo_mlops.tracking import names
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from yolo_mlops.bisect import runner
+    from yolo_mlops import bisect as bisection
 
-    request = runner.BisectRequest(
+    request = bisection.BisectRequest(
         good=args.good, bad=args.bad, repo=args.repo, series=args.series, run_id=args.run,
         experiment=args.experiment, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
         max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
         run_timeout_s=args.run_timeout)
-    runner.prepare(request)  # bad input fails here, in one line, before Prefect starts
+    bisection.prepare(request)  # bad input fails here, in one line, before Prefect starts
     from yolo_mlops.config import data_home
     from yolo_mlops.run import prefect_server
 
@@ -38,12 +38,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                     max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
                     run_timeout_s=args.run_timeout)
     print("\n" + result.report)
-    return runner.exit_code(result)
+    return bisection.exit_code(result)
 
 
-DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # as yolo_mlops.bisect.runner (not imported for --help)
+DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # as yolo_mlops.bisect.models (not imported for --help)
 DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
-RUN_TIMEOUT_S = 3600.0  # as yolo_mlops.bisect.runner.RUN_TIMEOUT_S
+RUN_TIMEOUT_S = 3600.0  # as yolo_mlops.bisect.models.RUN_TIMEOUT_S
 
 
 def register(sub) -> None:
