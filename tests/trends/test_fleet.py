@@ -196,10 +196,14 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     evidence = {e["name"]: e for e in slow["evidence"]}
     assert evidence["power limit"]["machine"] is None  # not recorded: null, never 0
     assert evidence["CPU clock"]["text"] == "CPU clock: 2600 MHz vs peers 2600 MHz"
+    # these runs logged no key_averages tables: the phases and operators are said to be missing, not guessed
+    assert slow["moved"]["note"] == "no attribution: none of node-3's newest 5 runs has key_averages tables"
+    assert slow["moved"]["contributions"] == [] and "moved against" not in slow["explanation"]
 
     plot = tmp_path / "fleet.png"
     code, out, _ = _main("fleet", "--experiment", experiment, "--plot", str(plot))
     assert code == 0 and "`node-3` is slower than its peers" in out
+    assert "Phases and operators of `node-3` against its peers: no attribution: none of node-3's" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # bad input: one line each, exit 2
     for args, message in ((["--experiment", "no-such-experiment"], "does not exist"),
@@ -265,5 +269,9 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
     assert "## Fleet" in first and "no fleet to compare" in first  # one machine after the first night
     fleet_part = second[second.index("## Fleet"):]
     assert "`fleet-slow` is slower than its peers" in fleet_part
+    # explained by what moved: the planted operator, from the runs' key_averages tables against its peer's
+    slow_line = next(line for line in fleet_part.splitlines() if line.startswith("`fleet-slow` is slower"))
+    assert "moved against its peers: " in slow_line and "operator test_injected::slow_machine" in slow_line
+    assert "Phases and operators of `fleet-slow` against its peers (its newest 3 runs vs 3 of its peers'" in fleet_part
     assert "`fleet-fast` is slower" not in fleet_part
     assert "| `fleet-fast` | 3 |" in fleet_part and "| `fleet-slow` | 3 |" in fleet_part

@@ -23,7 +23,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     bounds.check_pvalue("--max-pvalue" if args.alpha is None else "--alpha", max_pvalue)
     bounds.check_fraction("--min-effect", args.min_effect)
     settings = fleet.FleetSettings(max_pvalue=max_pvalue, min_effect=args.min_effect)
-    report = fleet.load_fleet(connection.client(), args.experiment, settings)
+    client = connection.client()
+    report = fleet.explain(client, fleet.load_fleet(client, args.experiment, settings))  # + what moved on slow ones
     if args.format == "json":
         print(json.dumps(fleet.to_json(report), indent=2))
     elif not report.workloads:

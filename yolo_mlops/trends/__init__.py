@@ -11,6 +11,7 @@
   peers beyond noise, with the recorded figures that explain them; loads from MLflow and re-exports:
   - `fleet_stats`: the test per machine (pooled t against its peers, Holm over a workload's machines);
   - `fleet_evidence`: the NVML and host figures beside a slow machine, against its peers';
+  - `fleet_moved`: the phases and operators that differ between a slow machine's runs and its peers';
   - `fleet_render`: Markdown, JSON and the picture.
 - `drift`: slow drifts (Mann-Kendall, Theil-Sen) kept apart from steps.
 - `candidates`: every version boundary tested directly (Welch's t, no search penalty).
@@ -60,10 +61,16 @@ def load_experiment_series(mlflow, experiment: str, across_machines: bool = Fals
 
 
 def fleet_section(mlflow, experiment: str) -> str:
-    """The fleet view of an experiment as Markdown: each workload per machine, the slow machine named."""
+    """The fleet view of an experiment as Markdown (the nightly artifact's "Fleet" section): each workload per
+    machine, the slow machine named with its evidence and the phases and operators that differ from its
+    peers' (`fleet.explain`: the newest runs' key_averages tables)."""
     from yolo_mlops.trends import fleet
 
-    return fleet.fleet_section(mlflow, experiment)
+    try:
+        report = fleet.load_fleet(mlflow, experiment)
+    except ConfigError as exc:
+        return f"Experiment `{experiment}`: {exc}"
+    return f"Experiment `{experiment}`:\n\n" + fleet.fleet_markdown(fleet.explain(mlflow, report))
 
 
 def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS

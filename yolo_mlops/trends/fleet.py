@@ -5,6 +5,8 @@ Split by concern:
 - `fleet_stats`: the settings, the test (pooled t per machine against its peers, Holm over a workload's
   machines, a practical floor) and the report's dataclasses (`fleet_report`).
 - `fleet_evidence`: the recorded figures beside a slow machine (NVML, host), against its peers' medians.
+- `fleet_moved`: a slow machine's phases and operators against its peers' (the trends attribution, peers'
+  runs as "before"), read from the newest runs' key_averages tables (`explain`).
 - `fleet_render`: Markdown, JSON and the picture.
 - this module: loading from MLflow (`load_fleet`, `fleet_section`), and every name the callers import
   (`from yolo_mlops.trends import fleet; fleet.fleet_report(...)`).
@@ -24,6 +26,7 @@ from yolo_mlops.trends.fleet_evidence import (
     Evidence,
     evidence,
 )
+from yolo_mlops.trends.fleet_moved import RUNS_PER_MACHINE, explain, moved_entries
 from yolo_mlops.trends.fleet_render import fleet_markdown, no_fleet_line, plot_fleet, to_json
 from yolo_mlops.trends.fleet_stats import (
     ALPHA,
@@ -47,10 +50,10 @@ from yolo_mlops.trends.fleet_stats import (
 
 __all__ = [
     "ALPHA", "CLOCKS_EVENT_REASONS", "CPU_EVIDENCE", "GPU_EVIDENCE", "MIN_EFFECT", "MIN_RUNS", "NOT_EXPLAINED",
-    "RESAMPLES", "SEED", "STANDS_OUT", "Evidence", "FleetReport", "FleetSettings", "MachineStats", "SlowMachine",
-    "WorkloadFleet", "describe_test", "evidence", "fleet_markdown", "fleet_report", "fleet_section", "holm",
-    "judge_workload", "load_fleet", "machine_tests", "no_fleet_line", "plot_fleet", "pooled_noise", "slow_machines",
-    "to_json",
+    "RESAMPLES", "RUNS_PER_MACHINE", "SEED", "STANDS_OUT", "Evidence", "FleetReport", "FleetSettings",
+    "MachineStats", "SlowMachine", "WorkloadFleet", "describe_test", "evidence", "explain", "fleet_markdown",
+    "fleet_report", "fleet_section", "holm", "judge_workload", "load_fleet", "machine_tests", "moved_entries",
+    "no_fleet_line", "plot_fleet", "pooled_noise", "slow_machines", "to_json",
 ]
 
 

@@ -8,7 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
-from yolo_mlops.trends.fleet_stats import FleetReport
+from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends.fleet_moved import moved_entries
+from yolo_mlops.trends.fleet_stats import FleetReport, SlowMachine
+
+MOVED_ROWS = 8  # rows of a slow machine's phase / operator table in the Markdown (JSON: all of them)
 
 
 def no_fleet_line(report: FleetReport) -> str:
@@ -39,6 +43,8 @@ def fleet_markdown(report: FleetReport) -> str:
                           f"{fmt(s.median_step_ms, '.1f')} vs {fmt(s.peers_median_ms, '.1f')} ms, "
                           f"p {s.adjusted_pvalue:.2g} after Holm): {s.explanation}"]
             lines += [f"- {e.text}" + (" **<-**" if e.stands_out else "") for e in s.evidence]
+            if s.moved is not None:
+                lines += ["", *moved_markdown(s, s.moved)]
         if not w.slow_machines:
             lines += ["", "No machine is slower than its peers beyond noise."]
         lines.append("")
@@ -46,11 +52,33 @@ def fleet_markdown(report: FleetReport) -> str:
     return "\n".join(lines)
 
 
+def moved_markdown(s: SlowMachine, a: Attribution) -> list[str]:
+    """The slow machine's phases and operators against its peers': a heading line and the table."""
+    if not a.contributions:
+        return [f"Phases and operators of `{s.machine}` against its peers: {a.note or 'nothing differs'}."]
+    peers = len(a.before_runs)
+    head = (f"Phases and operators of `{s.machine}` against its peers (its newest {len(a.after_runs)} runs vs "
+            f"{peers} of its peers', profiled step {fmt(a.step_ms_before)} -> {fmt(a.step_ms_after)} ms)")
+    if a.runs_without_tables:
+        head += f"; {len(a.runs_without_tables)} runs without key_averages tables left out"
+    moved = {(c.kind, c.name) for c in moved_entries(a)}
+    rows = [(c.kind, f"`{c.name[:70]}`", fmt(c.before_ms), fmt(c.after_ms), f"{c.delta_ms:+.3g}",
+             fmt(c.share_pct, ".0f"), fmt(c.consistency, ".2f"), fmt(c.pvalue, ".2g"),
+             "**moved**" if (c.kind, c.name) in moved else "-") for c in a.contributions[:MOVED_ROWS]]
+    table = markdown_table(["kind", "name", "peers ms/step", f"{s.machine} ms/step", "delta", "% of gap",
+                            "consistency", "p (M-W)", ""], rows)
+    more = len(a.contributions) - MOVED_ROWS
+    return [head + ":", "", table] + ([f"({more} more rows in the JSON)"] if more > 0 else [])
+
+
 def to_json(report: FleetReport) -> dict:
     out = asdict(report)
     for w, workload in zip(out["workloads"], report.workloads, strict=True):
         for s, slow in zip(w["slow_machines"], workload.slow_machines, strict=True):
             s["slower_pct"] = slow.slower_pct
+            if slow.moved is not None:
+                s["moved"]["shift_ms"] = slow.moved.shift_ms
+                s["moved"]["moved"] = [f"{c.kind} {c.name}" for c in moved_entries(slow.moved)]
     if not report.workloads:
         out["note"] = no_fleet_line(report)
     return out

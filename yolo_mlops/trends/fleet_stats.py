@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.fleet_evidence import NOT_EXPLAINED, Evidence, evidence
 from yolo_mlops.trends.history import HistoryRun
 
@@ -64,6 +65,7 @@ class MachineStats:
     pvalue: float  # one-sided t (slower than its peers), before Holm's correction
     adjusted_pvalue: float  # Holm-adjusted over the machines of the workload
     slow: bool
+    profiled_steps: tuple[int | None, ...] = ()  # its runs' profiled steps (what attribution divides by)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ class SlowMachine:
     pvalue: float
     adjusted_pvalue: float
     evidence: tuple[Evidence, ...]  # every figure, the ones that stand out first; absent ones say so
-    explanation: str  # the figures that stand out, or NOT_EXPLAINED
+    explanation: str  # the figures that stand out (and, once explained, what moved), or NOT_EXPLAINED
+    moved: Attribution | None = None  # its phases and operators against its peers' (`fleet_moved.explain`)
 
     @property
     def slower_pct(self) -> float:
@@ -203,7 +206,7 @@ def judge_workload(key: str, label: str, per_machine: dict[str, list[HistoryRun]
         is_slow = adj <= settings.max_pvalue and ratio >= 1.0 + settings.min_effect
         machines.append(MachineStats(machine, len(values), float(np.median(values)), float(low), float(high),
                                      tuple(r.run_id for r in per_machine[machine]), tuple(float(v) for v in values),
-                                     ratio, p, adj, is_slow))
+                                     ratio, p, adj, is_slow, tuple(r.profiled_steps for r in per_machine[machine])))
         if is_slow:
             peers_median = float(np.median([np.median(v) for k, v in step.items() if k != machine]))
             found = evidence(per_machine, machine)
