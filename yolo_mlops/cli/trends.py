@@ -31,8 +31,8 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
     mlflow = connection.client()
-    grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
     if args.series is None:
+        grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
         series = [trends.series_trend(runs, settings) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
         detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
@@ -54,8 +54,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
                     if d.metric == names.STEP_TIME_P50:
                         print(f"- {t.series}: " + report.detectable_line(d))
         return 0
-    key = history.one_series(grouped, args.series, args.experiment)
-    runs = grouped[key]
+    key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
     if len(runs) < 2:
         raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyse yet")
     trend = trends.series_trend(runs, settings)

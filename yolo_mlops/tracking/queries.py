@@ -3,7 +3,8 @@ over long histories (trends, compare), artifacts and tables, and links into the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -71,16 +72,114 @@ def search_all_runs(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_
                     order_by: Sequence[str] = ("attributes.start_time ASC",),
                     page_size: int | None = None) -> list:
     """Every run matching the filter, following page tokens until the last page."""
-    page_size = page_size or SEARCH_PAGE_SIZE
     runs: list = []
+    for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
+        runs.extend(page)
+    return runs
+
+
+def _pages(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str, order_by: Sequence[str],
+           page_size: int | None, deleted: bool = False):
+    from mlflow.entities import ViewType
+
+    view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
     token = None
     while True:
-        page = mlflow.search_runs(list(experiment_ids), filter_string=filter_string, order_by=list(order_by),
-                                  max_results=page_size, page_token=token)
-        runs.extend(page)
+        page = mlflow.search_runs(list(experiment_ids), filter_string=filter_string, run_view_type=view,
+                                  order_by=list(order_by), max_results=page_size or SEARCH_PAGE_SIZE,
+                                  page_token=token)
+        yield page
         token = page.token
         if not token:
-            return runs
+            return
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as the history reads it, out of MLflow's types: params and tags as logged (strings), each
+    metric's latest value, the start and end time in epoch ms (end None while it runs)."""
+
+    run_id: str
+    experiment_id: str
+    status: str
+    start_time_ms: int
+    end_time_ms: int | None
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    tags: Mapping[str, str]
+
+
+def run_record(run) -> RunRecord:
+    """The record of one MLflow `Run`."""
+    info, data = run.info, run.data
+    end = None if info.end_time is None else int(info.end_time)
+    return RunRecord(run_id=info.run_id, experiment_id=info.experiment_id, status=info.status,
+                     start_time_ms=int(info.start_time), end_time_ms=end,
+                     params=dict(data.params), metrics=dict(data.metrics), tags=dict(data.tags))
+
+
+def search_records(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",
+                   order_by: Sequence[str] = ("attributes.start_time ASC",),
+                   page_size: int | None = None) -> list[RunRecord]:
+    """`search_all_runs` as records, each page converted as it arrives (MLflow's objects are not kept)."""
+    records: list[RunRecord] = []
+    for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
+        records.extend(run_record(run) for run in page)
+    return records
+
+
+def deleted_run_ids(mlflow: MlflowClient, experiment_ids: Sequence[str]) -> list[str]:
+    """The ids of the experiments' deleted (not yet purged) FINISHED runs."""
+    return [run.info.run_id for page in _pages(mlflow, experiment_ids, FINISHED, (), None, deleted=True)
+            for run in page]
+
+
+FINISHED = "attributes.status = 'FINISHED'"
+_SERIES_KEY_TEXT = re.compile(r"[A-Za-z0-9-]+")
+
+
+def series_filter(series: str, prefix: bool = False) -> str | None:
+    """The filter of the FINISHED runs tagged with series `series` (or, with `prefix`, any series whose key
+    starts with it) that also record their machine; None when `series` cannot be a key (keys are hex, a
+    `v1-` prefix at most)."""
+    if not _SERIES_KEY_TEXT.fullmatch(series):
+        return None
+    tag = f"tags.`{names.SERIES}`"
+    match = f"{tag} LIKE '{series}%'" if prefix else f"{tag} = '{series}'"
+    return f"{FINISHED} AND {match} AND params.`{names.ENV_MACHINE}` IS NOT NULL"
+
+
+# FINISHED runs whose series is not simply their series tag: rebuilt from their params (no machine recorded,
+# or no tag), or their old `series_key`. Together with `series_filter` of every key they cover every FINISHED
+# run exactly once or twice (deduplicated by `series_records`).
+UNTAGGED_FILTERS = (f"{FINISHED} AND tags.`{names.SERIES}` IS NULL",
+                    f"{FINISHED} AND params.`{names.ENV_MACHINE}` IS NULL")
+
+
+def series_records(mlflow: MlflowClient, experiment_ids: Sequence[str], series: Sequence[str],
+                   prefix: bool = False) -> list[RunRecord] | None:
+    """The FINISHED runs that can belong to the given series, oldest first (ties by run id): those tagged
+    with one of them (their key starting with one, with `prefix`) and every run whose series the tag alone
+    does not tell (`UNTAGGED_FILTERS`: the caller rebuilds theirs and keeps the ones that match). A superset of
+    the series' runs, never the whole experiment for them. None when a key cannot be filtered on."""
+    filters = [series_filter(s, prefix) for s in series]
+    if any(f is None for f in filters):
+        return None
+    found: dict[str, RunRecord] = {}
+    for filter_string in [*filters, *UNTAGGED_FILTERS]:
+        for record in search_records(mlflow, experiment_ids, str(filter_string)):
+            found[record.run_id] = record
+    return sorted(found.values(), key=lambda r: (r.start_time_ms, r.run_id))
+
+
+def records_by_id(mlflow: MlflowClient, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> list[RunRecord]:
+    """The FINISHED runs among `run_ids` (unknown or unfinished ones are left out), in one search per 100."""
+    ids = [i for i in dict.fromkeys(run_ids) if _SERIES_KEY_TEXT.fullmatch(i)]
+    records: list[RunRecord] = []
+    for lo in range(0, len(ids), 100):
+        quoted = ", ".join(f"'{i}'" for i in ids[lo:lo + 100])
+        records += search_records(mlflow, experiment_ids, f"{FINISHED} AND attributes.run_id IN ({quoted})")
+    return records
 
 
 # ---- artifacts --------------------------------------------------------------------------------------------------

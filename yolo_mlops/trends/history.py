@@ -13,11 +13,12 @@ across_machines=True)` judges the runs of several machines as one history, only 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
-from yolo_mlops.tracking import names, queries
+from yolo_mlops.tracking import connection, history_cache, names, queries
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,12 @@ class HistoryRun:
 
 def record_from_run(run) -> HistoryRun | None:
     """A typed record of one MLflow run; None when its series cannot be known (no tag, no params)."""
-    params, tags = run.data.params, run.data.tags
+    return record_from_stored(queries.run_record(run))
+
+
+def record_from_stored(run: queries.RunRecord) -> HistoryRun | None:
+    """A typed record of one stored run; None when its series cannot be known (no tag, no params)."""
+    params, tags = run.params, run.tags
     identity = series_identity_from_params(params, tags)
     series: str | None
     if identity is not None and names.ENV_MACHINE not in params:
@@ -58,25 +64,25 @@ def record_from_run(run) -> HistoryRun | None:
     except (KeyError, ValueError):
         steps = None
     return HistoryRun(
-        run_id=run.info.run_id,
-        experiment_id=run.info.experiment_id,
-        start_time_ms=int(run.info.start_time),
+        run_id=run.run_id,
+        experiment_id=run.experiment_id,
+        start_time_ms=run.start_time_ms,
         series=series,
         label=identity.label if identity else series,
         machine=identity.machine if identity else params.get(names.ENV_MACHINE),
         workload=identity.workload_key if identity else None,
         workload_label=identity.workload_label if identity else None,
         host=_host(params),
-        metrics=dict(run.data.metrics),
+        metrics=dict(run.metrics),
         versions=versions_from_params(params),
         night=tags.get(names.BENCHMARK_NIGHT),
         profiled_steps=steps,
-        step_time_ms=run.data.metrics.get(names.STEP_TIME_P50),
+        step_time_ms=run.metrics.get(names.STEP_TIME_P50),
         verdicts={k: v for k, v in tags.items() if k == names.TREND or k.startswith(names.TREND_PREFIX)},
     )
 
 
-def _host(params: dict[str, str]) -> dict[str, str]:
+def _host(params: Mapping[str, str]) -> dict[str, str]:
     env = names.ENV_PARAM
     host = {"cpu_count": params.get(env + "cpu_count", ""), "cpu_mhz": params.get(names.ENV_CPU_MHZ, "")}
     if params.get(env + "device_type") == "cpu":  # on CPU the device name is the CPU model
@@ -85,10 +91,33 @@ def _host(params: dict[str, str]) -> dict[str, str]:
 
 
 def load_history(mlflow, experiment_ids: list[str]) -> list[HistoryRun]:
-    """Every FINISHED run of the experiments (all pages), oldest first (ties broken by run id)."""
-    runs = queries.search_all_runs(mlflow, experiment_ids, filter_string="attributes.status = 'FINISHED'")
-    records = [r for r in (record_from_run(run) for run in runs) if r is not None]
+    """Every FINISHED run of the experiments (all pages), oldest first (ties broken by run id); through the
+    local history cache unless it is turned off (`tracking/history_cache.py`)."""
+    return _sorted_records(history_cache.finished_runs(mlflow, experiment_ids))
+
+
+def _sorted_records(runs: list[queries.RunRecord]) -> list[HistoryRun]:
+    records = [r for r in (record_from_stored(run) for run in runs) if r is not None]
     return sorted(records, key=lambda r: (r.start_time_ms, r.run_id))
+
+
+def load_series_history(mlflow, experiment_ids: list[str], series: list[str],
+                        prefix: bool = False) -> list[HistoryRun] | None:
+    """The FINISHED runs of the given series only (with `prefix`, of every series whose key starts with one of
+    them), oldest first, found by MLflow's filter on the series tag instead of reading the experiment; None
+    when a key cannot be filtered on (the caller reads the whole history instead)."""
+    runs = queries.series_records(mlflow, experiment_ids, series, prefix)
+    if runs is None:
+        return None
+    wanted = tuple(series)
+    return [r for r in _sorted_records(runs)
+            if (r.series.startswith(wanted) if prefix else r.series in wanted)]
+
+
+def series_of_runs(mlflow, experiment_ids: list[str], run_ids: list[str]) -> list[str]:
+    """The series the FINISHED runs among `run_ids` belong to, each once, sorted."""
+    runs = queries.records_by_id(mlflow, experiment_ids, run_ids)
+    return sorted({r.series for r in (record_from_stored(run) for run in runs) if r is not None})
 
 
 def group_series(records: list[HistoryRun], across_machines: bool = False) -> dict[str, list[HistoryRun]]:
@@ -118,3 +147,51 @@ def one_series(grouped: dict[str, list[HistoryRun]], key: str, experiment: str) 
     if len(matches) > 1:
         raise ConfigError(f"series {key!r} is ambiguous: {', '.join(matches)}")
     return matches[0]
+
+
+# ---- loading by experiment name: only the series asked for ---------------------------------------------------
+
+def experiment_id(mlflow, experiment: str) -> str:
+    """The experiment's id; a ConfigError when it does not exist."""
+    found = queries.find_experiment_id(mlflow, experiment)
+    if found is None:
+        raise ConfigError(f"experiment {experiment!r} does not exist in {connection.tracking_uri()}")
+    return found
+
+
+def load_grouped(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
+    """Every series of the experiment, from all its FINISHED runs; a ConfigError when it has none."""
+    records = load_history(mlflow, [experiment_id(mlflow, experiment)])
+    if not records:
+        raise ConfigError(f"experiment {experiment!r} has no finished runs with a series: no history yet")
+    return group_series(records, across_machines)
+
+
+def load_one_series(mlflow, experiment: str, key: str, across_machines: bool = False
+                    ) -> tuple[str, list[HistoryRun]]:
+    """The one series `key` names (in full or abbreviated) and its runs, reading only the runs that can be
+    in it (the series tag filtered by MLflow). The whole history is read only to answer a key that names no
+    series or is not a key (the error lists the experiment's series), and for `across_machines` (a workload's
+    key is not a tag)."""
+    if not across_machines:
+        runs = load_series_history(mlflow, [experiment_id(mlflow, experiment)], [key], prefix=True)
+        grouped = group_series(runs) if runs is not None else {}
+        matches = find_series(grouped, key)
+        if matches:
+            found = one_series(grouped, key, experiment)
+            return found, grouped[found]
+    grouped = load_grouped(mlflow, experiment, across_machines)
+    found = one_series(grouped, key, experiment)
+    return found, grouped[found]
+
+
+def load_series_of(mlflow, experiment: str, run_ids: list[str]) -> dict[str, list[HistoryRun]]:
+    """Series key -> its runs, for the series the FINISHED runs among `run_ids` belong to (a night's runs),
+    each read by MLflow's filter on its series tag. When none of them is FINISHED: every series of the
+    experiment (the callers judge only series with one of the runs)."""
+    ids = [experiment_id(mlflow, experiment)]
+    keys = series_of_runs(mlflow, ids, run_ids)
+    runs = load_series_history(mlflow, ids, keys) if keys else None
+    if not runs:
+        return load_grouped(mlflow, experiment)
+    return group_series(runs)

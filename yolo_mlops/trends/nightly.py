@@ -19,10 +19,10 @@ from pathlib import Path
 from yolo_mlops.config import BenchmarkSuite
 from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import names, queries, writes
-from yolo_mlops.trends import attributions, confirm, load_experiment_series, power, report, series_trend, verdict
+from yolo_mlops.trends import attributions, confirm, power, report, series_trend, verdict
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
-from yolo_mlops.trends.history import HistoryRun
+from yolo_mlops.trends.history import HistoryRun, load_series_of
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status
 
 
@@ -53,7 +53,7 @@ def judge_night(mlflow, experiment: str, run_ids: list[str], settings: Detection
     judges only those series over tonight's and the confirmation runs and logs them."""
     tonight = set(run_ids)
     judged = []
-    for key, runs in sorted(load_experiment_series(mlflow, experiment).items()):
+    for key, runs in sorted(load_series_of(mlflow, experiment, run_ids).items()):
         tonights_runs = [r.run_id for r in runs if r.run_id in tonight]
         if not tonights_runs or (confirmations is not None and key not in confirmations):
             continue  # a series no run of tonight belongs to: judged on the nights it runs
@@ -141,7 +141,7 @@ def repeats_needed(mlflow, suite: BenchmarkSuite, config_index: int, tonights_ru
         raise ValueError("repeats='auto' needs target_shift_pct and max_repeats")  # BenchmarkSuite refuses it first
     if not tonights_runs:
         return 0, ""
-    grouped = load_experiment_series(mlflow, suite.runs[config_index].experiment)
+    grouped = load_series_of(mlflow, suite.runs[config_index].experiment, tonights_runs[:1])
     runs: list[HistoryRun] = next((v for v in grouped.values() if any(r.run_id == tonights_runs[0] for r in v)), [])
     history = [r for r in runs if r.run_id not in tonights_runs]
     if len(history) < 2:

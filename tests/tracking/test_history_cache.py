@@ -1,0 +1,113 @@
+"""The local history cache against the session's real SQLite MLflow store: what a read returns with the cache
+always equals what MLflow holds (runs added, finished later, deleted, restored), and a warm read asks MLflow
+only for the runs of the refresh window, not the whole experiment."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from mlflow.entities import Metric
+
+from yolo_mlops.tracking import history_cache, names, queries
+
+DAY_MS = 86_400_000
+
+
+class Counting:
+    """An MlflowClient that records each search's filter and the runs MLflow sent back."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.filters: list[str] = []
+        self.fetched = 0
+
+    def search_runs(self, *args, **kwargs):
+        page = self.client.search_runs(*args, **kwargs)
+        self.filters.append(kwargs.get("filter_string", ""))
+        self.fetched += len(page)
+        return page
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(history_cache.CACHE_VAR, raising=False)
+    return tmp_path / "home"
+
+
+def _run(mlflow, experiment_id: str, step_ms: float, end_ms: int | None, status: str = "FINISHED") -> str:
+    run = mlflow.create_run(experiment_id, start_time=(end_ms or int(time.time() * 1000)) - 1000,
+                            tags={names.SERIES: "cached"})
+    mlflow.log_batch(run.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, 0, 0)])
+    if end_ms is not None:
+        mlflow.set_terminated(run.info.run_id, status, end_time=end_ms)
+    return run.info.run_id
+
+
+def _truth(mlflow, experiment_id: str) -> dict[str, queries.RunRecord]:
+    return {r.run_id: r for r in queries.search_records(mlflow, [experiment_id], queries.FINISHED)}
+
+
+def _cached(mlflow, experiment_id: str) -> dict[str, queries.RunRecord]:
+    return {r.run_id: r for r in history_cache.finished_runs(mlflow, [experiment_id])}
+
+
+def test_the_cache_follows_every_change_mlflow_sees(mlflow_client, cache_home):
+    experiment_id = mlflow_client.create_experiment(f"history-cache-{time.time_ns()}")
+    now = int(time.time() * 1000)
+    old = [_run(mlflow_client, experiment_id, 100.0 + i, now - (30 - i) * DAY_MS) for i in range(10)]
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
+    assert history_cache.cache_file(mlflow_client.tracking_uri, experiment_id).is_file()
+
+    running = _run(mlflow_client, experiment_id, 120.0, None)  # started, not yet finished: not history
+    added = _run(mlflow_client, experiment_id, 130.0, now)
+    counting = Counting(mlflow_client)
+    cached = _cached(counting, experiment_id)
+    assert cached == _truth(mlflow_client, experiment_id) and added in cached and running not in cached
+    # the warm read asked only for the runs that ended in the window (2 days before the newest end seen: the
+    # 3 old runs that ended 23, 22 and 21 days ago, and the new one), and for the deleted ones (none)
+    assert counting.fetched == 4 and all("end_time >=" in f or f == queries.FINISHED for f in counting.filters)
+
+    mlflow_client.log_batch(running, metrics=[Metric(names.STEP_TIME_P50, 121.0, 0, 0)])
+    mlflow_client.set_terminated(running, "FINISHED", end_time=now + 1000)  # finished later
+    mlflow_client.delete_run(old[3])  # an old run deleted
+    mlflow_client.set_tag(added, names.TREND, "regression")  # a verdict tag on a run of the window
+    cached = _cached(mlflow_client, experiment_id)
+    assert cached == _truth(mlflow_client, experiment_id)
+    assert running in cached and old[3] not in cached and cached[added].tags[names.TREND] == "regression"
+
+    mlflow_client.restore_run(old[3])  # restored: read back by id
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
+    assert old[3] in _cached(mlflow_client, experiment_id)
+
+    mlflow_client.set_terminated(added, "FAILED", end_time=now + 2000)  # no longer FINISHED: dropped
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
+
+
+def test_a_changed_old_run_is_seen_with_the_cache_off_or_deleted(mlflow_client, cache_home, monkeypatch):
+    # the documented limit: a tag written on a run long after it ended is not seen by a warm cache
+    experiment_id = mlflow_client.create_experiment(f"history-cache-off-{time.time_ns()}")
+    now = int(time.time() * 1000)
+    old = _run(mlflow_client, experiment_id, 100.0, now - 30 * DAY_MS)
+    _run(mlflow_client, experiment_id, 101.0, now)
+    _cached(mlflow_client, experiment_id)
+    mlflow_client.set_tag(old, names.TREND, "suspected")
+    assert names.TREND not in _cached(mlflow_client, experiment_id)[old].tags
+    monkeypatch.setenv(history_cache.CACHE_VAR, "0")
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
+    monkeypatch.delenv(history_cache.CACHE_VAR)
+    history_cache.cache_file(mlflow_client.tracking_uri, experiment_id).unlink()
+    assert _cached(mlflow_client, experiment_id)[old].tags[names.TREND] == "suspected"
+
+
+def test_a_damaged_cache_file_is_rebuilt_from_mlflow(mlflow_client, cache_home):
+    experiment_id = mlflow_client.create_experiment(f"history-cache-bad-{time.time_ns()}")
+    _run(mlflow_client, experiment_id, 100.0, int(time.time() * 1000))
+    path = history_cache.cache_file(mlflow_client.tracking_uri, experiment_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a pickle")
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)

@@ -1,0 +1,148 @@
+"""A local cache of an experiment's FINISHED runs, so that reading a long history costs the runs that changed,
+not the whole experiment. MLflow stays the source of truth: the cache is rebuilt from it, refreshed from it
+on every read, and can be deleted or turned off at any time.
+
+Where: `<data home>/cache/history/<hash of tracking URI + experiment id>.pickle` (data home:
+`YOLO_MLOPS_HOME`, default `~/.yolo-mlops`). `YOLO_MLOPS_HISTORY_CACHE=0` turns it off (every read goes to
+MLflow); deleting the folder is always safe.
+
+Each read refreshes the cache with three searches, none of which grows with the history:
+
+- **added or finished later**: the FINISHED runs whose end time is at or after the newest end time seen,
+  less `REFRESH_WINDOW_MS` (2 days: clients' clocks may differ, and the nightly flow writes its verdict
+  tags on a night's runs after they ended). These replace their cached copies; a cached run of that window
+  that no longer comes back (deleted, or no longer FINISHED) is dropped.
+- **deleted**: the ids of the experiment's deleted FINISHED runs; each is dropped.
+- **restored**: runs that were deleted at the last read and are not now are read again by id.
+
+What it cannot see: a tag, metric or status written on a run more than the window after it ended (MLflow
+records no modification time), and a run deleted and then purged (`mlflow gc`) between two reads. Neither
+happens in the project's own flows; after either, delete the cache or run with `YOLO_MLOPS_HISTORY_CACHE=0`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from yolo_mlops.config import data_home
+from yolo_mlops.tracking import connection, queries
+
+CACHE_VAR = "YOLO_MLOPS_HISTORY_CACHE"  # "0", "off", "false", "no": no cache
+REFRESH_WINDOW_MS = 2 * 86_400_000
+FORMAT = 1
+
+
+@dataclass
+class _State:
+    format: int
+    tracking_uri: str
+    experiment_id: str
+    runs: dict[str, queries.RunRecord] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)  # deleted FINISHED runs at the last read
+
+    def newest_end_ms(self) -> int | None:
+        ends = [r.end_time_ms for r in self.runs.values() if r.end_time_ms is not None]
+        return max(ends) if ends else None
+
+
+def enabled() -> bool:
+    return os.environ.get(CACHE_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def cache_dir() -> Path:
+    return data_home() / "cache" / "history"
+
+
+def cache_file(tracking_uri: str, experiment_id: str) -> Path:
+    digest = hashlib.sha256(f"{tracking_uri}\n{experiment_id}".encode()).hexdigest()[:24]
+    return cache_dir() / f"{digest}.pickle"
+
+
+def _uri(mlflow) -> str:
+    return str(getattr(mlflow, "tracking_uri", None) or connection.tracking_uri())
+
+
+def finished_runs(mlflow, experiment_ids: Sequence[str]) -> list[queries.RunRecord]:
+    """Every FINISHED run of the experiments: from MLflow alone when the cache is off, else the cached runs
+    refreshed from MLflow (module docstring)."""
+    if not enabled():
+        return queries.search_records(mlflow, experiment_ids, queries.FINISHED)
+    found: list[queries.RunRecord] = []
+    for experiment_id in experiment_ids:
+        found += _refreshed(mlflow, _uri(mlflow), str(experiment_id))
+    return found
+
+
+def _refreshed(mlflow, uri: str, experiment_id: str) -> list[queries.RunRecord]:
+    path = cache_file(uri, experiment_id)
+    state = _load(path, uri, experiment_id)
+    if state is None:
+        state = _State(FORMAT, uri, experiment_id)
+        state.runs = {r.run_id: r for r in queries.search_records(mlflow, [experiment_id], queries.FINISHED)}
+        state.deleted = set(queries.deleted_run_ids(mlflow, [experiment_id]))
+    else:
+        newest = state.newest_end_ms()
+        if newest is not None:
+            since = newest - REFRESH_WINDOW_MS
+            for run_id in [i for i, r in state.runs.items() if r.end_time_ms is None or r.end_time_ms >= since]:
+                del state.runs[run_id]  # read again below, unless deleted or no longer FINISHED
+            fresh = queries.search_records(mlflow, [experiment_id],
+                                           f"{queries.FINISHED} AND attributes.end_time >= {since}")
+        else:
+            state.runs.clear()
+            fresh = queries.search_records(mlflow, [experiment_id], queries.FINISHED)
+        state.runs.update((r.run_id, r) for r in fresh)
+        deleted = set(queries.deleted_run_ids(mlflow, [experiment_id]))
+        for run_id in deleted:
+            state.runs.pop(run_id, None)
+        restored = sorted(state.deleted - deleted)
+        if restored:
+            state.runs.update((r.run_id, r) for r in queries.records_by_id(mlflow, [experiment_id], restored))
+        state.deleted = deleted
+    _save(path, state)
+    return list(state.runs.values())
+
+
+def _load(path: Path, uri: str, experiment_id: str) -> _State | None:
+    try:
+        with path.open("rb") as f:
+            state = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        return None  # none yet, unreadable or from another version: rebuilt from MLflow
+    if (not isinstance(state, _State) or state.format != FORMAT or state.tracking_uri != uri
+            or state.experiment_id != experiment_id):
+        return None
+    return state
+
+
+def _save(path: Path, state: _State) -> None:
+    """Written whole to a temporary file and renamed over the old one: a reader never sees half a file, and
+    of two writers the last one wins with a state that was true when it read."""
+    state.runs = {run_id: _interned(r) for run_id, r in state.runs.items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.stem, suffix=".tmp",
+                                         delete=False) as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(f.name, path)
+    except OSError:
+        return  # a read-only or full disk costs speed, never an answer
+
+
+def _interned(record: queries.RunRecord) -> queries.RunRecord:
+    """The record with its param and tag strings interned: the same value in every run of a series is then
+    one string in memory and in the file."""
+    return replace(record, params={sys.intern(k): _intern(v) for k, v in record.params.items()},
+                   tags={sys.intern(k): _intern(v) for k, v in record.tags.items()},
+                   metrics={sys.intern(k): v for k, v in record.metrics.items()})
+
+
+def _intern(value: str) -> str:
+    return sys.intern(value) if type(value) is str else value
