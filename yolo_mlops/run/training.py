@@ -250,7 +250,8 @@ def _make_trainer_class():
                 self._micro_batches += 1
                 # ultralytics steps the optimizer once `accumulate` micro-batches have run; only that one's backward
                 # needs the all-reduce (what DDP's no_sync() context sets, for the forward that follows)
-                self.model.require_backward_grad_sync = self._micro_batches >= self.accumulate
+                wrapped: Any = self.model  # the DDP wrapper by now; ultralytics annotates the attribute as a path
+                wrapped.require_backward_grad_sync = self._micro_batches >= self.accumulate
             inst.open("preprocess")  # host-to-device copy, normalisation
             try:
                 return super().preprocess_batch(batch)
