@@ -92,10 +92,6 @@ CLOCKS_EVENT_REASONS: dict[str, int] = {
 }
 
 
-def clocks_event_names(mask: int) -> tuple[str, ...]:
-    """The reason names set in a clock-event bit mask (unknown bits are left out)."""
-    return tuple(name for name, bit in CLOCKS_EVENT_REASONS.items() if mask & bit)
-
 BackendKind = Literal["auto", "real", "fake", "none"]
 
 GPM_MIN_SAMPLE_GAP_S = 0.1  # NVML: two GPM samples must be more than 100 ms apart.

@@ -65,7 +65,6 @@ SWEEP_FAILED_CHILDREN = SWEEP_PREFIX + "failed_children"
 TAG_MAX_CHARS = 5000  # MLflow's tag value limit is 8000; error texts are cut well below it
 
 # tag values
-RUN_KINDS = ("profile", "sweep", "variant", "benchmark", "smoke")
 ANALYSIS_OK, ANALYSIS_FAILED = "ok", "failed"
 
 # params (prefixes) ------------------------------------------------------------------------------------------
@@ -91,7 +90,6 @@ TRACE = "trace/"
 TRAIN = "train/"
 VAL = "val/"
 SWEEP = "sweep/"
-TREND_METRIC = "trend/"  # older benchmark runs only; no longer written
 POWER_METRIC = "power/"  # benchmark runs: detection power of their series (min_detectable_shift_metric)
 STEP_TIME_MS = "perf/step_time_ms"  # per-step history
 DATA_WAIT_MS = "perf/data_wait_ms"  # per-step history
@@ -125,7 +123,6 @@ TRACE_GPU_REDUCED_PRECISION = "trace/gpu_reduced_precision_kernel_pct"
 GPU_SM_UTIL_MEAN = "gpu/sm_util_pct_mean"  # GPM (Hopper+)
 GPU_UTIL_MEAN = "gpu/gpu_util_pct_mean"  # older GPUs: NVML's coarse utilisation
 GPU_MEM_USED_MAX = "gpu/mem_used_gib_max"
-GPU_MEM_TOTAL = "gpu/mem_total_gib"
 GPU_DRAM_BW_UTIL_MEAN = "gpu/dram_bw_util_pct_mean"  # GPM (Hopper+)
 GPU_ENERGY = "gpu/energy_j"  # all watched GPUs over the training span
 GPU_ENERGY_PER_IMAGE = "gpu/energy_per_image_j"
@@ -145,7 +142,6 @@ VAL_MAP50_95 = "val/mAP50-95"
 OPTIMIZE_METRIC = "optimize/"
 SWEEP_CHILDREN_FAILED = "sweep/children_failed"
 SWEEP_CHILDREN_TOTAL = "sweep/children_total"
-DATA = "data/"
 TRAIN_IMAGES_USED = "data/train_images_used"  # images the train loader kept
 TRAIN_IMAGES_SKIPPED = "data/train_images_skipped"  # dropped by ultralytics: corrupt image or label
 MEMORY = "memory/"  # peak memory of the training device by holder (torch's memory profiler)
@@ -193,7 +189,6 @@ COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-st
 
 
 # data-parallel jobs: collectives and cross-rank waits (trace analysis of every rank's last profiler cycle)
-COMM = "comm/"
 # the job's value is the largest of any rank (rank<r>/comm/* holds each rank's)
 COMM_COLLECTIVE_PCT = "comm/collective_pct"  # collective time, % of step time
 COMM_EXPOSED_PCT = "comm/exposed_pct"  # collective time not overlapped with the rank's compute, % of step time
@@ -317,7 +312,6 @@ BISECT_COMMIT = BISECT_PREFIX + "commit"  # child: the commit whose code ran
 BISECT_STEP = BISECT_PREFIX + "step"  # child: its step (0 = premise: bad vs good)
 BISECT_ROLE = BISECT_PREFIX + "role"  # child: candidate | good
 BISECT_PARAM = "bisect."  # parent params: repeats, max_repeats, alpha, min_effect, metric, commits
-BISECT_METRIC = "bisect/"
 BISECT_SHIFT_PCT = "bisect/shift_pct"  # the metric's change from good to the first bad commit, %
 BISECT_SHIFT_CI_LOW = "bisect/shift_pct_ci_low"  # its 95% confidence interval
 BISECT_SHIFT_CI_HIGH = "bisect/shift_pct_ci_high"
