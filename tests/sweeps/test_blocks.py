@@ -30,7 +30,7 @@ SIM_RESAMPLES = 400  # inside the simulations (the default 2000 only smooths the
 def _child(rng, lane, block, variant, mean_ms, outliers=0.0):
     run = rng.lognormal(0.0, RUN_SD) * (1.15 if outliers and rng.random() < outliers else 1.0)
     steps = mean_ms * run * rng.lognormal(0.0, STEP_SD, STEPS)
-    return BlockRepeat(lane, block, variant, Repeat(steps, IMAGES))
+    return BlockRepeat(lane, block, variant, Repeat(steps, np.asarray(IMAGES)))
 
 
 def simulate(rng, lane_blocks, true, lane_true=None, lane_speed=None, outliers=0.0):
@@ -149,7 +149,7 @@ def test_interval_is_never_narrower_than_the_t_interval_and_sometimes_wider():
     for i in range(20):
         base, var = simulate(rng, (4, 4, 2), 1.05)
         cmp = blocks.compare_paired(base, var, resamples=300, seed=i)
-        logs = {lane: [] for lane in "012"}
+        logs: dict[str, list[float]] = {lane: [] for lane in "012"}
         for b, v in zip(base, var, strict=True):
             logs[b.lane].append(math.log(v.repeat.images_per_s / b.repeat.images_per_s))
         within = sum(float(((np.array(x) - np.mean(x)) ** 2).sum()) for x in logs.values())

@@ -112,7 +112,7 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
 
     tiny = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
                 profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
-    result = sweep(base=RunSpec(**tiny, experiment="sweep-lanes"), variants=["batch_2"], repeats=2,
+    result = sweep(base=RunSpec.model_validate({**tiny, "experiment": "sweep-lanes"}), variants=["batch_2"], repeats=2,
                    devices=["cpu"])
     assert [c["status"] for c in result.children] == ["ok"] * 4
     assert [(c["lane"], c["block"]) for c in result.children] == [("cpu", 0), ("cpu", 0), ("cpu", 1), ("cpu", 1)]

@@ -51,7 +51,7 @@ def test_nothing_recommended_profiles_the_baseline_and_starts_no_sweep(prefect_s
     from yolo_mlops.flows.optimize import optimize
 
     diagnosis.findings = [finding("fine", [])]
-    result = optimize(base=RunSpec(**TINY, experiment="optimize-none"), repeats=1)
+    result = optimize(base=RunSpec.model_validate({**TINY, "experiment": "optimize-none"}), repeats=1)
 
     assert result.recommended == [] and result.rows == [] and result.sweep_parent_run_id is None
     assert "recommended no variants: nothing to sweep" in result.markdown
@@ -75,7 +75,7 @@ def test_recommended_variants_are_swept_and_judged(prefect_server, mlflow_client
 
     diagnosis.findings = [finding("data_wait_high", ["batch_2", "persistent_workers"]),
                           finding("fp32_matmuls", ["amp_bf16", "batch_2"])]
-    result = optimize(base=RunSpec(**TINY, experiment="optimize-some"), repeats=1)
+    result = optimize(base=RunSpec.model_validate({**TINY, "experiment": "optimize-some"}), repeats=1)
 
     assert result.recommended == ["batch_2", "amp_bf16"]
     assert set(result.rejected) == {"persistent_workers"}

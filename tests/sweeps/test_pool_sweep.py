@@ -106,10 +106,11 @@ def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, flee
     # wait until a child runs on the slow machine, then take that machine away (worker + flow-run process)
     with fleet.prefect() as client:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+        from prefect.client.schemas.objects import StateType
 
         def running_on_slow():
             runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=["RUNNING"]))))
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
             return next((r for r in runs if r.work_queue_name == SLOW), None)
 
         assert poll_until(lambda: running_on_slow() is not None, 900, proc), log.read_text(errors="replace")[-4000:]

@@ -46,9 +46,9 @@ def test_noise_larger_than_the_shift_is_no_measurable_difference():
 def test_run_to_run_spread_widens_the_interval():
     """Repeats that disagree (one slow run) must give a wider CI than steps pooled as if independent."""
     rng = np.random.default_rng(4)
-    base = [Repeat(rng.normal(m, 2.0, 40).clip(1.0), 8) for m in (100.0, 100.0, 100.0)]
-    tight = [Repeat(rng.normal(90.0, 2.0, 40).clip(1.0), 8) for _ in range(3)]
-    spread = [Repeat(rng.normal(m, 2.0, 40).clip(1.0), 8) for m in (80.0, 90.0, 100.0)]
+    base = [Repeat(rng.normal(m, 2.0, 40).clip(1.0), np.asarray(8)) for m in (100.0, 100.0, 100.0)]
+    tight = [Repeat(rng.normal(90.0, 2.0, 40).clip(1.0), np.asarray(8)) for _ in range(3)]
+    spread = [Repeat(rng.normal(m, 2.0, 40).clip(1.0), np.asarray(8)) for m in (80.0, 90.0, 100.0)]
     c_tight, c_spread = stats.compare(base, tight), stats.compare(base, spread)
     assert (c_spread.ci_high - c_spread.ci_low) > 3 * (c_tight.ci_high - c_tight.ci_low)
     # pooling the 120 steps as if independent would have called the spread group "faster" with a tight CI
@@ -57,8 +57,8 @@ def test_run_to_run_spread_widens_the_interval():
 
 def test_throughput_counts_images_so_batch_variants_compare_fairly():
     # twice the images per step at 1.5x the step time = 1.333x the throughput, although steps are slower
-    base = [Repeat(np.full(10, 100.0), 8)] * 2
-    big = [Repeat(np.full(10, 150.0), 16)] * 2
+    base = [Repeat(np.full(10, 100.0), np.asarray(8))] * 2
+    big = [Repeat(np.full(10, 150.0), np.asarray(16))] * 2
     cmp = stats.compare(base, big)
     assert cmp.speedup == pytest.approx(16 / 150 / (8 / 100))
     assert cmp.step_time_ratio == pytest.approx(1.5)
@@ -74,17 +74,19 @@ def test_seeded_bootstrap_is_reproducible_and_one_repeat_is_labelled():
 
 def test_repeat_rejects_empty_or_nonpositive_steps():
     with pytest.raises(ValueError, match="at least one steady step"):
-        Repeat(np.array([]), 4)
+        Repeat(np.array([]), np.asarray(4))
     with pytest.raises(ValueError, match="must be positive"):
-        Repeat(np.array([10.0, 0.0]), 4)
+        Repeat(np.array([10.0, 0.0]), np.asarray(4))
 
 
 def test_accuracy_check_flags_values_outside_the_baseline_spread():
     ok = stats.accuracy_check("train/loss_total", [5.0, 5.2, 5.1], [5.25])
     assert ok is not None and not ok.flagged and ok.delta == pytest.approx(0.15)
     bad = stats.accuracy_check("train/loss_total", [5.0, 5.2, 5.1], [6.0])
-    assert bad.flagged and bad.delta == pytest.approx(0.9)
+    assert bad is not None and bad.flagged and bad.delta == pytest.approx(0.9)
     # identical baseline repeats: a 2% floor keeps last-digit changes from being flagged
-    assert not stats.accuracy_check("m", [1.0, 1.0], [1.01]).flagged
-    assert stats.accuracy_check("m", [1.0, 1.0], [1.05]).flagged
+    last_digit = stats.accuracy_check("m", [1.0, 1.0], [1.01])
+    assert last_digit is not None and not last_digit.flagged
+    moved = stats.accuracy_check("m", [1.0, 1.0], [1.05])
+    assert moved is not None and moved.flagged
     assert stats.accuracy_check("m", [], [1.0]) is None

@@ -41,8 +41,8 @@ def sweeps_done(prefect_server, mlflow_client):
     from yolo_mlops.flows.sweep import sweep
 
     _create_limit(LIMIT, 1)
-    base_a = RunSpec(**TINY, experiment="sweep-a")
-    base_b = RunSpec(**TINY, experiment="sweep-b")
+    base_a = RunSpec.model_validate({**TINY, "experiment": "sweep-a"})
+    base_b = RunSpec.model_validate({**TINY, "experiment": "sweep-b"})
     # build the shared synthetic dataset once, before two threads want it
     pipeline.resolve_dataset(base_a, preflight.check(base_a))
     results, errors = {}, {}
@@ -197,7 +197,7 @@ def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, m
     from yolo_mlops.flows.sweep import sweep
 
     with pytest.raises(ConfigError, match="concurrency limit 'no-such-limit' does not exist"):
-        sweep(base=RunSpec(**TINY, experiment="sweep-nolimit"), variants=["batch_2"], repeats=1,
+        sweep(base=RunSpec.model_validate({**TINY, "experiment": "sweep-nolimit"}), variants=["batch_2"], repeats=1,
               concurrency_limit="no-such-limit")
     assert mlflow_client.get_experiment_by_name("sweep-nolimit") is None  # failed before any run existed
 

@@ -56,7 +56,7 @@ def _state(flow_run_id: str):
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return client.read_flow_run(flow_run_id).state
+        return client.read_flow_run(UUID(flow_run_id)).state
 
 
 def test_a_child_that_never_starts_is_cancelled_after_the_start_timeout(prefect_server):
@@ -64,6 +64,7 @@ def test_a_child_that_never_starts_is_cancelled_after_the_start_timeout(prefect_
     t0 = time.perf_counter()
     outcome = _child(target, start_timeout_s=1.0, run_timeout_s=3600)
     assert outcome.status == "failed" and time.perf_counter() - t0 < 120
+    assert outcome.error is not None and outcome.flow_run_id is not None
     assert "did not start within 1 s of its submission (start timeout); cancelled" in outcome.error
     assert "machine 'machine-a'" in outcome.error
     assert _state(outcome.flow_run_id).name == "Cancelled"
@@ -101,6 +102,7 @@ def test_a_child_that_never_finishes_is_cancelled_after_the_run_timeout(prefect_
         stop.set()
         starter.join(30)
     assert not errors and outcome.status == "failed", errors
+    assert outcome.error is not None and outcome.flow_run_id is not None
     assert "did not finish within 1 s of its start (run timeout); cancelled" in outcome.error
     assert _state(outcome.flow_run_id).name == "Cancelling"  # its worker stops the process, as from the UI
 
@@ -147,8 +149,8 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
     tiny = dict(imgsz=64, batch=4, max_steps=200, workers=0, device="cpu", synthetic_images=16, val=False,
                 profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
     t0 = time.perf_counter()
-    result = sweep(base=RunSpec(**tiny, experiment="sweep-lane-timeout"), variants=["batch_2"], repeats=1,
-                   devices=["cpu"], start_timeout_s=0.01, run_timeout_s=0.015)
+    result = sweep(base=RunSpec.model_validate({**tiny, "experiment": "sweep-lane-timeout"}), variants=["batch_2"],
+                   repeats=1, devices=["cpu"], start_timeout_s=0.01, run_timeout_s=0.015)
     assert time.perf_counter() - t0 < 600
     assert [c["status"] for c in result.children] == ["failed", "failed"]
     assert all("did not finish within 0.05 s" in c["error"] for c in result.children)

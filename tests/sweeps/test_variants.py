@@ -88,7 +88,7 @@ def test_gpu_only_variants_are_skipped_on_cpu_with_the_reason():
         reason = skip_reason(expr, "cpu")
         assert reason and "CUDA" in reason
     reason = skip_reason("batch_2+amp_bf16", "cpu")
-    assert reason.startswith("needs a CUDA device") and "amp_bf16" in reason
+    assert reason is not None and reason.startswith("needs a CUDA device") and "amp_bf16" in reason
     for expr in ("baseline", "fp32", "batch_2", "workers_1", "imgsz_96", "cache_ram", "cache_disk"):
         assert not requires_cuda(expr)
         assert skip_reason(expr, "cpu") is None
