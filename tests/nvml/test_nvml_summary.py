@@ -34,7 +34,7 @@ STEP_START = [S // 2, 5 * S // 2]
 STEP_END = [5 * S // 2, 11 * S // 2]
 PROFILED = [False, True]
 
-COLUMNS = {
+COLUMNS: dict[str, list[float]] = {
     "sm_util_pct": [10, 20, 40, 80, 100],  # last sample is outside training (midpoint 6 s)
     "tensor_util_pct": [5, NAN, 15, 25, 0],
     "power_w": [100, 100, 200, 300, 50],
@@ -173,7 +173,7 @@ def test_end_to_end_with_a_real_thread_and_perf_counter_steps(tmp_path):
 
 
 def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
-    columns = {**COLUMNS, "dram_bw_util_pct": [50, 50, 25, 0, 100], "mem_total_gib": [16] * 5}
+    columns: dict[str, list[float]] = {**COLUMNS, "dram_bw_util_pct": [50, 50, 25, 0, 100], "mem_total_gib": [16] * 5}
     aligned = align(_timeline(columns), STEP_START, STEP_END, PROFILED)
     summary = summarise(aligned, images_per_step=4)
     # rows 0-3 lie in the training span [0.5 s, 5.5 s], weighted by their intervals 1, 1, 2, 1 s
@@ -196,13 +196,14 @@ def test_summarise_of_a_run_without_samples_knows_nothing():
 
 
 def test_clock_limit_link_and_reasons_seen_while_training():
-    columns = {**COLUMNS,
-               "sm_clock_mhz": [1400, 1500, 1600, 1700, 1980],
-               "sm_clock_max_mhz": [1980, 1980, 1980, 1980, 1980],
-               "power_limit_w": [700, 500, 700, 700, 300],  # row 4 is outside training
-               "pcie_gen": [5, 5, 4, 5, 1],
-               "pcie_width": [16, 16, 16, 8, 1],
-               "temp_c": [60, 70, 80, 75, 90]}
+    columns: dict[str, list[float]] = {
+        **COLUMNS,
+        "sm_clock_mhz": [1400, 1500, 1600, 1700, 1980],
+        "sm_clock_max_mhz": [1980, 1980, 1980, 1980, 1980],
+        "power_limit_w": [700, 500, 700, 700, 300],  # row 4 is outside training
+        "pcie_gen": [5, 5, 4, 5, 1],
+        "pcie_width": [16, 16, 16, 8, 1],
+        "temp_c": [60, 70, 80, 75, 90]}
     summary = summarise(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
     metrics = summary.as_metrics()
     assert metrics["gpu/sm_clock_mhz_mean"] == pytest.approx((1400 + 1500 + 2 * 1600 + 1700) / 5)
