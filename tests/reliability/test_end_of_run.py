@@ -16,7 +16,7 @@ class Salvage:
 
     def __init__(self, mlflow, run_id: str, folder: Path) -> None:
         self.mlflow, self.run_id, self.folder = mlflow, run_id, folder
-        self.ended_with = None
+        self.ended_with: run_end.RunEnd | None = None
 
     def reason(self, exc: BaseException, status: str) -> str:
         return f"{run_end.exception_line(exc)} (after 3 of 10 steps)"
@@ -33,7 +33,7 @@ class Salvage:
 
         return [("artifacts", fails), ("metrics", logs)]
 
-    def ended(self, end, exc) -> None:
+    def ended(self, end: run_end.RunEnd, exc: BaseException | None) -> None:
         self.ended_with = end
 
 
@@ -49,6 +49,7 @@ def test_failing_steps_skip_nothing_and_the_status_is_always_set(mlflow_client, 
         "OSError: [Errno 28] No space left on device: '/data/runs/x/last.pt' (after 3 of 10 steps)"
     assert run.data.metrics["perf/steps_total"] == 3.0  # logged after the failing artifact step
     end = salvage.ended_with
+    assert end is not None
     assert not end.pending and [f.split(":")[0] for f in end.failures] == ["run folder", "artifacts"]
     assert run_end.ended_by(raised.value) is end  # the exception carries its run's end
 
@@ -62,7 +63,8 @@ def test_the_cli_finds_the_run_an_exception_ended(mlflow_client):
         except OSError:
             raise KeyboardInterrupt from None
     except KeyboardInterrupt as later:
-        assert later.__context__ is not None and run_end.ended_by(later).run_id == run_id
+        ended = run_end.ended_by(later)
+        assert later.__context__ is not None and ended is not None and ended.run_id == run_id
     assert run_end.ended_by(RuntimeError("unrelated")) is None
 
 
@@ -119,6 +121,7 @@ def test_a_refused_final_status_marks_the_run_pending(mlflow_client, tmp_path):
         with run_end.run_guard(mlflow_client, run_id, salvage):
             mlflow_client.delete_run(run_id)
     end = salvage.ended_with
+    assert end is not None
     assert end.pending and end.status == "FINISHED" and end.failures[0].startswith("status:")
     assert "is incomplete" in end.summary()
     assert run_end.ended_by(raised.value) is end

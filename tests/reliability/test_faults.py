@@ -198,6 +198,7 @@ def test_signal_ends_run_killed_with_step_times_and_nothing_left_running(tmp_pat
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, child
     assert not any(port_open(port) for port in prefect_ports)
     folder = run_folder(home)
+    assert folder is not None
     assert (folder / "uploaded").is_file() and not (folder / "upload_pending").exists()
 
 
@@ -252,6 +253,7 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
         stop_group(proc)
 
     folder = run_folder(home)
+    assert folder is not None
     training_ended = (folder / "analysis" / "step_times.csv").stat().st_mtime
     assert steps_written(home) == epochs * STEPS_PER_EPOCH  # training itself finished
     assert exited - training_ended <= END_OF_RUN_BOUND_S, f"returned {exited - training_ended:.0f} s after training"
@@ -382,7 +384,7 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
     from yolo_mlops import cli
-    from yolo_mlops.config import RunSpec, data_home
+    from yolo_mlops.config import ProfilerSettings, RunSpec, data_home
     from yolo_mlops.flows.profile_training import profile_training
 
     limit = "gpu-sigterm-test"
@@ -391,7 +393,7 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
     runs = data_home() / "runs"
     before = set(runs.glob("*/")) if runs.is_dir() else set()
     spec = RunSpec(imgsz=64, batch=4, epochs=40, workers=0, device="cpu", synthetic_images=16, val=False,
-                   experiment="slot-release", profiler={"wait": 1, "warmup": 1, "active": 2})
+                   experiment="slot-release", profiler=ProfilerSettings(wait=1, warmup=1, active=2))
 
     def new_run_trained_an_epoch() -> bool:
         fresh = [f for f in runs.glob("*/") if f not in before]
