@@ -111,7 +111,8 @@ def test_without_stacks_nothing_is_measured(tmp_path):
 
 def test_every_missing_switch_is_named():
     assert memory_holders.why_not(True, True, True) is None
-    assert memory_holders.why_not(False, False, True).endswith("off: record_shapes, profile_memory)")
+    why = memory_holders.why_not(False, False, True)
+    assert why is not None and why.endswith("off: record_shapes, profile_memory)")
 
 
 def test_split_at_peak_reads_the_row_with_most_bytes():
@@ -139,6 +140,7 @@ def test_a_failing_export_is_a_one_line_status_not_an_error(tmp_path):
         small_model()(torch.randn(2, 3, 16, 16)).sum().backward()
     recorder = memory_holders.MemoryByHolderRecorder(tmp_path, "cpu", True, True, True)
     recorder.record(prof)
+    assert recorder.status is not None
     assert recorder.status.startswith("skipped: ValueError: ") and "with_stack" in recorder.status
     assert "\n" not in recorder.status
     assert recorder.result is None
@@ -148,6 +150,7 @@ def test_report_section_lists_every_holder_largest_first(recorded):
     _, profiler = recorded
     split = profiler.memory.result
     section = memory_holders.markdown_section(split.metrics())
+    assert section is not None
     lines = section.splitlines()
     assert lines[0] == "## Peak memory by holder"
     rows = [line.split(" | ") for line in lines if line.startswith("| ") and not line.startswith("| holder")]

@@ -16,6 +16,7 @@ def test_perf_summary_on_known_steps():
     times = _times([900, 100, 300, 300, 200, 300], [0, 10, 50, 50, 20, 30],
                    [False, False, True, True, False, False])
     s = perf_summary(times, discard_first=1)
+    assert s is not None
     assert s.step_time_ms_p50 == pytest.approx(200.0)
     assert s.step_time_ms_p90 == pytest.approx(280.0)  # numpy linear interpolation of 100, 200, 300
     assert s.images_per_s == pytest.approx(24 / 0.6)
