@@ -17,7 +17,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +120,9 @@ class MlflowServer:
     artifacts: Path
     log: Path
 
+    def healthy(self) -> bool:
+        return http_ok(f"{self.url}/health")
+
     def client_env(self) -> dict[str, str]:
         """What a client (CLI, flow run) needs: the documented MLFLOW_* variables."""
         return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": self.username,
@@ -172,6 +175,9 @@ class PrefectServer:
         user, _, password = self.auth_string.partition(":")
         return user, password
 
+    def healthy(self) -> bool:
+        return http_ok(f"{self.api_url}/health", auth=self.auth)
+
     def client_env(self) -> dict[str, str]:
         # PREFECT_HOME isolates profiles/settings from the developer's own.
         return {"PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.auth_string,
@@ -209,19 +215,18 @@ class Stack:
 def stack(postgres: Postgres, work_dir: Path) -> Iterator[Stack]:
     """MLflow and Prefect servers on the one PostgreSQL; started together, since both spend their
     start-up in imports and database migrations."""
-    servers = {
-        "MLflow server": (lambda n: _start_mlflow(postgres, work_dir, n), lambda s: http_ok(f"{s.url}/health")),
-        "Prefect server": (lambda n: _start_prefect(postgres, work_dir, n),
-                           lambda s: http_ok(f"{s.api_url}/health", auth=s.auth)),
+    servers: dict[str, Callable[[int], tuple[subprocess.Popen, MlflowServer | PrefectServer]]] = {
+        "MLflow server": lambda n: _start_mlflow(postgres, work_dir, n),
+        "Prefect server": lambda n: _start_prefect(postgres, work_dir, n),
     }
-    started = {name: launch(0) for name, (launch, _) in servers.items()}
+    started = {name: launch(0) for name, launch in servers.items()}
     procs = [proc for proc, _ in started.values()]
     try:
-        up = {}
-        for name, (launch, healthy) in servers.items():
+        up: dict[str, MlflowServer | PrefectServer] = {}
+        for name, launch in servers.items():
             proc, server = started[name]
             for attempt in range(1, 4):
-                if poll_until(lambda check=healthy, target=server: check(target), 180, proc):
+                if poll_until(server.healthy, 180, proc):
                     break
                 # free_port() only finds a port that was free a moment ago; another process on this
                 # shared machine may have bound it since. Try again on a new one.
@@ -231,7 +236,9 @@ def stack(postgres: Postgres, work_dir: Path) -> Iterator[Stack]:
                     continue
                 fail_with_log(name, proc, server.log)
             up[name] = server
-        yield Stack(mlflow=up["MLflow server"], prefect=up["Prefect server"])
+        mlflow, prefect = up["MLflow server"], up["Prefect server"]
+        assert isinstance(mlflow, MlflowServer) and isinstance(prefect, PrefectServer)
+        yield Stack(mlflow=mlflow, prefect=prefect)
     finally:
         for proc in procs:
             stop(proc)

@@ -313,20 +313,26 @@ def test_build_script_passes_shellcheck():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _which(name: str) -> str:
+    path = shutil.which(name)
+    assert path is not None, f"{name} is not on PATH"
+    return path
+
+
 def _tool_dir(tmp_path: Path, fake: dict[str, str]) -> dict[str, str]:
     """A PATH with the few real tools the script uses and the given fake programs, nothing else."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("bash", "dirname", "date", "mkdir", "cat", "grep", "tail", "tee", "nice", "mktemp", "rm", "sort"):
-        (bin_dir / name).symlink_to(shutil.which(name))
+        (bin_dir / name).symlink_to(_which(name))
     for name, body in fake.items():
-        (bin_dir / name).write_text("#!" + shutil.which("bash") + "\n" + body)
+        (bin_dir / name).write_text("#!" + _which("bash") + "\n" + body)
         (bin_dir / name).chmod(0o755)
     return {"PATH": str(bin_dir), "HOME": str(tmp_path), "LOG_DIR": str(tmp_path / "log")}
 
 
 def test_without_docker_or_buildah_says_what_to_install(tmp_path: Path):
-    proc = subprocess.run([shutil.which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True,
+    proc = subprocess.run([_which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True,
                           env=_tool_dir(tmp_path, {}))
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [
@@ -345,7 +351,7 @@ def test_a_failed_build_names_its_step(tmp_path: Path):
 esac
 """
     env = _tool_dir(tmp_path, {"buildah": fake_buildah}) | {"HOST_PIP": "0"}
-    proc = subprocess.run([shutil.which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True, env=env)
+    proc = subprocess.run([_which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True, env=env)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "build failed" in last and "at [3/3] STEP 7/16: RUN pip install" in last, proc.stderr

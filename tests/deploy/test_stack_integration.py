@@ -193,7 +193,7 @@ def monkeypatch_module():
 
 
 def _artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
-    found = []
+    found: list[str] = []
     for item in client.list_artifacts(run_id, path):
         found += _artifact_paths(client, run_id, item.path) if item.is_dir else [item.path]
     return found

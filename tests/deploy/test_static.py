@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -190,17 +191,19 @@ def test_prefect_yaml_matches_prefects_schema(prefect_yaml: dict):
     names = [d.name for d in model.deployments]
     assert {"profile", "profile-docker", "sweep", "bisect", "nightly-benchmark-{{ $YOLO_MLOPS_MACHINE }}"} <= set(names)
     for deployment in model.deployments:
+        assert deployment.entrypoint is not None, deployment.name
         assert (REPO / deployment.entrypoint.split(":")[0]).exists(), deployment.entrypoint
 
 
 def test_deployment_parameters_fit_their_flows(prefect_yaml: dict):
     """What Prefect checks when a run is created (enforce_parameter_schema), done here for every deployment."""
-    from prefect.flows import load_flow_from_entrypoint
+    from prefect.flows import Flow, load_flow_from_entrypoint
 
     # What a user must pass at `prefect deployment run` because no default can know it.
     given_at_run_time = {"bisect": {"good": "v1.0", "bad": "main"}}
     for deployment in prefect_yaml["deployments"]:
-        flow = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
+        # Flow[..., Any]: prefect annotates the loaded flow with a ParamSpec no argument binds
+        flow: Flow[..., Any] = load_flow_from_entrypoint(str(REPO / deployment["entrypoint"]))
         parameters = {**deployment["parameters"], **given_at_run_time.get(deployment["name"], {})}
         flow.validate_parameters(parameters)  # raises ParameterTypeError on a misfit
 
