@@ -1,16 +1,24 @@
 """Malformed traces are named, not analysed as if sound: ambiguous steps are refused in one line (exit 2), and
 what can be left out (an event with a negative duration, a phase label outside every step) is left out with a
-warning printed and kept in the result."""
+warning printed and kept in the result. Damaged indexed multi-member files (truncated, half-written, a corrupt
+member, concatenated) are read or refused as the one-process reader reads or refuses them."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from yolo_mlops import cli
-from yolo_mlops.analysis import analyze_traces
+from yolo_mlops.analysis import analyze_traces, trace_loader
+from yolo_mlops.profiling import trace_gzip
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parallel_reading import as_members, force_parallel_reading  # noqa: E402
+from trace_golden_gen import trace_text  # noqa: E402
 
 
 def _trace(path: Path, steps: list[tuple[int, float]], extra: list[dict] | None = None) -> Path:
@@ -72,3 +80,58 @@ def test_a_phase_label_outside_every_step_is_said(tmp_path):
 
 def test_a_sound_trace_has_no_warning(cpu_trace_dir):
     assert analyze_traces(cpu_trace_dir).warnings == []
+
+
+@pytest.fixture
+def members_trace(tmp_path) -> Path:
+    plain = tmp_path / "plain.json"
+    plain.write_text(trace_text(6_000, layout="kineto"))
+    (tmp_path / "m").mkdir()
+    return as_members(plain, tmp_path / "m" / "t.json.gz", member_bytes=32 << 10)
+
+
+def _one_line_error(capsys, path: Path) -> str:
+    code, out, err = _analyze(capsys, path)
+    assert code == 2 and not out and len(err.splitlines()) == 1 and path.name in err
+    return err
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_truncated_multi_member_trace_is_refused_in_one_line(capsys, monkeypatch, members_trace, parallel):
+    forked = force_parallel_reading(monkeypatch, 3 if parallel else 1)
+    data = members_trace.read_bytes()
+    members_trace.write_bytes(data[: len(data) * 2 // 3])  # inside a member: the index no longer adds up
+    assert "cannot read (EOFError: Compressed file ended" in _one_line_error(capsys, members_trace)
+    assert not forked  # read as one stream, which finds the end missing
+
+
+def test_a_half_written_multi_member_trace_is_refused_in_one_line(capsys, monkeypatch, members_trace):
+    """Cut at a member's end (an exporter stopped between members): sound gzip, JSON without its end."""
+    forked = force_parallel_reading(monkeypatch)
+    data = members_trace.read_bytes()
+    members = trace_gzip.read_index(io.BytesIO(bytes(data)), len(data))
+    assert members is not None and len(members) > 6
+    members_trace.write_bytes(data[: members[-3].offset])
+    assert "invalid or truncated JSON" in _one_line_error(capsys, members_trace)
+    assert len(forked) == 2  # the parallel reader ran, found the end missing and left it to the one-process reader
+
+
+def test_a_corrupt_member_is_refused_in_one_line(capsys, monkeypatch, members_trace):
+    forked = force_parallel_reading(monkeypatch)
+    data = bytearray(members_trace.read_bytes())
+    members = trace_gzip.read_index(io.BytesIO(bytes(data)), len(data))
+    assert members is not None
+    data[members[-2].offset + members[-2].size - 6] ^= 0xFF  # a CRC in the last process's share
+    members_trace.write_bytes(bytes(data))
+    assert "cannot read" in _one_line_error(capsys, members_trace)
+    assert len(forked) == 2
+
+
+def test_concatenated_multi_member_traces_read_as_one_process_reads_them(monkeypatch, members_trace):
+    data = members_trace.read_bytes()
+    members_trace.write_bytes(data + data)  # still a sound index: two documents, one after the other
+    monkeypatch.setattr(trace_loader, "_parallel_processes", lambda: 1)
+    alone = analyze_traces(members_trace)
+    forked = force_parallel_reading(monkeypatch)
+    assert analyze_traces(members_trace) == alone
+    assert len(forked) == 2

@@ -1,5 +1,6 @@
 """The analysis JSON of the fixtures and of generated traces equals the stored golden JSON (produced by the loader
-before its parallel and multi-member reading existed): however a trace is read, the results are the same.
+before its threaded, parallel and multi-member reading existed): however a trace is stored and read (one gzip
+stream, or indexed gzip members read by one process or by several), the results are the same.
 
 Regenerate (only when an analysis deliberately changes): `.venv/bin/python tests/analysis/test_trace_golden.py`.
 """
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from parallel_reading import as_members, force_parallel_reading  # noqa: E402
 from trace_golden_gen import trace_text  # noqa: E402
 
+from yolo_mlops.analysis import trace_loader  # noqa: E402
 from yolo_mlops.cli.analyze import analyze_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +45,11 @@ def write_generated(folder: Path, name: str) -> Path:
     return path
 
 
+@pytest.fixture
+def parts(monkeypatch) -> list[int]:
+    return force_parallel_reading(monkeypatch)
+
+
 def golden(name: str) -> dict:
     return json.loads((GOLDEN / f"{name}.json").read_text())
 
@@ -59,6 +67,31 @@ def test_generated_trace_analysis_equals_golden(tmp_path, name):
     for rank, want in zip(got["ranks"], expected["ranks"], strict=True):
         rank["path"] = want["path"]
     assert got == expected
+
+
+def _same_but_for_location(got: dict, expected: dict) -> bool:
+    got["source"] = expected["source"]
+    for rank, want in zip(got["ranks"], expected["ranks"], strict=True):
+        rank["path"] = want["path"]
+    return got == expected
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_fixture_as_members_read_in_parallel_equals_golden(tmp_path, fixture, parts):
+    path = as_members(GPU_TRACES / fixture, tmp_path / fixture)
+    assert _same_but_for_location(analysis_json(path), golden(fixture.split(".")[0]))
+    assert len(parts) == 2
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+@pytest.mark.parametrize("parallel", [True, False])
+def test_generated_trace_as_members_equals_golden(tmp_path, name, parallel, parts, monkeypatch):
+    if not parallel:
+        monkeypatch.setattr(trace_loader, "_parallel_processes", lambda: 1)
+    (tmp_path / "members").mkdir()  # same file name: the warnings name the file
+    path = as_members(write_generated(tmp_path, name), tmp_path / "members" / f"{name}.json.gz")
+    assert _same_but_for_location(analysis_json(path), golden(name))
+    assert len(parts) == (2 if parallel else 0)
 
 
 def _regenerate() -> None:

@@ -13,10 +13,16 @@ from __future__ import annotations
 import gc
 import gzip
 import io
+import os
+import pickle
 import re
+import signal
+import sys
+import threading
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -25,6 +31,8 @@ from typing import Any
 import ijson
 import msgspec
 import numpy as np
+
+from yolo_mlops.profiling import trace_gzip as gzip_members
 
 # Streaming parser backend: the C one is ~20x faster than ijson's pure-Python fallback.
 try:
@@ -43,6 +51,36 @@ _METADATA_KEYS = ("distributedInfo", "deviceProperties")  # the top-level keys t
 GPU_ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 MEMORY_EVENT_NAME = "[memory]"
 CUDA_DEVICE_TYPE = 1  # `Device Type` in [memory] events: 0 = CPU, 1 = CUDA
+
+
+# Our own indexed multi-member traces (gzip_members) of at least this much text are read by one process per core,
+# each decompressing and parsing its share of the members; below it a fork costs more than it saves.
+PARALLEL_MIN_TEXT_BYTES = 64 << 20
+
+Progress = Callable[[int], None]  # called with the number of file bytes just read
+# (path, file size) -> a progress callback with a close() method, or None; set by reporting_progress()
+_progress_factory: Callable[[Path, int], ProgressReporter | None] | None = None
+
+
+class ProgressReporter:
+    """What reporting_progress's factory returns: called with the bytes just read, closed when the file is done."""
+
+    def __call__(self, nbytes: int) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@contextmanager
+def reporting_progress(factory: Callable[[Path, int], ProgressReporter | None]) -> Iterator[None]:
+    """Within the block, every trace file loaded reports its bytes read to `factory(path, file size)`'s reporter."""
+    global _progress_factory
+    previous, _progress_factory = _progress_factory, factory
+    try:
+        yield
+    finally:
+        _progress_factory = previous
 
 
 class TraceError(ValueError):
@@ -219,7 +257,8 @@ def _read_blocks(fh) -> Iterator[bytes]:
     return iter(lambda: fh.read(READ_BUFFER_BYTES), b"")
 
 
-def _decode_events_chunked(blocks: Iterator[bytes], columns: _ColumnBuilder, pending: bytes = b"") -> bool:
+def _decode_events_chunked(blocks: Iterator[bytes], columns: _ColumnBuilder, pending: bytes = b"",
+                           in_events: bool = False, ends_at_event: bool = False) -> bool:
     """Decode traceEvents in blocks with msgspec, starting with `pending` (the bytes before `blocks`);
     False when the file has no traceEvents key.
 
@@ -228,25 +267,50 @@ def _decode_events_chunked(blocks: Iterator[bytes], columns: _ColumnBuilder, pen
     `},`. Raises _FastPathUnavailable for anything else (odd types, no cut in 64 MiB, bad tail).
     The text waits in one bytearray, `[` + what is not decoded yet, and is decoded in place (through
     a memoryview, with the `,` after the cut briefly made a `]`): each byte is copied once, on arrival.
+
+    A part of the events array alone (the text of a group of gzip members, read in parallel): `in_events`,
+    the text starts at an event, not at the file's start; `ends_at_event`, it ends right after an event's
+    `},` rather than with the array's end.
     """
-    while True:  # find the start of the traceEvents array
-        match = _TRACE_EVENTS_KEY_RE.search(pending)
-        if match:
-            break
-        block = next(blocks, b"")
-        if not block:
-            return False
-        pending = pending[-64:] + block  # keep enough to match a key split across blocks
-    buffer = bytearray(b"[")
-    buffer += memoryview(pending)[match.end() :]
+    if in_events:
+        buffer = bytearray(b"[")
+        buffer += pending
+    else:
+        while True:  # find the start of the traceEvents array
+            match = _TRACE_EVENTS_KEY_RE.search(pending)
+            if match:
+                break
+            block = next(blocks, b"")
+            if not block:
+                return False
+            pending = pending[-64:] + block  # keep enough to match a key split across blocks
+        buffer = bytearray(b"[")
+        buffer += memoryview(pending)[match.end() :]
+    del pending
     for block in blocks:
         buffer += block
         _decode_complete_prefix(buffer, columns)
         if len(buffer) > _MAX_PENDING_BYTES:
             raise _FastPathUnavailable
     _decode_complete_prefix(buffer, columns)
-    _decode_tail(buffer, columns)
+    if ends_at_event:
+        _decode_rest_of_part(buffer, columns)
+    else:
+        _decode_tail(buffer, columns)
     return True
+
+
+def _decode_rest_of_part(buffer: bytearray, columns: _ColumnBuilder) -> None:
+    """The events left at the end of a part that ends right after an event's `},`."""
+    end = len(buffer.rstrip())
+    if end <= 1 and not buffer[1:].strip():
+        return
+    if buffer[end - 1] != 0x2C:  # ","
+        raise _FastPathUnavailable
+    events = _decode_array(buffer, end - 1)
+    if events is None:
+        raise _FastPathUnavailable
+    columns.add_events(events)
 
 
 def _decode_complete_prefix(buffer: bytearray, columns: _ColumnBuilder) -> None:
@@ -346,23 +410,218 @@ def _hashable(value):
     return value if isinstance(value, (str, int, float)) else str(value)
 
 
-def _parse_events(path: Path, fh, head: bytes) -> _ColumnBuilder:
-    """Events of the open file fh, whose first bytes (`head`) are already read."""
-    columns = _ColumnBuilder()
-    try:
-        _decode_events_chunked(_read_blocks(fh), columns, head)
-        return columns
-    except _FastPathUnavailable:
-        pass
+def _parse_events_ijson(path: Path) -> _ColumnBuilder:
     columns = _ColumnBuilder()
     with _open_binary(path) as fh:
         _stream_events_ijson(fh, columns)
     return columns
 
 
+def _text_blocks(path: Path, raw, progress: Progress | None) -> Iterator[bytes]:
+    """The decompressed text of the open file `raw`: gunzipped by a reader thread for .gz files."""
+    if path.name.endswith(".gz"):
+        return gzip_members.gzip_pieces(raw, progress)
+    if progress is None:
+        return _read_blocks(raw)
+    return _counted(_read_blocks(raw), progress)
+
+
+def _counted(blocks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:
+    for block in blocks:
+        progress(len(block))
+        yield block
+
+
+def _head_and_rest(blocks: Iterator[bytes]) -> bytes:
+    """The text from the start up to at least METADATA_HEAD_BYTES (or all of it): blocks hold the rest."""
+    parts, size = [], 0
+    while size < METADATA_HEAD_BYTES:
+        block = next(blocks, b"")
+        if not block:
+            break
+        parts.append(block)
+        size += len(block)
+    return b"".join(parts)
+
+
+def _load_sequential(path: Path, progress: Progress | None) -> tuple[dict, _ColumnBuilder]:
+    """Metadata and events, the file read once from the start (decompressed beside the parsing)."""
+    with open(path, "rb") as raw:
+        blocks = _text_blocks(path, raw, progress)
+        try:
+            text = _head_and_rest(blocks)
+            meta = _read_metadata(path, text[:METADATA_HEAD_BYTES])
+            columns = _ColumnBuilder()
+            try:
+                _decode_events_chunked(blocks, columns, text)
+                return meta, columns
+            except _FastPathUnavailable:
+                pass
+        finally:
+            close = getattr(blocks, "close", None)
+            if close is not None:
+                close()  # stops the reader thread when the parse ended early
+    return meta, _parse_events_ijson(path)
+
+
+def _parallel_processes() -> int:
+    """How many processes may read one file: one per core, but only from a process that forks safely (Linux,
+    no other thread: a forked child inherits no lock another thread holds) and is no worker of a pool already
+    spreading files over the cores."""
+    if sys.platform != "linux" or threading.active_count() != 1:
+        return 1
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        return 1
+    return len(os.sched_getaffinity(0))
+
+
+def _member_groups(members: list[gzip_members.Member], count: int) -> list[list[gzip_members.Member]] | None:
+    """`count` runs of consecutive members of about equal text, each but the last ending at an event."""
+    total = sum(m.text_size for m in members)
+    groups: list[list[gzip_members.Member]] = []
+    current: list[gzip_members.Member] = []
+    done = 0
+    for member in members:
+        current.append(member)
+        done += member.text_size
+        if len(groups) < count - 1 and member.ends_at_event and done >= total * (len(groups) + 1) / count:
+            groups.append(current)
+            current = []
+    if current:
+        groups.append(current)
+    return groups if len(groups) > 1 else None
+
+
+class _Part:
+    """A forked child parsing one group of members; its columns come back pickled through a pipe."""
+
+    def __init__(self, path: Path, group: list[gzip_members.Member], last: bool) -> None:
+        read_end, write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: parse, send, leave without running the parent's exit handlers
+            try:
+                os.close(read_end)
+                with os.fdopen(write_end, "wb") as out:
+                    pickle.dump(_parse_part(path, group, last), out, protocol=pickle.HIGHEST_PROTOCOL)
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        self.read_end: int | None = read_end
+
+    def result(self) -> tuple[str, object]:
+        assert self.read_end is not None
+        with os.fdopen(self.read_end, "rb") as pipe:
+            self.read_end = None
+            try:
+                result = pickle.load(pipe)
+            except EOFError:
+                result = ("error", RuntimeError("a trace reader process ended without a result"))
+        os.waitpid(self.pid, 0)
+        self.pid = 0
+        return result
+
+    def stop(self) -> None:
+        if self.read_end is not None:
+            os.close(self.read_end)
+            self.read_end = None
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def _parse_part(path: Path, group: list[gzip_members.Member], last: bool) -> tuple[str, object]:
+    """("ok", column state), ("fallback", None) when the fast decoder cannot read it, or ("error", exception)."""
+    try:
+        columns = _ColumnBuilder()
+        with open(path, "rb") as raw:
+            texts = (gzip_members.member_text(raw, m) for m in group)
+            _decode_events_chunked(texts, columns, next(texts, b""), in_events=True, ends_at_event=not last)
+        return "ok", columns.state()
+    except _FastPathUnavailable:
+        return "fallback", None
+    except Exception as exc:  # raised again in the parent, as if it had read the part itself
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return "error", exc
+
+
+def _load_members_in_parallel(path: Path, progress: Progress | None) -> tuple[dict, _ColumnBuilder] | None:
+    """An indexed multi-member file (gzip_members) read by one process per core, each decompressing and parsing
+    a run of members that starts and ends at an event; this process takes the first run (the metadata head)
+    and appends the others' columns in order, so the result is the sequential reader's. None when the file
+    is not such a file, too small, or anything needs the sequential reader (which then reads it all)."""
+    processes = _parallel_processes()
+    if processes < 2:
+        return None
+    with open(path, "rb") as raw:
+        members = gzip_members.read_index(raw, os.fstat(raw.fileno()).st_size)
+    if members is None or sum(m.text_size for m in members) < PARALLEL_MIN_TEXT_BYTES:
+        return None
+    groups = _member_groups(members, processes)
+    if groups is None:
+        return None
+    parts = [_Part(path, group, last=i == len(groups) - 1) for i, group in enumerate(groups[1:], start=1)]
+    try:
+        scale = sum(m.size for m in members) / sum(m.size for m in groups[0])  # the others move alike
+
+        def texts(raw) -> Iterator[bytes]:
+            for member in groups[0]:
+                text = gzip_members.member_text(raw, member)
+                if progress is not None:
+                    progress(int(member.size * scale))
+                yield text
+
+        with open(path, "rb") as raw:
+            blocks = texts(raw)
+            text = _head_and_rest(blocks)
+            meta = _read_metadata(path, text[:METADATA_HEAD_BYTES])
+            columns = _ColumnBuilder()
+            try:
+                if not _decode_events_chunked(blocks, columns, text, ends_at_event=True):
+                    return None
+            except _FastPathUnavailable:
+                return None
+        for part in parts:
+            status, value = part.result()
+            if status == "fallback":
+                return None
+            if status == "error":
+                assert isinstance(value, BaseException)
+                raise value
+            assert isinstance(value, dict)
+            columns.merge(value)
+        return meta, columns
+    finally:
+        for part in parts:
+            part.stop()
+
+
 _TS, _DUR, _NAME, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "cat"))
 _PID, _TID = attrgetter("pid"), attrgetter("tid")
 _ARGS, _STREAM, _CORRELATION = attrgetter("args"), attrgetter("stream"), attrgetter("correlation")
+_DEVICE_TYPE, _ALLOCATED = attrgetter("device_type"), attrgetter("total_allocated")
+_RESERVED = attrgetter("total_reserved")
+
+
+def _append_floats(column: array, values: list) -> None:
+    """values as _as_float reads them: a list of numbers converts in C (fromlist leaves the column unchanged when
+    it fails), anything else (None, strings) value by value."""
+    try:
+        column.fromlist(values)
+    except TypeError:
+        column.fromlist([_as_float(v) for v in values])
+
+
+def _append_ints(column: array, values: list) -> None:
+    """values as _as_int reads them (see _append_floats)."""
+    try:
+        column.fromlist(values)
+    except TypeError:
+        column.fromlist([_as_int(v) for v in values])
 
 
 class _ColumnBuilder:
@@ -400,12 +659,37 @@ class _ColumnBuilder:
         args = list(map(_ARGS, complete))
         self.stream.fromlist(list(map(_STREAM, args)))
         self.correlation.fromlist(list(map(_CORRELATION, args)))
-        for e in [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]:
-            a = e.args
-            self.mem_ts.append(_as_float(e.ts))
-            self.mem_device_type.append(_as_int(a.device_type))
-            self.mem_allocated.append(_as_float(a.total_allocated))
-            self.mem_reserved.append(_as_float(a.total_reserved))
+        memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
+        if memory:
+            args = list(map(_ARGS, memory))
+            _append_floats(self.mem_ts, list(map(_TS, memory)))
+            _append_ints(self.mem_device_type, list(map(_DEVICE_TYPE, args)))
+            _append_floats(self.mem_allocated, list(map(_ALLOCATED, args)))
+            _append_floats(self.mem_reserved, list(map(_RESERVED, args)))
+
+    _COLUMNS = ("name_id", "cat_id", "pid_id", "tid_id", "ts", "dur", "stream", "correlation", "mem_ts",
+                "mem_device_type", "mem_allocated", "mem_reserved")
+    _INTERNED = (("name_id", "names"), ("cat_id", "categories"), ("pid_id", "pids"), ("tid_id", "tids"))
+
+    def state(self) -> dict:
+        """Everything read, as plain values (what a reader process sends back)."""
+        state: dict = {name: getattr(self, name) for name in self._COLUMNS}
+        state.update({table: getattr(self, table).values for _, table in self._INTERNED})
+        state["seen_events"] = self.seen_events
+        return state
+
+    def merge(self, state: dict) -> None:
+        """Append the events of a later part of the file (another builder's state), in order: values new to the
+        tables get the next codes in the order the part first met them, as if this builder had read it."""
+        self.seen_events += state["seen_events"]
+        for column, table in self._INTERNED:
+            codes = np.asarray(getattr(self, table).many(state[table]), dtype=np.int32)
+            ids = np.frombuffer(state.pop(column), dtype=np.int32)
+            if ids.size:
+                getattr(self, column).frombytes(codes[ids].tobytes())
+        for column in self._COLUMNS:
+            if column in state:
+                getattr(self, column).extend(state.pop(column))
 
     def build(self, path: Path, rank: int, meta: dict) -> RankTrace:
         memory = MemoryEvents(
@@ -473,13 +757,12 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
+    reporter = _progress_factory(path, path.stat().st_size) if _progress_factory is not None else None
     collecting = gc.isenabled()
     gc.disable()  # decoding makes ~100k short-lived objects, none in a cycle: collections would only re-scan them
     try:
-        with _open_binary(path) as fh:  # one pass: the head gives the metadata, then the events
-            head = fh.read(METADATA_HEAD_BYTES)
-            meta = _read_metadata(path, head)
-            columns = _parse_events(path, fh, head)
+        loaded = _load_members_in_parallel(path, reporter) if path.name.endswith(".gz") else None
+        meta, columns = loaded or _load_sequential(path, reporter)
     except TraceError:
         raise
     except (OSError, EOFError, zlib.error) as exc:
@@ -492,6 +775,8 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
     finally:
         if collecting:
             gc.enable()
+        if reporter is not None:
+            reporter.close()
     if columns.seen_events == 0:
         if meta.get("_has_trace_events"):
             raise TraceError(f"{path}: empty trace (traceEvents has no events)")

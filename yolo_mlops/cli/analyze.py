@@ -65,7 +65,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         step_time_ms=args.step_time_ms,
     )
     try:
-        print(analyze_command(str(args.path), args.format, context), end="")
+        if sys.stderr.isatty():  # a progress bar for a person watching; nothing in pipes, CI logs or tests
+            from yolo_mlops.analysis.progress_bar import terminal_progress
+            from yolo_mlops.analysis.trace_loader import reporting_progress
+
+            with reporting_progress(terminal_progress(sys.stderr)):
+                text = analyze_command(str(args.path), args.format, context)
+        else:
+            text = analyze_command(str(args.path), args.format, context)
+        print(text, end="")
     except TraceError as exc:
         raise ConfigError(str(exc)) from None
     return 0

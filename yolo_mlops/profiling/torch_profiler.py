@@ -3,16 +3,16 @@
 Like torchtitan's `maybe_enable_profiling`: the trainer only calls `step()` once per training step and
 reads `recording` to decide whether to emit phase labels; nothing else knows the profiler exists.
 Traces are named as torch's `tensorboard_trace_handler` names them (`<worker>.<ns>.pt.trace.json.gz`), so
-TensorBoard, HTA and Perfetto open them; they are gzipped here in 1 MiB blocks at zlib's default level, since
-torch's own `.gz` export writes line by line at level 9 (3 CPU steps of YOLO11n: 2.05 s against 0.30 s, the file
-16% larger; benchmarks/bench_trace_export.py). key_averages tables are built after training.
+TensorBoard, HTA and Perfetto open them; they are gzipped here at zlib's default level as indexed multi-member
+gzip (`trace_gzip`: members of ~4 MiB of text cut at event boundaries, compressed by a few threads), which every
+gzip reader reads as one stream and `yolo-mlops analyze` decompresses and parses in parallel. torch's own `.gz`
+export writes line by line at level 9 (benchmarks/bench_trace_export.py measures both). key_averages tables are
+built after training.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import socket
 import time
 from contextlib import AbstractContextManager
@@ -32,6 +32,7 @@ from torch.profiler import (
 from yolo_mlops.config import ProfilerSettings
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.profiling.memory_holders import MemoryByHolderRecorder
+from yolo_mlops.profiling.trace_gzip import write_members
 from yolo_mlops.tracking import names
 
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
@@ -108,8 +109,10 @@ def write_chrome_trace(prof: profile, trace_dir: Path, worker: str) -> Path:
     prof.wait_for_exports()  # a deferred (CUPTI monitor) export is written by now
     gzipped = plain.with_name(plain.name + ".gz")
     try:
-        with open(plain, "rb") as source, gzip.open(gzipped, "wb", compresslevel=6) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+        # indexed gzip members cut at event boundaries (trace_gzip): one gzip stream to every reader, read in
+        # parallel by `yolo-mlops analyze`; compressed by a few threads at zlib's default level
+        with open(plain, "rb") as source, open(gzipped, "wb") as target:
+            write_members(source, target, level=6)
     finally:  # a failed gzip (disk full) leaves no plain trace beside the traces TensorBoard and HTA list
         plain.unlink(missing_ok=True)
     return gzipped
