@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pytest
@@ -21,7 +22,7 @@ PLANTED_WAIT_MS = 2 * 500.0  # ddp_plants: 2 images per rank and step, 0.5 s eac
 
 
 def _spec(name: str, **overrides):
-    settings = {
+    settings: dict[str, Any] = {
         # accumulate = round(nbs / batch) = 2 micro-batches per optimizer step; the window's 4 active steps
         # (3 to 6) hold 2 optimizer steps
         "imgsz": 64, "batch": 4, "max_steps": 8, "workers": 0, "device": "cpu", "synthetic_images": 32,

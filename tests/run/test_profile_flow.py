@@ -140,4 +140,4 @@ def test_prefect_summary_artifact_links_the_run(profiled_run):
     with get_client(sync_client=True) as client:
         reports = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-report"])))
-    assert reports and "Step" in reports[0].data
+    assert reports and reports[0].data is not None and "Step" in reports[0].data
