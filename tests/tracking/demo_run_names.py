@@ -85,7 +85,9 @@ def _main(out: Path) -> int:
     with prefect_test_harness(server_startup_timeout=300):
         assert cli.main(profile_args(write_config(home, "names"))) == 0
     client = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
-    runs = client.search_runs([client.get_experiment_by_name("names").experiment_id])
+    experiment = client.get_experiment_by_name("names")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1, runs
     out.write_text(json.dumps(run_names(client, runs[0].info.run_id), indent=1) + "\n")
     return 0

@@ -26,6 +26,7 @@ HERE = Path(__file__).parent
 
 def _demo_module():
     spec = importlib.util.spec_from_file_location("demo_run_names", HERE / "demo_run_names.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
