@@ -169,15 +169,15 @@ def _cycle_in(component: list[str], graph: dict[str, dict[str, int]]) -> list[st
     """A closed path a -> ... -> a inside one strongly connected component (shortest from its first module)."""
     members = set(component)
     start = component[0]
-    previous = {start: None}
+    previous: dict[str, str | None] = {start: None}
     queue = [start]
     while queue:
         node = queue.pop(0)
         for child in sorted(graph[node]):
             if child == start:
                 path = [node]
-                while previous[path[-1]] is not None:
-                    path.append(previous[path[-1]])
+                while (parent := previous[path[-1]]) is not None:
+                    path.append(parent)
                 return [*reversed(path), start]
             if child in members and child not in previous:
                 previous[child] = node

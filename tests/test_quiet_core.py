@@ -36,6 +36,7 @@ def test_the_timing_worker_gets_a_core_and_everything_else_the_rest():
     timing = subprocess.Popen([sys.executable, "-c", LANE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     later = None
     try:
+        assert timing.stdout is not None and timing.stdin is not None
         said, child = timing.stdout.readline().split()
         assert said == "split"
         later = subprocess.Popen(WAIT, stdin=subprocess.PIPE)  # started by the controller during the split
@@ -52,5 +53,6 @@ def test_the_timing_worker_gets_a_core_and_everything_else_the_rest():
         os.sched_setaffinity(0, cpus)
         for process in (timing, other, later):
             if process is not None:
-                process.stdin.close()
+                if process.stdin is not None:
+                    process.stdin.close()
                 process.wait(60)
