@@ -12,7 +12,15 @@ runtime dependency of yolo-mlops.
 A generated trace of --big-events events (default 1,000,000) measures our analyzer alone at scale,
 plus one of a quarter of that size to show how memory grows with the event count.
 
+--floor-events 250000,1000000,4000000 measures big traces against the decompression floor instead (section
+`## Trace analysis at the decompression floor`): each generated trace as one gzip stream (as other tools write
+it) and as the indexed gzip members `yolo-mlops` writes, the whole `yolo-mlops analyze FILE --format json` process
+against `gzip -dc FILE > /dev/null` of the same file, one after the other in every repeat (interleaved), medians
+of the per-repeat ratios; peak RSS of the process (and of its reader process, for the parallel reader); and the
+floors beneath: zlib alone in one thread and in one thread per core, msgspec's decode alone, decode + columns.
+
     .venv/bin/python benchmarks/bench_trace_analysis.py [--repeats 3] [--hta-generated] [--write-docs]
+    .venv/bin/python benchmarks/bench_trace_analysis.py --floor-events 250000,1000000,4000000 --repeats 5 --write-docs
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from yolo_mlops.profiling.trace_gzip import write_members
 from yolo_mlops.render import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +48,7 @@ HTA_VENV = REPO / ".bench-venv-hta"
 HTA_VERSION = "0.5.0"
 DOCS = REPO / "docs" / "benchmarks.md"
 SECTION = "## Trace analysis"
+FLOOR_SECTION = "## Trace analysis at the decompression floor"
 
 
 def gpu_traces_dir() -> Path:
@@ -261,6 +271,171 @@ def big_trace_runs(events: int, repeats: int, with_hta: bool) -> list[dict]:
     return rows
 
 
+# `yolo-mlops analyze FILE --format json` exactly as the console script runs it, plus the peak RSS of the process
+# and of its children (the parallel reader's forked processes) written to the file named by $BENCH_RSS_FILE.
+ANALYZE_WITH_RSS = r"""
+import json, os, resource, sys
+from yolo_mlops.cli import main
+code = main(["analyze", sys.argv[1], "--format", "json"])
+sys.stdout.flush()
+with open(os.environ["BENCH_RSS_FILE"], "w") as out:
+    json.dump({"self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}, out)
+sys.exit(code)
+"""
+
+# The floors beneath an analysis, in one process: zlib alone (one thread; one thread per core over indexed members),
+# msgspec's typed decode of the events alone, and decode + columns (the loader's one-process parse, no gzip).
+FLOOR_CHILD = r"""
+import json, os, sys, time, zlib
+from concurrent.futures import ThreadPoolExecutor
+from yolo_mlops.analysis import trace_loader as loader
+from yolo_mlops.profiling import trace_gzip
+single, members_path = sys.argv[1], sys.argv[2]
+result = {}
+t = time.perf_counter()
+with open(single, "rb") as fh:
+    d = zlib.decompressobj(31)
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        d.decompress(block)
+result["zlib_1_thread_s"] = time.perf_counter() - t
+with open(members_path, "rb") as fh:
+    members = trace_gzip.read_index(fh, os.fstat(fh.fileno()).st_size)
+threads = len(os.sched_getaffinity(0))
+t = time.perf_counter()
+def inflate(member):
+    with open(members_path, "rb") as fh:
+        return len(trace_gzip.member_text(fh, member))
+with ThreadPoolExecutor(threads) as pool:
+    sum(pool.map(inflate, members))
+result["zlib_members_threads_s"] = time.perf_counter() - t
+result["threads"] = threads
+decode = 0.0
+with open(members_path, "rb") as fh:
+    for i, member in enumerate(members):
+        text = trace_gzip.member_text(fh, member)
+        if i == 0:
+            text = text[loader._TRACE_EVENTS_KEY_RE.search(text).end():]
+        if not member.ends_at_event:  # the last member: the array's end and the metadata after it
+            text = text[: text.rindex(b"]")] + b","
+        t = time.perf_counter()
+        loader._CHUNK_DECODER.decode(b"[" + text.rstrip().rstrip(b",") + b"]")
+        decode += time.perf_counter() - t
+print(json.dumps(result | {"decode_s": decode}))
+"""
+
+
+@dataclass
+class FloorRun:
+    wall_s: float
+    rss_mib: float
+    children_rss_mib: float
+
+
+def gunzip_run(path: Path) -> float:
+    start = time.perf_counter()
+    subprocess.run(["gzip", "-dc", str(path)], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - start
+
+
+def analyze_run(path: Path) -> FloorRun:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="ignore")
+    with tempfile.NamedTemporaryFile(suffix=".json") as rss_file:
+        env["BENCH_RSS_FILE"] = rss_file.name
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", ANALYZE_WITH_RSS, str(path)], stdout=subprocess.DEVNULL, check=True,
+                       env=env, cwd=str(REPO))
+        wall = time.perf_counter() - start
+        rss = json.loads(Path(rss_file.name).read_text())
+    return FloorRun(wall, rss["self"], rss["children"])
+
+
+def floor_runs(sizes: list[int], repeats: int, folder: Path) -> list[dict]:
+    """Per size and form (one gzip stream, indexed members): medians of analyze, gunzip and their per-repeat ratio,
+    interleaved over everything in each repeat; then the floors, measured once per size."""
+    files: dict[tuple[int, str], Path] = {}
+    for n in sizes:
+        single = folder / f"synthetic_{n}.json.gz"
+        write_big_trace(single, n)
+        members = folder / f"synthetic_{n}.members.json.gz"
+        with gzip.open(single, "rb") as text, open(members, "wb") as out:
+            write_members(text, out)
+        files[(n, "one gzip stream")] = single
+        files[(n, "indexed members")] = members
+        print(f"  wrote {n} events", file=sys.stderr)
+    runs: dict[tuple[int, str], dict[str, list]] = {key: {"analyze": [], "gunzip": []} for key in files}
+    for rep in range(repeats):
+        for key, path in files.items():
+            order = ("gunzip", "analyze") if rep % 2 == 0 else ("analyze", "gunzip")
+            for what in order:
+                runs[key][what].append(gunzip_run(path) if what == "gunzip" else analyze_run(path))
+            print(f"  repeat {rep + 1}/{repeats} {key}: analyze {runs[key]['analyze'][-1].wall_s:.2f}s, "
+                  f"gunzip {runs[key]['gunzip'][-1]:.2f}s", file=sys.stderr)
+    rows = []
+    for (n, form), path in files.items():
+        analyze, gunzip = runs[(n, form)]["analyze"], runs[(n, form)]["gunzip"]
+        with gzip.open(path, "rb") as fh:
+            json_mib = sum(len(chunk) for chunk in iter(lambda: fh.read(1 << 22), b"")) / 2**20
+        row = {"events": n, "form": form, "json_mib": json_mib, "gz_mib": path.stat().st_size / 2**20,
+               "analyze_s": statistics.median(r.wall_s for r in analyze),
+               "gunzip_s": statistics.median(gunzip),
+               "ratio": statistics.median(a.wall_s / g for a, g in zip(analyze, gunzip, strict=True)),
+               "rss_mib": statistics.median(r.rss_mib for r in analyze),
+               "children_rss_mib": statistics.median(r.children_rss_mib for r in analyze)}
+        if form == "indexed members":
+            floor = subprocess.run([sys.executable, "-c", FLOOR_CHILD, str(files[(n, "one gzip stream")]), str(path)],
+                                   capture_output=True, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                   cwd=str(REPO))
+            row["floor"] = json.loads(floor.stdout.decode().strip().splitlines()[-1])
+        rows.append(row)
+    return rows
+
+
+def _total_rss(row: dict) -> float:
+    return row["rss_mib"] + (row["children_rss_mib"] if row["form"] == "indexed members" else 0.0)
+
+
+def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float, float]) -> str:
+    lines = [
+        FLOOR_SECTION,
+        "",
+        "Big generated traces (`write_big_trace`: ProfilerSteps of cpu_op + cudaLaunchKernel + kernel + `[memory]`",
+        "events, one line each) against the decompression floor, as a user meets both: the whole",
+        "`yolo-mlops analyze FILE --format json` process against `gzip -dc FILE > /dev/null` of the same file, one",
+        f"right after the other (order alternating) in each of {repeats} repeats over all files; ratio = median of the",
+        "per-repeat ratios. Each trace twice: as one gzip stream (level 1, as other tools' traces come) and as the",
+        "indexed gzip members `yolo-mlops` writes (`yolo_mlops/profiling/trace_gzip.py`, level 6, ~4 MiB of text per",
+        "member), which the loader splits between one process per core.",
+        f"Machine: {len(os.sched_getaffinity(0))} CPU cores available, shared with other jobs (1-minute load average "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end), Python {platform.python_version()}.",
+        "",
+        f"Command: `{command}`",
+        "",
+        markdown_table(
+            ("events", "form", "JSON MiB (gz MiB)", "analyze s", "gunzip s", "analyze / gunzip",
+             "peak RSS MiB (reader process)", "MiB per M events", "µs per event"),
+            [(f"{r['events']:,}", r["form"], f"{r['json_mib']:.0f} ({r['gz_mib']:.0f})", f"{r['analyze_s']:.2f}",
+              f"{r['gunzip_s']:.2f}", f"{r['ratio']:.2f}x",
+              f"{r['rss_mib']:.0f}" + (f" (+{r['children_rss_mib']:.0f})" if r["form"] == "indexed members" else ""),
+              f"{_total_rss(r) / (r['events'] / 1e6):.0f}",
+              f"{r['analyze_s'] / r['events'] * 1e6:.2f}") for r in rows]),
+        "",
+        "The reader process of the indexed form is forked from the analyzing one: its peak RSS includes pages it",
+        "shares with its parent, so parent + reader over-counts the memory both use together.",
+        "",
+        "Floors, in one process per size: zlib inflating the one-stream file in one thread, and the indexed members",
+        "in one thread per core; msgspec's typed decode of the events alone (no columns), summed over the members:",
+        "",
+        markdown_table(
+            ("events", "zlib, 1 thread s", "zlib, threads over members s", "threads", "decode alone s",
+             "gzip -dc s (above)"),
+            [(f"{r['events']:,}", f"{r['floor']['zlib_1_thread_s']:.2f}", f"{r['floor']['zlib_members_threads_s']:.2f}",
+              str(r["floor"]["threads"]), f"{r['floor']['decode_s']:.2f}", f"{r['gunzip_s']:.2f}")
+             for r in rows if "floor" in r]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render(compare: list[dict], big: list[dict], repeats: int, command: str, help_s: float,
            load: tuple[float, float], floor_s: float) -> str:
     lines = [
@@ -326,12 +501,12 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) our section of docs/benchmarks.md, leaving the other sections alone."""
+def write_section(text: str, section: str = SECTION) -> None:
+    """Replace (or append) one of our sections of docs/benchmarks.md, leaving the other sections alone."""
     DOCS.parent.mkdir(parents=True, exist_ok=True)
     old = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
     lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == section), None)
     if start is None:
         new = old.rstrip("\n") + "\n\n" + text
     else:
@@ -346,12 +521,23 @@ def main() -> None:
     parser.add_argument("--big-events", type=int, default=1_000_000, help="0: skip the generated traces")
     parser.add_argument("--hta-generated", action="store_true",
                         help="also run HTA (once) on the smaller generated trace: slow and memory-hungry")
+    parser.add_argument("--floor-events", default="",
+                        help="comma-separated event counts: measure those traces against gunzip (and nothing else)")
     parser.add_argument("--write-docs", action="store_true", help=f"update '{SECTION}' in {DOCS}")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     command = ".venv/bin/python benchmarks/bench_trace_analysis.py " + " ".join(sys.argv[1:])
     byte_compile_tree()
+    if args.floor_events:
+        load_start = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = floor_runs([int(n) for n in args.floor_events.split(",")], args.repeats, Path(tmp))
+        text = render_floor(rows, args.repeats, command.strip(), (load_start, os.getloadavg()[0]))
+        print(text)
+        if args.write_docs:
+            write_section(text, FLOOR_SECTION)
+        return
     load_start = os.getloadavg()[0]
     help_s = cli_start(HELP_REPEATS)
     compare, floor_s = compare_with_hta(args.repeats)
