@@ -126,9 +126,9 @@ class Checks:
             run.status, run.note = "skipped", command
             return run
         run.command = [_short(c) for c in command]
-        # a step's maximum sizes it for the GPU machine's time budget; a CPU rehearsal runs on whatever machine it
-        # is given, so there only the whole budget bounds it (a busy machine is slower, not broken)
-        cap = self.left() if self.mode == "cpu-rehearsal" else step.max_s
+        # a step's maximum sizes it for the GPU machine's time budget; a CPU rehearsal or a dry run runs on whatever
+        # machine it is given, so there only the whole budget bounds it (a busy machine is slower, not broken)
+        cap = step.max_s if self.mode == "gpu" else self.left()
         limit = min(cap, self.left() - reserve_after)
         if limit < min(step.reserve_s, step.max_s) * 0.5 or limit < 5:
             run.status = "skipped"
@@ -709,7 +709,9 @@ def main(argv: list[str] | None = None) -> int:
         if stopped:
             run = ch.validate_step(step)
         else:
-            reserve = sum(s.reserve_s for s in STEPS[i + 1:] if not only or s.name in only)
+            # a dry run only checks the later steps' commands, so they reserve none of the budget
+            later = [s for s in STEPS[i + 1:] if not only or s.name in only]
+            reserve = 0 if ch.mode == "dry-run" else sum(s.reserve_s for s in later)
             run = ch.run_step(step, reserve)
         ch.write()
         print(f"[{run.name}] {run.status}" + (f" in {run.seconds} s" if run.seconds is not None else "")
