@@ -24,6 +24,13 @@ PLANTED = ("            import time as _time\n\n            import torch as _tor
            "            with _torch.autograd.profiler.record_function(\"bisect_test::planted_sleep\"):\n"
            "                _time.sleep(0.5)\n")
 COMMITS, SLOW_AT = 4, 3  # the planted slow commit: the 3rd of 4 after good (the first look, the 2nd, is good)
+# One operator a few ms slower: about 1.5 run-to-run sd of this workload's step time on a quiet machine (3 ms of
+# a ~52 ms step whose runs vary by 2.5-5.4%, the test suite's recorded bisect runs), far below it on a loaded one.
+OPERATOR = "bisect_test::planted_op"
+PLANTED_OP = ("            import time as _time\n\n            import torch as _torch\n\n"
+              f"            with _torch.autograd.profiler.record_function(\"{OPERATOR}\"):\n"
+              "                _time.sleep(0.003)\n")
+OP_WORKLOAD = {**TINY, "max_steps": 18, "profiler": {**TINY["profiler"], "active": 8}}
 
 
 # git histories built by the tests ---------------------------------------------------------------------------
@@ -40,7 +47,8 @@ def _clone(tmp: Path) -> Path:
     return repo
 
 
-def _history(repo: Path, commits: int, slow_at: int | None) -> list[str]:
+def _history(repo: Path, commits: int, slow_at: int | None, planted: str = PLANTED,
+             message_slow: str = "Training: wait 500 ms in every forward pass") -> list[str]:
     """[good, c1, ..., c_commits]: harmless note changes, and at `slow_at` a sleep in every training step."""
     hashes = [_git(repo, "rev-parse", "HEAD")]
     for i in range(1, commits + 1):
@@ -48,8 +56,8 @@ def _history(repo: Path, commits: int, slow_at: int | None) -> list[str]:
             path = repo / TRAINING
             text = path.read_text()
             assert HOOK in text, "the planted hook's anchor moved: update HOOK"
-            path.write_text(text.replace(HOOK, HOOK + PLANTED))
-            message = "Training: wait 500 ms in every forward pass"
+            path.write_text(text.replace(HOOK, HOOK + planted))
+            message = message_slow
         else:
             (repo / "docs" / "bisect-test-note.txt").write_text(f"note {i}\n")
             message = f"Docs: note {i}"
@@ -60,7 +68,7 @@ def _history(repo: Path, commits: int, slow_at: int | None) -> list[str]:
 
 
 def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str | None = None,
-                  step_ms: float | None = None) -> str:
+                  step_ms: float | None = None, workload: dict | None = None) -> str:
     """A finished run that logged the tiny workload's run_spec.yaml (and, for a history, a commit and a step
     time): what `--run` and `--series` read."""
     from yolo_mlops.tracking import connection, run_end, writes
@@ -68,7 +76,8 @@ def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str
     mlflow = connection.client()
     params = {names.ENV_PARAM + "git_commit": commit} if commit else {}
     run_id = writes.create_run(mlflow, experiment, "workload", {names.SERIES: series}, params)
-    writes.log_text(mlflow, run_id, yaml.safe_dump({**TINY, "experiment": experiment}), names.RUN_SPEC_YAML)
+    writes.log_text(mlflow, run_id, yaml.safe_dump({**(workload or TINY), "experiment": experiment}),
+                    names.RUN_SPEC_YAML)
     if step_ms is not None:
         writes.log_values(mlflow, run_id, metrics={names.STEP_TIME_P50: step_ms})
     run_end.end_run(mlflow, run_id, "FINISHED")
@@ -251,3 +260,97 @@ def test_no_slowing_commit_means_no_regression(tmp_path, prefect_server, mlflow_
     assert len(result.steps) == 1  # the premise only: nothing bisected
     assert mlflow_client.get_run(result.parent_run_id).data.tags[names.BISECT_RESULT] == "no_regression"
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_bisect_decides_on_the_operator_that_moved(tmp_path, prefect_server, mlflow_client):
+    """A commit that makes one operator a few ms slower, a step-time shift within a few run-to-run sds: the
+    premise names that operator, every step decides on it, and the report says so and checks step time."""
+    from yolo_mlops.flows.bisection import bisect
+
+    repo = _clone(tmp_path)
+    hashes = _history(repo, COMMITS, SLOW_AT, PLANTED_OP, "Training: one operator 3 ms slower")
+    run = _workload_run("bisect-op-workload", workload=OP_WORKLOAD)
+    result = bisect(good=hashes[0], bad=hashes[-1], run_id=run, repo=str(repo), bisect_experiment="bisect-op",
+                    repeats=3, max_repeats=6, min_effect=0.0)
+    print("\n" + result.report)
+    assert result.result == "first_bad" and result.first_bad.hash == hashes[SLOW_AT]
+    assert result.figure is not None and result.figure.kind == "operator"
+    assert result.figure.names == (OPERATOR,)  # the planted operator, and only it
+    assert f"decided on: operator {OPERATOR}" in result.report and "step-time check:" in result.report
+    assert all(s.step_time is not None for s in result.steps)  # step time tested beside the figure at every step
+    tags = mlflow_client.get_run(result.parent_run_id).data.tags
+    assert tags[names.BISECT_PREFIX + "decided_on"] == f"operator {OPERATOR}"
+
+
+# the search over generated runs: what decides each step, and the report --------------------------------------
+
+def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, slow_at: int = 5):
+    """search.bisect over generated runs (no process, no MLflow): the step's sd of log step time 5%, the
+    commit at `slow_at` slows it by `effect`; with op_noise, each run also has a profile where one operator,
+    10x slower from that commit on, carries the whole shift, beside 50 that never move."""
+    import numpy as np
+
+    from yolo_mlops.bisect import search
+    from yolo_mlops.bisect.execution import Runner
+    from yolo_mlops.bisect.git import Commit
+    from yolo_mlops.bisect.models import BisectPlan, BisectRequest, ProfiledRun
+    from yolo_mlops.bisect.report import report
+    from yolo_mlops.config import RunSpec
+
+    rng = np.random.default_rng(seed)
+    chain = [Commit(f"{i:040x}", f"commit {i}") for i in range(commits + 1)]
+    plan = BisectPlan(BisectRequest(good=chain[0].hash, bad=chain[-1].hash, run_id="r"), Path("."), chain[0],
+                      chain[-1], tuple(chain[1:]), RunSpec(), "r", "workload", False, "not checked")
+
+    class Generated(Runner):
+        def __init__(self) -> None:
+            self.plan, self.count = plan, 0
+
+        def run(self, commit, step, role):
+            self.count += 1
+            bad = chain.index(commit) >= slow_at
+            step_ms = 52.0 * (1 + effect if bad else 1.0) * math.exp(rng.normal(0.0, 0.05))
+            entries = None
+            if op_noise is not None:
+                base = 52.0 * effect / 9
+                op = (10 * base if bad else base) * math.exp(rng.normal(0.0, op_noise))
+                entries = {("operator", "planted"): op, ("phase", "forward_loss"): 10.0 + op}
+                entries.update({("operator", f"op{i}"): (1 + i / 10) * math.exp(rng.normal(0.0, 0.05))
+                                for i in range(50)})
+            return ProfiledRun(commit, step, role, f"run{self.count}", step_ms, math.log(step_ms), step_ms, entries)
+
+    runner = Generated()
+    result = search.bisect(plan, runner, "parent")
+    result.runs = runner.count
+    result.report = report(plan, result)
+    return chain, result
+
+
+def test_a_moved_operator_decides_every_step():
+    chain, result = _search(0.075, 0.04, seed=11)  # +7.5% step time: 1.5 sd of its run-to-run noise
+    assert result.result == "first_bad" and result.first_bad == chain[5], result.report
+    assert result.figure is not None and (result.figure.kind, result.figure.names) == ("operator", ("planted",))
+    assert all(s.step_time is not None for s in result.steps)
+    assert result.runs <= 30
+    assert "decided on: operator planted" in result.report and "step-time check: " in result.report
+    assert "each decision errs with probability at most alpha = 0.01" in result.report
+
+
+def test_without_profiles_step_time_decides():
+    chain, result = _search(0.6, None, seed=12)  # +60%: 12 sd, step time alone decides
+    assert result.result == "first_bad" and result.first_bad == chain[5], result.report
+    assert result.figure is None and all(s.step_time is None for s in result.steps)
+    assert "decided on: step time" in result.report and "step-time check" not in result.report
+
+
+def test_bisection_simulation_names_a_small_regression_by_its_operator():
+    """1.5 step-time sds, figure noise 0.07 (the median measured on recorded runs): named nearly always within
+    30 runs; by step time alone almost never; and with nothing slower the premise stays within alpha."""
+    s = decide.Settings()
+    by_operator = decide.simulate_bisection(1.5, 8, 0.07, s, trials=200, seed=3, null_entries=50)
+    assert by_operator["right_within"] >= 0.95 and by_operator["wrong"] <= 0.01, by_operator
+    by_step = decide.simulate_bisection(1.5, 8, None, s, trials=200, seed=3)
+    assert by_step["right"] <= 0.05, by_step
+    null = decide.simulate_bisection(0.0, 8, 0.07, s, trials=300, seed=4, null_entries=50)
+    assert 1 - null["no_regression"] <= s.alpha + 3 * math.sqrt(s.alpha / 300), null

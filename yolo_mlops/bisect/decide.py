@@ -36,7 +36,7 @@ a step stays inconclusive, as a function of D / noise (docs/trends.md has the ta
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -277,3 +277,216 @@ if __name__ == "__main__":
         found, runs = simulate_premise(effect, s)
         print(f"premise, noise 5%, bad slower by {effect:g} sd: regression found {100 * found:.2f}%, "
               f"{runs:.2f} runs a side")
+
+
+# deciding on what moved: the operators (or phases) that carry the shift -----------------------------------
+
+Key = tuple[str, str]  # (kind, name) of a profile entry: operator | device | phase, as trends' attribution
+FIGURE_KINDS = ("operator", "device", "phase")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The entries a bisection decides on: each run's value is log(rest_ms + the named entries' ms per step),
+    the run's step time had only those entries moved (rest_ms: the good runs' step time minus the entries'
+    good mean). Log units, so its shift reads as a step-time shift and min_effect applies to it alike."""
+
+    kind: str
+    names: tuple[str, ...]
+    rest_ms: float
+    good_ms: float  # the named entries' mean ms/step over the premise's good runs
+    bad_ms: float  # over its bad runs
+    entry_p: tuple[float, ...]  # each named entry's one-sided p in the premise (bad slower than good)
+    tested: int  # entries tested in the premise (the Bonferroni factor)
+    alpha_entry: float  # the level each entry passed
+
+    def ms(self, entries: Mapping[Key, float]) -> float:
+        return sum(entries.get((self.kind, n), 0.0) for n in self.names)
+
+    def value(self, entries: Mapping[Key, float]) -> float:
+        return math.log(self.rest_ms + self.ms(entries))
+
+    def label(self) -> str:
+        return " + ".join(self.names)
+
+
+def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, float]], good_step_ms: float,
+                alpha_look: float, min_effect: float) -> Figure | None:
+    """The entries that moved beyond noise between the premise's good and bad runs, or None.
+
+    Every entry of the kinds in FIGURE_KINDS is tested on its own, bad slower than good (pooled t on its
+    log(rest + ms) values, the noise of its two groups), at alpha_look / K for K entries tested (Bonferroni:
+    with no entry changed, any passes with probability at most alpha_look). Of the kinds with passing entries,
+    operators or device kernels, whichever add the most ms/step, else phases, are named (entries of one kind
+    do not overlap: self times, or phases of the step); their sum must shift the step by at least min_effect."""
+    keys = sorted({k for runs in (good, bad) for e in runs for k in e if k[0] in FIGURE_KINDS})
+    if not keys or len(good) < 2 or len(bad) < 2 or not good_step_ms > 0:
+        return None
+    alpha_entry = alpha_look / len(keys)
+    passing: dict[str, list[tuple[str, float, float]]] = {}  # kind -> (name, delta ms, p)
+    for kind, name in keys:
+        g = np.array([e.get((kind, name), 0.0) for e in good])
+        b = np.array([e.get((kind, name), 0.0) for e in bad])
+        rest = good_step_ms - float(g.mean())
+        if not rest > 0 or b.mean() <= g.mean():
+            continue
+        vg, vb = np.log(rest + g), np.log(rest + b)
+        noise = pooled_noise([vg.tolist(), vb.tolist()])
+        t = _t(float(vb.mean() - vg.mean()), noise, 1 / len(vb) + 1 / len(vg))
+        p = _p_above(t, noise.df)
+        if p <= alpha_entry:
+            passing.setdefault(kind, []).append((name, float(b.mean() - g.mean()), p))
+    if not passing:
+        return None
+    # operators and device kernels first (the finer views); phases only when no operator or kernel passed
+    finest = [k for k in passing if k != "phase"] or list(passing)
+    kind = max(finest, key=lambda k: sum(delta for _, delta, _ in passing[k]))
+    chosen = sorted(passing[kind], key=lambda x: -x[1])
+    names = tuple(n for n, _, _ in chosen)
+    good_ms = float(np.mean([sum(e.get((kind, n), 0.0) for n in names) for e in good]))
+    bad_ms = float(np.mean([sum(e.get((kind, n), 0.0) for n in names) for e in bad]))
+    rest = good_step_ms - good_ms
+    if not rest > 0 or math.log((rest + bad_ms) / (rest + good_ms)) < math.log1p(min_effect):
+        return None
+    return Figure(kind, names, rest, good_ms, bad_ms, tuple(p for _, _, p in chosen), len(keys), alpha_entry)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One profiled run as a step sees it: its slowness (log step time) and its profile's entries (ms/step;
+    None when the run has no profiler tables)."""
+
+    slowness: float
+    step_ms: float | None = None
+    entries: Mapping[Key, float] | None = None
+
+
+Observe = Callable[[int], tuple[Observation, Observation]]  # pair index -> (good run, other run), interleaved
+
+
+@dataclass
+class Premise:
+    decision: Decision  # the one that decided: step time's, or the figure's when it named entries
+    step_time: Decision  # step time's own (its p at alpha / 2 when the figure was tested too)
+    figure: Figure | None
+    step_sides: Sides  # slowness of the good and bad runs
+    figure_sides: Sides | None  # the figure's values of the same runs
+    observations: list[tuple[Observation, Observation]]
+
+
+def run_premise_named(observe: Observe, settings: Settings) -> Premise:
+    """Step 0 deciding on step time and on what moved: pairs of (good, bad) runs until one decides.
+
+    When every run of the first look has a profile, alpha is split: step time is tested at alpha/2 over its
+    looks, the entries at alpha/2 over looks and entries (`name_figure`), so the premise calls a regression
+    that is not there with probability at most alpha. A figure named at any look decides (its entries carry
+    the shift beyond noise); otherwise step time decides as `run_premise`. Without profiles: `run_premise`."""
+    obs: list[tuple[Observation, Observation]] = []
+    look = 0
+    split: bool | None = None
+    while True:
+        while len(obs) < settings.repeats + look:
+            obs.append(observe(len(obs)))
+        look += 1
+        if split is None:
+            split = all(o.entries is not None and o.step_ms for pair in obs for o in pair)
+        alpha_look = settings.alpha_look / 2 if split else settings.alpha_look
+        sides = Sides([g.slowness for g, _ in obs], [b.slowness for _, b in obs])
+        last = look >= settings.looks
+        step = premise_decision(sides.other, sides.good, pooled_noise([sides.good, sides.other]), alpha_look,
+                                settings.min_effect, looks=look, last=last)
+        figure = None
+        if split:
+            good_step = float(np.mean([g.step_ms for g, _ in obs]))
+            figure = name_figure([g.entries or {} for g, _ in obs], [b.entries or {} for _, b in obs], good_step,
+                                 alpha_look, settings.min_effect)
+        if figure is not None:
+            fsides = Sides([figure.value(g.entries or {}) for g, _ in obs],
+                           [figure.value(b.entries or {}) for _, b in obs])
+            fnoise = pooled_noise([fsides.good, fsides.other])
+            fdecision = premise_decision(fsides.other, fsides.good, fnoise, alpha_look, settings.min_effect,
+                                         looks=look)
+            fdecision = Decision(REGRESSION, fdecision.shift, fdecision.threshold, fdecision.t, fdecision.df,
+                                 max(figure.entry_p), fdecision.p_good, fdecision.n_candidate, fdecision.n_good, look)
+            return Premise(fdecision, step, figure, sides, fsides, obs)
+        if step.verdict != INCONCLUSIVE:
+            return Premise(step, step, None, sides, None, obs)
+
+
+def simulate_bisection(effect_sd: float, commits: int = 8, figure_noise: float | None = 0.1,
+                       settings: Settings = Settings(), trials: int = 1000, seed: int = 0, null_entries: int = 200,
+                       step_sd: float = 0.05, max_runs: int = 30) -> dict[str, float]:
+    """Whole bisections over generated runs: `commits` after good, one of them (uniformly drawn) slows the step
+    by effect_sd run-to-run sds of log step time (step_sd). With `figure_noise` (the sd of the slowing
+    operator's ms/step over the sd of step time, at its slow level; a tenth of it at its fast level: an
+    operator made 10x slower) each run also has a profile: that operator carrying the whole shift, and
+    `null_entries` others that never move (each with 10% noise of its own). None: no profiles, step time
+    decides. Returns the fractions named right (and right within max_runs runs), wrong, inconclusive, no
+    regression, decided on the figure, and the mean and largest runs per bisection."""
+    rng = np.random.default_rng(seed)
+    shift, step_ms = effect_sd * step_sd, 100.0
+    base = step_ms * math.expm1(shift) / 9.0  # the operator's ms at good: 10x that at bad adds the shift
+    op_sd = (figure_noise or 0.0) * step_sd * step_ms  # its ms/step sd at the slow level
+    null_ms = rng.uniform(0.5, 5.0, null_entries)
+    names = [f"op{i}" for i in range(null_entries)]
+    counts = {"right": 0, "right_within": 0, "wrong": 0, "inconclusive": 0, "no_regression": 0, "figure": 0}
+    runs: list[int] = []
+
+    def observe(commit: int, slow_at: int) -> Observation:
+        bad = commit >= slow_at
+        slowness = math.log(step_ms) + (shift if bad else 0.0) + float(rng.normal(0.0, step_sd))
+        if figure_noise is None:
+            return Observation(slowness)
+        op = base * 10 + rng.normal(0.0, op_sd) if bad else base + rng.normal(0.0, op_sd / 10)
+        entries: dict[Key, float] = {("operator", "planted"): max(float(op), 0.0)}
+        nulls = null_ms * (1 + rng.normal(0.0, 0.1, null_entries))
+        entries.update(zip([("operator", n) for n in names], nulls.tolist(), strict=True))
+        return Observation(slowness, math.exp(slowness), entries)
+
+    for _ in range(trials):
+        slow_at = int(rng.integers(1, commits + 1))  # commits 1..commits; 0 is good
+        log: list[int] = []
+
+        def pair(commit: int, at: int = slow_at, log: list[int] = log) -> Observe:
+            def measured(_i: int) -> tuple[Observation, Observation]:
+                log.append(2)
+                return observe(0, at), observe(commit, at)
+            return measured
+
+        premise = run_premise_named(pair(commits), settings)
+        verdict = "no_regression"
+        if premise.decision.verdict == REGRESSION:
+            figure = premise.figure
+            counts["figure"] += figure is not None
+            psides = premise.figure_sides if premise.figure_sides is not None else premise.step_sides
+
+            def value(o: Observation, figure: Figure | None = figure) -> float:
+                return figure.value(o.entries or {}) if figure is not None else o.slowness
+
+            lo, hi, verdict = 0, commits, "right"
+            earlier: list[list[float]] = []
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                measure = pair(mid)
+
+                def values(i: int, measure: Observe = measure) -> tuple[float, float]:
+                    g, c = measure(i)
+                    return value(g), value(c)
+
+                decision, sides = run_step(values, settings, psides, earlier)
+                earlier += [sides.good, sides.other]
+                if decision.verdict == BAD:
+                    hi = mid
+                elif decision.verdict == GOOD:
+                    lo = mid
+                else:
+                    verdict = "inconclusive"
+                    break
+            if verdict == "right" and hi != slow_at:
+                verdict = "wrong"
+        counts[verdict] += 1
+        runs.append(sum(log))
+        counts["right_within"] += verdict == "right" and runs[-1] <= max_runs
+    rates: dict[str, float] = {k: v / trials for k, v in counts.items()}
+    rates.update(runs_mean=float(np.mean(runs)), runs_max=float(np.max(runs)))
+    return rates

@@ -18,10 +18,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
-from yolo_mlops.bisect import decide, driver, git
+from yolo_mlops.bisect import driver, git
+from yolo_mlops.bisect.decide import Key
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import RUN_TIMEOUT_S, BisectPlan, ProfiledRun, Role
 from yolo_mlops.tracking import names, queries, run_end
@@ -29,6 +31,7 @@ from yolo_mlops.tracking import names, queries, run_end
 TIMED_OUT = -9  # run_child's exit code for a process killed past its timeout
 DRIVER_FILE = Path(driver.__file__).resolve()
 
+T = TypeVar("T")
 Hold = Callable[[str], contextlib.AbstractContextManager]  # device -> held around each run (the GPU limit)
 
 
@@ -95,7 +98,22 @@ class Runner:
         slowness = -math.log(value) if self.plan.higher_is_better else math.log(value)
         self.log(f"  step {step} {role:<9} {commit.short}  {self.plan.request.metric} {value:.4g}  "
                  f"({time.perf_counter() - t0:.0f} s, run {run_id})")
-        return ProfiledRun(commit, step, role, run_id, value, slowness)
+        step_ms, entries = self._profile(stored)
+        return ProfiledRun(commit, step, role, run_id, value, slowness, step_ms, entries)
+
+    def _profile(self, stored) -> tuple[float | None, dict[Key, float] | None]:
+        """The run's step time and entries per profiled step (trends' attribution reads them alike); no
+        entries when the run logged no profiler tables."""
+        from yolo_mlops.trends.attribution import profile_from_run
+        from yolo_mlops.trends.history import record_from_run
+
+        record = record_from_run(stored)
+        profiled = record.profiled_steps if record is not None else None
+        step = record.step_time_ms if record is not None else stored.data.metrics.get(names.STEP_TIME_P50)
+        profile = profile_from_run(self.mlflow, stored.info.run_id, profiled, step)
+        if profile is None or not profile.step_ms:
+            return step, None
+        return profile.step_ms, dict(profile.entries)
 
     def _end_if_running(self, run_id: str, reason: str) -> None:
         stored = queries.find_run(self.mlflow, run_id)
@@ -108,15 +126,16 @@ class Runner:
                 run_end.finish_failed_run(self.mlflow, child.run_id, "FAILED", "the bisection ended before this run")
 
     def pairs(self, step: int, candidate: Commit, runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
-              role: Role = "candidate") -> decide.Measure:
-        """Interleaved pairs: good then candidate, candidate then good, ... (a linear drift cancels)."""
+              value: Callable[[ProfiledRun], T], role: Role = "candidate") -> Callable[[int], tuple[T, T]]:
+        """Interleaved pairs: good then candidate, candidate then good, ... (a linear drift cancels); each
+        pair's (good, candidate) as `value` reads a run."""
         good = self.plan.good
 
-        def measure(i: int) -> tuple[float, float]:
+        def measure(i: int) -> tuple[T, T]:
             order = [("good", good), (role, candidate)] if i % 2 == 0 else [(role, candidate), ("good", good)]
             done = {r: self.run(commit, step, r) for r, commit in order}
             runs[i] = (done["good"], done[role])
-            return done["good"].slowness, done[role].slowness
+            return value(done["good"]), value(done[role])
 
         return measure
 

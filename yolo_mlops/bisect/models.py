@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from yolo_mlops.bisect.decide import Decision, Settings
+from yolo_mlops.bisect.decide import Decision, Figure, Key, Settings
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.config import RunSpec
 from yolo_mlops.tracking import names
@@ -26,6 +26,8 @@ NO_REGRESSION: Outcome = "no_regression"
 INCONCLUSIVE: Outcome = "inconclusive"
 Role = Literal["candidate", "good"]  # tag names.BISECT_ROLE: the side of a step a profiled run measured
 NO_REGRESSION_LINE = "no regression between good and bad"
+DECIDED_ON_TAG = names.BISECT_PREFIX + "decided_on"  # parent: step time, or the kind and names of the figure
+STEP_TIME = "step time"  # what a step decided on when no figure was named
 
 
 @dataclass(frozen=True)
@@ -76,15 +78,18 @@ class ProfiledRun:
     run_id: str
     value: float  # the metric
     slowness: float  # log value (minus log for higher-is-better metrics)
+    step_ms: float | None = None  # the run's profile: its step time (ms) and entries (ms per profiled step)
+    entries: dict[Key, float] | None = None  # None: no profiler tables
 
 
 @dataclass
 class StepRecord:
     step: int  # 0: the premise (bad vs good)
     commit: Commit  # the candidate (bad at step 0)
-    decision: Decision
+    decision: Decision  # the one that decided the step: on the figure when one was named, else on step time
     candidate_runs: list[ProfiledRun]
     good_runs: list[ProfiledRun]
+    step_time: Decision | None = None  # step time's own test of the same runs, when the figure decided
 
     def median(self, role: Role) -> float:
         runs = self.candidate_runs if role == "candidate" else self.good_runs
@@ -106,6 +111,9 @@ class BisectResult:
     good_value: float | None = None
     bad_value: float | None = None
     attribution: Attribution | None = None
+    figure: Figure | None = None  # what the steps decided on, named by the premise; None: step time
+    figure_shift: tuple[float, float, float] | None = None  # the figure's change at the first bad commit, 95% CI
+    premise_step_shift: float | None = None  # step time's change from good to bad in the premise (fraction)
     runs: int = 0
     wall_s: float = 0.0
     install_s: dict[str, float] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from yolo_mlops.bisect.execution import TIMED_OUT as TIMED_OUT  # the subprocess
 from yolo_mlops.bisect.execution import Hold, Runner, no_hold
 from yolo_mlops.bisect.execution import run_child as _child  # noqa: F401  (named here before execution existed)
 from yolo_mlops.bisect.git import Commit
-from yolo_mlops.bisect.models import BisectPlan, BisectResult, ProfiledRun, StepRecord
+from yolo_mlops.bisect.models import DECIDED_ON_TAG, BisectPlan, BisectResult, ProfiledRun, StepRecord
 from yolo_mlops.bisect.report import report
 from yolo_mlops.tracking import connection, names, queries, run_end, writes
 
@@ -72,7 +72,8 @@ def _attribute(mlflow, steps: list[StepRecord], first_bad: Commit) -> Attributio
 
 
 def _log_parent(mlflow, parent_id: str, result: BisectResult) -> None:
-    tags = {names.BISECT_RESULT: result.result, names.BISECT_STEPS: str(len(result.steps))}
+    tags = {names.BISECT_RESULT: result.result, names.BISECT_STEPS: str(len(result.steps)),
+            DECIDED_ON_TAG: search.figure_label(result.figure)[:5000]}
     metrics = {names.BISECT_RUNS_METRIC: float(result.runs), names.BISECT_STEPS_METRIC: float(len(result.steps))}
     if result.first_bad is not None:
         tags[names.BISECT_FIRST_BAD] = result.first_bad.hash
