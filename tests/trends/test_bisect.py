@@ -263,6 +263,7 @@ def test_no_slowing_commit_means_no_regression(tmp_path, prefect_server, mlflow_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 18-30 real runs (3..6 a side): about 20 s each on a quiet core, far more on a busy one
 def test_bisect_decides_on_the_operator_that_moved(tmp_path, prefect_server, mlflow_client):
     """A commit that makes one operator a few ms slower, a step-time shift within a few run-to-run sds: the
     premise names that operator, every step decides on it, and the report says so and checks step time."""

@@ -31,6 +31,13 @@ for one at least D/2), even for a candidate exactly half-way. A candidate at the
 a regression from one commit - is misjudged far less often; `simulate` measures how often, and how often
 a step stays inconclusive, as a function of D / noise (docs/trends.md has the table;
 `python -m yolo_mlops.bisect.decide` prints it).
+
+**Deciding on what moved** (`run_premise_named`, `name_figure`, `Figure`). With profiled runs the premise also
+tests every profile entry (operator, device kernel, phase; ms per profiled step), bad slower than good, at
+alpha/2 / L / K for K entries (step time then at alpha/2): the entries that pass, shifting the step by at least
+min_effect together, are named, and every step decides on their figure (log of the step time had only they
+moved) by the same test at the same alpha/L per look. `simulate_bisection` simulates whole bisections either way
+(benchmarks/bench_bisect.py prints its table).
 """
 
 from __future__ import annotations
