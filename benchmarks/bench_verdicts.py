@@ -172,6 +172,89 @@ def bench_night(series: int, nights: int = 20) -> str:
                            "alerts / 1,000 with 3 confirmation runs"], rows)
 
 
+# correlated watched metrics: (name, level, run noise sd, correlation with step time's run noise); images/s is
+# derived from step time as above
+FAMILY_CPU = ((names.STEP_TIME_P50, 100.0, 1.0, 1.0), (names.IMAGES_PER_S, 40.0, None, None),
+              (names.DATA_WAIT_PCT, 5.0, 0.5, 0.5))
+FAMILY_GPU = FAMILY_CPU + ((names.GPU_SM_UTIL_MEAN, 80.0, 1.0, -0.6), (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0, -0.6),
+                           (names.GPU_MEM_USED_MAX, 6.0, 0.01, 0.0), (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02, 0.6))
+NEW_COMMIT_SHARE, NEW_TORCH_SHARE = 0.3, 0.05  # nights whose runs carry a new commit / a new torch
+
+
+def _family_values(rng, n: int, metrics, night_sd: float, night_offsets: np.ndarray) -> dict[str, np.ndarray]:
+    """n runs whose nights' shared offsets are `night_offsets` (one per run, in run noise sd units of step time,
+    drawn per night by the caller): each metric's run noise is correlated with step time's, and the night's
+    offset moves every metric by its correlation (a busy night is slow in step time and low in utilisation)."""
+    common = rng.standard_normal(n)
+    out: dict[str, np.ndarray] = {}
+    for name, level, sd, rho in metrics:
+        if sd is None:
+            out[name] = level * 100.0 / out[names.STEP_TIME_P50] * (1 + 0.002 * rng.standard_normal(n))
+            continue
+        own = rho * common + np.sqrt(1 - rho * rho) * rng.standard_normal(n)
+        out[name] = level + sd * (own + night_sd * (rho if rho else 1.0) * night_offsets)
+    return out
+
+
+def _family_records(values: dict[str, np.ndarray], versions: list[dict[str, str]]) -> list[HistoryRun]:
+    n = len(versions)
+    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                       series="s", label="sim", metrics={k: float(v[i]) for k, v in values.items()},
+                       versions=dict(versions[i]), night=f"n{i // NIGHT}", profiled_steps=5,
+                       step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(n)]
+
+
+def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (0.0, 0.5, 1.0)) -> str:
+    """False events per series-night of stationary series as the nightly flow judges them: every watched metric
+    (correlated), a new commit on 30% of nights and a new torch on 5%, a night-level random effect shared by a
+    night's runs and its confirmation runs (sd in run-noise units), 60 runs of history then 20 judged nights.
+    Each night: the events of `trend.verdict` (each test at its own level), then held to Holm over the night's
+    family (`confirm.night_family`); regressions among them re-measured by 3 confirmation runs (`confirm.judge`)."""
+    rows = []
+    for label, metrics in (("CPU (3 metrics)", FAMILY_CPU), ("GPU (7 metrics)", FAMILY_GPU)):
+        for night_sd in night_sds:
+            total = 0
+            counts = {"opened": 0, "opened_family": 0, "alerts": 0, "alerts_family": 0, "drift_family": 0,
+                      "tests": 0}
+            for s in range(series):
+                rng = np.random.default_rng([80_000 + s, len(metrics), int(100 * night_sd)])
+                n_nights = HISTORY // NIGHT + nights
+                offsets = np.repeat(rng.standard_normal(n_nights), NIGHT)
+                values = _family_values(rng, n_nights * NIGHT, metrics, night_sd, offsets)
+                versions, commit, torch_version = [], 0, 0
+                for _ in range(n_nights):
+                    commit += bool(rng.random() < NEW_COMMIT_SHARE)
+                    torch_version += bool(rng.random() < NEW_TORCH_SHARE)
+                    versions += [{"commit": f"c{commit}", "torch": f"2.{torch_version}"}] * NIGHT
+                for night in range(nights):
+                    first = HISTORY + night * NIGHT
+                    total += 1
+                    runs = _family_records({k: v[:first + NIGHT] for k, v in values.items()}, versions[:first + NIGHT])
+                    tonight = {r.run_id for r in runs[first:]}
+                    series_trend = trend.series_trend(runs)
+                    raw = trend.verdict(series_trend, tonight)
+                    held = confirm.night_family(series_trend, raw, tonight)
+                    counts["tests"] += len(confirm.night_tests(series_trend, raw, tonight))
+                    counts["drift_family"] += held.status == "drift"
+                    for key, v in (("", raw), ("_family", held)):
+                        if v.status != "regression":
+                            continue
+                        counts["opened" + key] += 1
+                        again = _family_values(rng, CONFIRM, metrics, night_sd, offsets[first:first + CONFIRM])
+                        both = {k: np.r_[values[k][:first + NIGHT], again[k]] for k in values}
+                        runs_c = _family_records(both, versions[:first + NIGHT] + [versions[first]] * CONFIRM)
+                        extra = {r.run_id for r in runs_c[first + NIGHT:]}
+                        counts["alerts" + key] += confirm.judge(trend.series_trend(runs_c), tonight, extra,
+                                                                confirm.needs_confirmation(v))[1].confirmed
+            per = {k: fmt(1000 * v / total, ".2f") for k, v in counts.items() if k != "tests"}
+            rows.append([label, f"{night_sd:g}", total, fmt(counts["tests"] / total, ".1f"), per["opened"],
+                         per["opened_family"], per["alerts"], per["alerts_family"], per["drift_family"]])
+    return markdown_table(["runs", "night effect sd", "series-nights", "tests a night", "regressions opened / 1,000, "
+                           "each test at its level", "... Holm over the night", "alerts / 1,000 (3 confirmation "
+                           "runs), each test at its level", "... Holm over the night", "drift verdicts / 1,000, "
+                           "Holm over the night"], rows)
+
+
 # (label, tonight's level, the confirmation runs' level, noise sd of the confirmation runs), in % of the level
 CONFIRMATION_CASES = (
     ("at tonight's level (+30%)", 30.0, 30.0, 1.0),
@@ -319,8 +402,9 @@ def main() -> int:
     parser.add_argument("--drift-seeds", type=int, default=30)
     parser.add_argument("--confirm-seeds", type=int, default=2000, help="seeds per confirmation case")
     parser.add_argument("--night-series", type=int, default=100, help="series (20 nights each) per row of 'night'")
-    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, confirmation, suspected, "
-                        "drifts, power, candidates (default: all)")
+    parser.add_argument("--family-series", type=int, default=100, help="series (20 nights each) per row of 'family'")
+    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, family, confirmation, "
+                        "suspected, drifts, power, candidates (default: all)")
     args = parser.parse_args()
     sections = {
         "speed": ("Speed", bench_speed),
@@ -328,6 +412,8 @@ def main() -> int:
         "steps": ("Steps alerted within one night", lambda: bench_steps(args.seeds)),
         "night": ("False alerts per series-night, every watched metric and a new commit every night",
                   lambda: bench_night(args.night_series)),
+        "family": ("False events per series-night, the night's tests as one family (correlated metrics, version "
+                   "changes on some nights, a night-level random effect)", lambda: bench_family(args.family_series)),
         "confirmation": ("Confirmation runs at tonight's level, worse, after a load shift, back at baseline",
                          lambda: bench_confirmation(args.confirm_seeds)),
         "suspected": ("A lasting step dismissed on its first night",

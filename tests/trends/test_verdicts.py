@@ -155,6 +155,62 @@ def test_candidate_power_and_false_alarms_against_the_blind_search():
     assert 0.003 <= alarms / 2000 <= 0.02
 
 
+def test_the_night_s_tests_are_one_family_held_to_holm():
+    """One metric's night: its change-point search, its drift test and the torch boundary are 3 tests; the boundary
+    is held to 0.01 / 3 first. Seed 5's boundary (p 0.0098) passes its own 1% and not the family; seed 1's (p
+    0.0007) passes both."""
+    tonight = {f"run{i:04d}" for i in range(6, 12)}
+    step = (trend.WATCHED_BY_NAME[names.STEP_TIME_P50],)
+    for seed, holds in ((5, False), (1, True)):
+        z, versions = torch_upgrade(seed)
+        t = trend.series_trend(records(z, versions, nights_of=6), metrics=step)
+        v = trend.verdict(t, tonight)
+        assert v.status == "regression" and [c.run_id for c in v.new_candidates] == ["run0006"]
+        tests = confirm.night_tests(t, v, tonight)
+        assert sorted(x.kind for x in tests) == ["change point", "drift", "version boundary"]
+        boundary = next(x for x in tests if x.kind == "version boundary")
+        assert boundary.pvalue <= 0.01 and boundary.adjusted == pytest.approx(min(1.0, 3 * boundary.pvalue))
+        held = confirm.night_family(t, v, tonight)
+        if holds:
+            assert held == v  # nothing dropped: the same verdict
+        else:
+            assert held.status == "stable" and held.new_candidates == () and confirm.needs_confirmation(held) == ()
+            assert held.per_metric == {names.STEP_TIME_P50: "stable"}
+            assert "not beyond noise over the night's 3 tests (Holm at 0.01)" in held.reason
+
+
+def _three_metrics(rng, n: int) -> dict[str, np.ndarray]:
+    step = 100 + rng.standard_normal(n)
+    return {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 4000 / step * (1 + 0.002 * rng.standard_normal(n)),
+            names.DATA_WAIT_PCT: 5 + 0.5 * rng.standard_normal(n)}
+
+
+def test_the_night_s_family_errs_at_most_its_rate_by_simulation():
+    """Stationary series of the 3 CPU metrics with a new commit every night (3 boundaries a night, each at 1%):
+    nights with any event, each test at its own level and held to Holm over the night. The family's rate is at
+    most 1% (3 binomial sd of tolerance); the tests each at their level reach about 2-3x that."""
+    history, nights, series = 30, 20, 20
+    raw = held = 0
+    for s in range(series):
+        rng = np.random.default_rng(4_000 + s)
+        values = _three_metrics(rng, history + 3 * nights)
+        runs = [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                           series="s1", label="w", metrics={k: float(v[i]) for k, v in values.items()},
+                           versions={"commit": f"c{i // 3}"}, night=f"n{i // 3}", profiled_steps=5,
+                           step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(len(values[
+                               names.STEP_TIME_P50]))]
+        for night in range(nights):
+            first = history + 3 * night
+            t = trend.series_trend(runs[:first + 3])
+            tonight = {r.run_id for r in runs[first:first + 3]}
+            v = trend.verdict(t, tonight)
+            raw += v.status != "stable"
+            held += confirm.night_family(t, v, tonight).status != "stable"
+    total = series * nights
+    assert held / total <= 0.01 + 3 * np.sqrt(0.01 * 0.99 / total), held
+    assert held <= raw, (held, raw)
+
+
 def test_boundaries_are_bounded_by_neighbours_and_name_the_machine():
     labels = [{"torch": "a"}] * 4 + [{"torch": "b"}] * 4 + [{"torch": "b", "machine": "m2"}] * 4
     z = np.r_[np.full(4, 100.0), np.full(4, 120.0), np.full(4, 120.0)] + np.tile([0.5, -0.5], 6)
