@@ -52,7 +52,7 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
                 original(self, trainer)
                 record_end(trainer)
 
-            training._Instrumentation.on_train_batch_end = timed
+            setattr(training._Instrumentation, "on_train_batch_end", timed)  # noqa: B010  (a method wrapped on purpose)
             training.train(plan)
         else:
             from ultralytics.models.yolo.detect import DetectionTrainer

@@ -64,7 +64,7 @@ def window(build, out: Path, device: str) -> tuple[float, float, dict]:
     from yolo_mlops.config import ProfilerSettings
     from yolo_mlops.profiling.torch_profiler import TrainingProfiler
 
-    settings = ProfilerSettings(**WINDOW)
+    settings = ProfilerSettings.model_validate(WINDOW)
     model, optimizer, loss = build()
     cuda = device != "cpu"
     profiler = TrainingProfiler(settings, out, with_cuda=cuda, device=device)

@@ -60,7 +60,8 @@ def one_start(jobs: bool, idle_s: float, work: Path) -> tuple[float, int, float]
                              "--backend-store-uri", f"sqlite:///{work / f'{port}.db'}",
                              "--artifacts-destination", str(work / f"{port}-artifacts"), "--workers", "1"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    root, cpu = psutil.Process(proc.pid), {}
+    root = psutil.Process(proc.pid)
+    cpu: dict[int, float] = {}
     try:
         while not _answers(f"http://127.0.0.1:{port}/health"):
             if proc.poll() is not None:
@@ -101,9 +102,9 @@ def main() -> None:
     print(f"\n| job execution | median s to /health | processes | median CPU s (start + {args.idle_s:.0f} s idle) |")
     print("|---|---|---|---|")
     for jobs in (True, False):
-        health, procs, cpu = zip(*results[jobs], strict=True)
-        print(f"| {'on (MLflow default)' if jobs else 'off'} | {statistics.median(health):.1f} | "
-              f"{max(procs)} | {statistics.median(cpu):.1f} |")
+        healths, proc_counts, cpus = zip(*results[jobs], strict=True)
+        print(f"| {'on (MLflow default)' if jobs else 'off'} | {statistics.median(healths):.1f} | "
+              f"{max(proc_counts)} | {statistics.median(cpus):.1f} |")
 
 
 if __name__ == "__main__":

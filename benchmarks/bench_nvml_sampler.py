@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
 import numpy as np
 
 from yolo_mlops.nvml import FakeNvmlBackend, FakeScript, NvmlSampler
+from yolo_mlops.nvml.backend import Mode
 
 
-def sampler_cpu_pct(mode: str, rate_hz: float, seconds: float) -> dict[str, float]:
+def sampler_cpu_pct(mode: Mode, rate_hz: float, seconds: float) -> dict[str, object]:
     backend = FakeNvmlBackend(FakeScript(mode=mode))
     sampler = NvmlSampler(backend, interval_s=1.0 / rate_hz)
     wall_start = time.perf_counter()
@@ -147,14 +147,12 @@ def main() -> None:
     parser.add_argument("--only", choices=["cost", "training"], help="run one part only")
     args = parser.parse_args()
 
-    results = {"python": platform.python_version(), "machine": platform.machine(), "cost": [], "training": None}
     if args.only != "training":
-        for mode, rate in (("gpm", 10.0), ("utilization", 10.0), ("utilization", 100.0)):
-            results["cost"].append(sampler_cpu_pct(mode, rate, args.seconds))
-            print(json.dumps(results["cost"][-1]), flush=True)
+        modes: tuple[tuple[Mode, float], ...] = (("gpm", 10.0), ("utilization", 10.0), ("utilization", 100.0))
+        for mode, rate in modes:
+            print(json.dumps(sampler_cpu_pct(mode, rate, args.seconds)), flush=True)
     if args.only != "cost":
-        results["training"] = training_ratio(args.repeats, args.steps, 10.0)
-        print(json.dumps(results["training"]), flush=True)
+        print(json.dumps(training_ratio(args.repeats, args.steps, 10.0)), flush=True)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def main() -> int:
     from prefect.testing.utilities import prefect_test_harness
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import RunSpec
+    from yolo_mlops.config import ProfilerSettings, RunSpec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
 
@@ -103,7 +103,7 @@ def main() -> int:
     timed(sweep_module, "create_markdown_artifact", "prefect_artifacts")
 
     base = RunSpec(imgsz=64, batch=4, max_steps=6, workers=0, device="cpu", synthetic_images=16, val=False,
-                   experiment="bench-sweep", profiler={"wait": 0, "warmup": 1, "active": 1})
+                   experiment="bench-sweep", profiler=ProfilerSettings(wait=0, warmup=1, active=1))
     with prefect_test_harness(server_startup_timeout=180):
         with get_client(sync_client=True) as client:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="bench-slot", limit=1))

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -274,7 +275,7 @@ def judge_smoke(ch: Checks, run: StepRun, output: str, result_file: str = "smoke
         run.result["trace_note"] = f"trace is {mib:.1f} MiB: too large to come back; removed from OUT"
         Path(trace).unlink()
     status = run.result.get("status")
-    run.status = {"passed": "passed", "failed": "failed"}.get(status, "error")
+    run.status = status if status in ("passed", "failed") else "error"
     failed = [c["name"] for c in run.result.get("checks", []) if c["ok"] is False]
     run.note = f"failed checks: {failed}" if failed else (
         f"{status or 'no result'}; nvml backend {run.result.get('nvml_backend')}" if run.result
@@ -335,7 +336,7 @@ def cmd_memory_by_holder(ch: Checks) -> list[str]:
 def judge_memory_by_holder(ch: Checks, run: StepRun, output: str) -> None:
     """Peak memory of the training device split by holder (torch's memory profiler, with_stack on)."""
     path = ch.work / "memory_by_holder.json"
-    arms = json.loads(path.read_text()) if path.exists() else {}
+    arms: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.exists() else {}
     arm = next(iter(arms.values()), {})
     split = arm.get("last", {})
     run.result = {"split_s": arm.get("split_s_median"), "window_s": arm.get("window_s_median"), "split": split}
@@ -511,7 +512,7 @@ def env_report(path: Path) -> int:
         except Exception as exc:  # noqa: BLE001 - recorded: this is what the step reports
             report["imports"][module] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
     package = sys.modules.get("yolo_mlops")
-    report["yolo_mlops_from"] = str(Path(package.__file__).parent) if package else None
+    report["yolo_mlops_from"] = str(Path(package.__file__).parent) if package and package.__file__ else None
     target = os.environ.get("GPU_CHECKS_TARGET")
     report["requirement_conflicts"], report["requirements_missing"] = _requirements(target) if target else ([], [])
     if "torch" in sys.modules:
@@ -638,6 +639,7 @@ def _parse_with_script_parser(command: list[str]) -> str | None:
     import io
 
     spec = importlib.util.spec_from_file_location(f"_step_{script.stem}", script)
+    assert spec is not None and spec.loader is not None  # a .py file that exists (checked above)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # the step scripts import only the standard library at module level
     err = io.StringIO()

@@ -57,7 +57,7 @@ def main() -> int:
     import torch
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import RunSpec
+    from yolo_mlops.config import ProfilerSettings, RunSpec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock
     from yolo_mlops.run.environment import cuda_indices, machine_name
@@ -67,7 +67,7 @@ def main() -> int:
                    synthetic_images=args.images, max_steps=args.max_steps, epochs=1, val=False,
                    device=args.device, experiment=args.experiment,
                    # profiler window after the discarded warm-up: its steps are excluded from timing anyway
-                   profiler={"skip_first": args.warmup_steps, "wait": 1, "warmup": 1, "active": 3})
+                   profiler=ProfilerSettings(skip_first=args.warmup_steps, wait=1, warmup=1, active=3))
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     devices = args.devices.split(",") if args.devices else None
     cuda = args.device != "cpu" if devices is None else devices != ["cpu"]
@@ -93,7 +93,7 @@ def main() -> int:
           + f"; {args.repeats} repeats, interleaved; limit {limit}")
 
     shared = bool(os.environ.get("PREFECT_API_URL"))
-    harness = contextlib.nullcontext()
+    harness: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if not shared:
         from prefect.testing.utilities import prefect_test_harness
 

@@ -143,7 +143,7 @@ def main() -> int:
     }
     trows = []
     for name, series in timing_sets.items():
-        t = {"otava": [], "compat": [], "ours": []}
+        t: dict[str, list[float]] = {"otava": [], "compat": [], "ours": []}
         found = {}
         for _ in range(args.repeats):  # interleaved
             sec, found["otava"] = run_otava(otava, series)
