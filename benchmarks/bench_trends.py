@@ -94,8 +94,10 @@ def main() -> int:
     args = parser.parse_args()
     home = args.dir or Path(tempfile.mkdtemp(prefix="bench-trends-"))
     home.mkdir(parents=True, exist_ok=True)
+    # the history cache off: `cli` and `query` read every page from MLflow each time, as before the cache
+    # (benchmarks/bench_history_scale.py times the cache)
     os.environ.update(YOLO_MLOPS_HOME=str(home / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-                      YOLO_OFFLINE="1")
+                      YOLO_OFFLINE="1", YOLO_MLOPS_HISTORY_CACHE="0")
     from yolo_mlops.tracking import connection, queries
 
     if queries.find_experiment_id(connection.client(), EXPERIMENT) is None:

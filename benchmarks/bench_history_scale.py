@@ -1,0 +1,360 @@
+"""History at scale: `trends --series`, `fleet` and one suite's nightly judging over 10k-60k runs in a real
+MLflow server on PostgreSQL.
+
+The script starts its own PostgreSQL cluster and MLflow server the way tests/deploy does (initdb + pg_ctl,
+deploy/postgres/init-databases.sh, deploy/mlflow/start-mlflow.sh with basic auth and proxied artifacts), in a
+throwaway directory, and stops both at the end.
+
+**Filling.** Creating 60,000 runs one REST call at a time takes far too long on a 2-core machine, so the
+runs are inserted in bulk, in-process, into the same PostgreSQL database through MLflow's own SQLAlchemy
+table models (`mlflow.store.tracking.dbmodels.models`: `runs`, `params`, `tags`, `metrics`,
+`latest_metrics`), in batches of 2,000 runs; the experiment itself is created through the server. The rows
+are the ones MLflow writes for a FINISHED run: the ~50 params the pipeline logs (`pipeline.run_params`), the
+series tag and run tags, and 3 watched metrics (`perf/step_time_ms_p50`, `perf/images_per_s`,
+`perf/data_wait_pct`; one value each, in `metrics` and `latest_metrics`). 20 workloads (batch 1..20) x 8
+machines = 160 series; night by night every series gets one run, so 60,000 runs are 375 nights (a year),
+and a series' history grows with the experiment. The commit changes every 7 nights.
+
+**Timing.** At each size (10k, then filled on to 30k, then to 60k) every command runs as a fresh subprocess,
+as a user meets it, the commands interleaved, `--repeats` rounds; the figure is the median, with peak RSS
+(`ru_maxrss` from `os.wait4`, taken by a small wrapper process: see `_measure`):
+
+- `trends --series`: `yolo-mlops trends --experiment bench-scale --series KEY` (KEY: the first 10 characters
+  of one series' key, so the prefix path is timed);
+- `nightly judging`: `nightly.judge_night` over the newest night's runs of a suite of 4 workloads on one
+  machine (4 series judged; their verdict tags, picture and report logged on the runs through the server);
+- `fleet, no cache`: `yolo-mlops fleet --experiment bench-scale` with `YOLO_MLOPS_HISTORY_CACHE=0` (every
+  FINISHED run read from MLflow), only up to `--no-cache-up-to` runs (default 10,080): it reads them all;
+- `fleet, cache`: the same with the history cache, built once by an untimed call at that size, so each
+  timed call is a warm read that refreshes it from MLflow.
+
+The two first read only their series (MLflow's filter on the series tag) and do not use the cache.
+
+    .venv/bin/python benchmarks/bench_history_scale.py --sizes 10000 30000 60000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+
+def _measure(argv: list[str]) -> int:
+    """`--measure CMD ...`: run CMD, then print its wall time and peak RSS. Measured from this small process,
+    not from the benchmark itself: a child's `ru_maxrss` counts the memory of the process it was forked from
+    (the benchmark holds hundreds of MiB after filling), so the figure would be the benchmark's."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    print(f"\nMEASURED wall_s={wall:.4f} peak_rss_kib={usage.ru_maxrss}", flush=True)
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--measure"]:
+    sys.exit(_measure(sys.argv[2:]))
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # tests/processes.py: ports, readiness polls, process-group stop
+
+from processes import base_env, free_port, http_ok, poll_until, start, stop  # noqa: E402
+
+EXPERIMENT = "bench-scale"
+WORKLOADS, MACHINES = 20, 8
+SERIES = WORKLOADS * MACHINES
+BATCH_RUNS = 2000
+SUITE = 4  # configurations of the nightly suite judged: 4 workloads on one machine
+DAY_MS = 86_400_000
+T0_MS = 1_700_000_000_000
+
+
+# ---- servers ------------------------------------------------------------------------------------------------
+
+def _pg_bindir() -> Path:
+    found = shutil.which("pg_ctl")
+    if found and shutil.which("initdb"):
+        return Path(found).resolve().parent
+    import glob
+
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
+    if not candidates:
+        raise SystemExit("PostgreSQL server binaries not found (deploy/ci-system-packages.txt)")
+    return Path(candidates[-1]).parent
+
+
+class Servers:
+    """PostgreSQL + `mlflow server` as tests/deploy/conftest.py starts them."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.bindir = _pg_bindir()
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.mlflow_proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        base = self.base
+        base.chmod(0o755)
+        data, sock = base / "pgdata", base / "pgsock"
+        for path in (data, sock):
+            path.mkdir()
+            if self.as_user:
+                shutil.chown(path, user=self.as_user[2])
+        log = base / "postgres.log"
+        log.touch()
+        log.chmod(0o666)
+        pwfile = base / "pwfile"
+        pwfile.write_text(secrets.token_urlsafe(16) + "\n")
+        pwfile.chmod(0o644)
+        subprocess.run([*self.as_user, str(self.bindir / "initdb"), "-D", str(data), "-U", "postgres", "--pwfile",
+                        str(pwfile), "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8",
+                        "--no-sync"], check=True, capture_output=True)
+        self.port = free_port()
+        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t",
+                        "60", "-o", f"-p {self.port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+                        "start"], check=True, capture_output=True)
+        self.data = data
+        self.db_password = secrets.token_urlsafe(16)
+        env = base_env() | {"PATH": f"{self.bindir}{os.pathsep}{base_env()['PATH']}", "PGHOST": str(sock),
+                            "PGPORT": str(self.port), "POSTGRES_USER": "postgres",
+                            "MLFLOW_DB_PASSWORD": self.db_password, "PREFECT_DB_PASSWORD": secrets.token_urlsafe(16)}
+        subprocess.run(["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True,
+                       capture_output=True)
+        self.db_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow"
+        auth_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow_auth"
+        port = free_port()
+        self.password = secrets.token_urlsafe(16)
+        artifacts = base / "artifacts"
+        artifacts.mkdir()
+        env = base_env() | {"MLFLOW_BACKEND_STORE_URI": self.db_url, "MLFLOW_AUTH_DATABASE_URI": auth_url,
+                            "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts), "MLFLOW_AUTH_ADMIN_PASSWORD": self.password,
+                            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16), "MLFLOW_HOST": "127.0.0.1",
+                            "MLFLOW_PORT": str(port), "MLFLOW_WORKERS": "2"}
+        self.mlflow_log = base / "mlflow.log"
+        self.mlflow_proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], self.mlflow_log, env)
+        self.url = f"http://127.0.0.1:{port}"
+        if not poll_until(lambda: http_ok(f"{self.url}/health"), 300, self.mlflow_proc):
+            raise SystemExit(f"mlflow server did not come up:\n{self.mlflow_log.read_text()[-3000:]}")
+
+    def client_env(self) -> dict[str, str]:
+        return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": "admin",
+                "MLFLOW_TRACKING_PASSWORD": self.password}
+
+    def stop(self) -> None:
+        if self.mlflow_proc is not None:
+            stop(self.mlflow_proc)
+        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
+                        "stop"], capture_output=True)
+
+
+# ---- filling --------------------------------------------------------------------------------------------------
+
+class Filler:
+    """Run rows for the 160 series, inserted through MLflow's table models in batches."""
+
+    def __init__(self, db_url: str, experiment_id: str, artifact_location: str, home: Path) -> None:
+        import dataclasses
+
+        from sqlalchemy import create_engine
+
+        from yolo_mlops.config import build_run_spec
+        from yolo_mlops.run.environment import Environment, data_identity, series_key
+        from yolo_mlops.run.pipeline import run_params
+        from yolo_mlops.run.training import TrainingPlan
+        from yolo_mlops.tracking import names
+
+        self.engine = create_engine(db_url)
+        self.experiment_id, self.artifact_location = experiment_id, artifact_location
+        yaml_path = home / "datasets" / "synthetic-0123456789" / "data.yaml"
+        env = Environment(python="3.11.7", platform="Linux", hostname="node-0", machine="node-0", cpu_count=16,
+                          torch="2.14.1+cpu", torch_cuda=None, cudnn=None, ultralytics="8.4.190", mlflow="3.17.2",
+                          prefect="3.9.1", device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0,
+                          nvidia_driver=None, git_commit="0" * 40, git_dirty=False)
+        self.series: list[tuple[str, dict[str, str], dict[str, str], str]] = []  # key, params, tags, machine
+        for w in range(WORKLOADS):
+            spec = build_run_spec({"batch": w + 1, "device": "cpu", "experiment": EXPERIMENT,
+                                   "run_kind": "benchmark"})
+            plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="cpu", output_dir=home, steps_expected=60)
+            for m in range(MACHINES):
+                machine_env = dataclasses.replace(env, hostname=f"node-{m}", machine=f"node-{m}")
+                key = series_key(spec, machine_env, data_identity(yaml_path, True), "cpu")
+                tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cpu",
+                        names.DATASET: "synthetic", names.SERIES: key}
+                self.series.append((key, run_params(spec, plan, machine_env), tags, f"node-{m}"))
+        self.names = names
+
+    def run_at(self, index: int) -> tuple[int, int]:
+        """(night, series index) of the index-th run: every series once a night."""
+        return divmod(index, SERIES)
+
+    def fill(self, first: int, last: int) -> None:
+        import numpy as np
+        from mlflow.store.tracking.dbmodels import models as m
+        from sqlalchemy import insert
+
+        names = self.names
+        start = time.perf_counter()
+        for lo in range(first, last, BATCH_RUNS):
+            runs, params, tags, metrics = [], [], [], []
+            for index in range(lo, min(last, lo + BATCH_RUNS)):
+                night, s = self.run_at(index)
+                key, p, t, machine = self.series[s]
+                rng = np.random.default_rng(index)
+                run_id = _run_id(index)
+                begin = T0_MS + night * DAY_MS + s * 60_000
+                runs.append(dict(run_uuid=run_id, name=f"bench-{index}", source_type="LOCAL", source_name="",
+                                 entry_point_name="", user_id="bench", status="FINISHED", start_time=begin,
+                                 end_time=begin + 50_000, source_version="", lifecycle_stage="active",
+                                 artifact_uri=f"{self.artifact_location}/{run_id}/artifacts",
+                                 experiment_id=int(self.experiment_id)))
+                commit = f"{night // 7:040x}"
+                params += [dict(key=k, value=(commit if k == "env.git_commit" else v), run_uuid=run_id)
+                           for k, v in p.items()]
+                run_tags = {**t, names.BENCHMARK_NIGHT: f"night-{night}", "mlflow.runName": f"bench-{index}",
+                            "mlflow.user": "bench"}
+                tags += [dict(key=k, value=v, run_uuid=run_id) for k, v in run_tags.items()]
+                step = 50.0 * (1 + (s // MACHINES) / 10) * (1 + 0.02 * rng.standard_normal())
+                values = {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 1000.0 / step,
+                          names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal()}
+                metrics += [dict(key=k, value=float(v), timestamp=begin + 50_000, step=0, is_nan=False,
+                                 run_uuid=run_id) for k, v in values.items()]
+            with self.engine.begin() as conn:
+                conn.execute(insert(m.SqlRun.__table__), runs)
+                conn.execute(insert(m.SqlParam.__table__), params)
+                conn.execute(insert(m.SqlTag.__table__), tags)
+                conn.execute(insert(m.SqlMetric.__table__), metrics)
+                conn.execute(insert(m.SqlLatestMetric.__table__), metrics)
+            done = min(last, lo + BATCH_RUNS)
+            if done % 10_000 == 0 or done == last:
+                print(f"  filled {done} runs ({time.perf_counter() - start:.0f} s)", flush=True)
+        with self.engine.begin() as conn:
+            from sqlalchemy import text
+
+            conn.execute(text("ANALYZE"))
+
+    def night_runs(self, total: int, machine: str) -> list[str]:
+        """Run ids of the newest complete night's runs on one machine (the suite judged)."""
+        night = total // SERIES - 1
+        ids = []
+        for s, (_key, _p, _t, m) in enumerate(self.series):
+            if m == machine:
+                ids.append(_run_id(night * SERIES + s))
+        return ids
+
+
+def _run_id(index: int) -> str:
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"bench-history-scale-{index}").hex
+
+
+# ---- timing ---------------------------------------------------------------------------------------------------
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS (MiB) of the command, and its output; raises when it fails."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", *cmd], env=env, cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
+    fields = dict(f.split("=") for f in proc.stdout.rsplit("MEASURED ", 1)[1].split())
+    return float(fields["wall_s"]), int(fields["peak_rss_kib"]) / 1024, proc.stdout
+
+
+def judge_main(run_ids: list[str]) -> int:
+    """`--judge RUN_ID ...`: one suite's nightly judging, as the benchmark flow calls it."""
+    from yolo_mlops.tracking import connection
+    from yolo_mlops.trends import nightly
+    from yolo_mlops.trends.trend import DetectionSettings
+
+    judged = nightly.judge_night(connection.client(), EXPERIMENT, run_ids, DetectionSettings())
+    print(f"{len(judged)} series judged, {sum(j.history_runs for j in judged)} runs of history")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 60_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-cache-up-to", type=int, default=10_080,
+                        help="time `fleet` without the cache only up to this many runs (it reads them all)")
+    parser.add_argument("--no-fleet", action="store_true",
+                        help="time only `trends --series` and the nightly judging (no cache to build)")
+    parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.judge:
+        return judge_main(args.judge)
+    if any(s % SERIES for s in args.sizes) or args.sizes != sorted(args.sizes):
+        raise SystemExit(f"--sizes: ascending multiples of {SERIES} (one run per series a night)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
+    base = Path(tempfile.mkdtemp(prefix="bench-history-scale-"))
+    servers = Servers(base)
+    try:
+        print("starting PostgreSQL and the MLflow server ...", flush=True)
+        servers.start()
+        home = base / "home"
+        # MLFLOW_HTTP_REQUEST_TIMEOUT: the project's default of 15 s per request (connection.HTTP_RETRY_DEFAULTS)
+        # is shorter than a 1,000-run page of `search_runs` takes on 2 cores shared with other jobs
+        env = base_env() | servers.client_env() | {"YOLO_MLOPS_HOME": str(home), "YOLO_OFFLINE": "1",
+                                                   "MPLBACKEND": "Agg", "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"}
+        os.environ.update(servers.client_env())
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(servers.url)
+        experiment_id = client.create_experiment(EXPERIMENT)
+        location = client.get_experiment(experiment_id).artifact_location
+        filler = Filler(servers.db_url, experiment_id, location, home)
+        key = filler.series[0][0]
+        cli = [sys.executable, "-m", "yolo_mlops.cli"]
+        filled = 0
+        results = []
+        for size in args.sizes:
+            filler.fill(filled, size)
+            filled = size
+            suite = filler.night_runs(size, "node-0")[:SUITE]
+            commands = {  # name -> (command, environment)
+                "trends --series": (cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]], env),
+                "nightly judging": ([sys.executable, str(Path(__file__).resolve()), "--judge", *suite], env),
+                "fleet, no cache": (cli + ["fleet", "--experiment", EXPERIMENT],
+                                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"}),
+                "fleet, cache": (cli + ["fleet", "--experiment", EXPERIMENT], env),
+            }
+            if size > args.no_cache_up_to or args.no_fleet:
+                del commands["fleet, no cache"]  # reads every run each time: timed at the small sizes only
+            if args.no_fleet:
+                del commands["fleet, cache"]
+            else:
+                timed(*commands["fleet, cache"])  # the cache built once, untimed: later reads refresh it
+            times: dict[str, list[float]] = {}
+            rss: dict[str, list[float]] = {}
+            for _ in range(args.repeats):
+                for name, (cmd, cmd_env) in commands.items():
+                    wall, peak, _out = timed(cmd, cmd_env)
+                    times.setdefault(name, []).append(wall)
+                    rss.setdefault(name, []).append(peak)
+            for name, values in times.items():
+                row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
+                results.append(row)
+                print(f"{size:>6} runs  {name:<16}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+                      f"({', '.join(f'{v:.2f}' for v in values)})", flush=True)
+        help_times = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
+        print(f"--help: median {statistics.median(help_times):.2f} s")
+        print("\n| runs | command | median s | peak RSS MiB |\n|---|---|---|---|")
+        for size, name, med, peak, _ in results:
+            print(f"| {size:,} | {name} | {med:.2f} | {peak:.0f} |")
+        return 0
+    finally:
+        servers.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
