@@ -1,7 +1,9 @@
 """Writing one profiler cycle's gzipped Chrome trace: torch's own `.gz` export against `write_chrome_trace`.
 
 torch's `export_chrome_trace("….json.gz")` copies its JSON into gzip line by line at level 9; the profiler of a
-run writes it in 1 MiB blocks at zlib's default level. Both write the same profiled cycle (real YOLO11n training
+run writes indexed gzip members (`trace_gzip.write_members`: ~4 MiB of text each, cut at events, compressed by a
+few threads) at zlib's default level; `one gzip stream` is how it wrote them before, the JSON copied into one gzip
+stream in 1 MiB blocks at the same level. All three write the same kind of profiled cycle (real YOLO11n training
 steps on the CPU, a fresh cycle for every write since torch saves a cycle's trace once), interleaved, `--repeats`
 times; the table gives the medians, the ratio, the events in the files and their sizes.
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -49,6 +52,17 @@ def profiled_cycle(steps: int, imgsz: int, batch: int) -> profile:
     return prof
 
 
+def write_one_stream(prof: profile, folder: Path) -> Path:
+    """The same export as one gzip stream (1 MiB blocks, level 6): how write_chrome_trace wrote it before."""
+    plain = folder / "w.1.pt.trace.json"
+    prof.export_chrome_trace(str(plain))
+    gzipped = plain.with_name(plain.name + ".gz")
+    with open(plain, "rb") as source, gzip.open(gzipped, "wb", compresslevel=6) as target:
+        shutil.copyfileobj(source, target, 1 << 20)
+    plain.unlink()
+    return gzipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
@@ -57,12 +71,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
 
-    times: dict[str, list[float]] = {"torch": [], "write_chrome_trace": []}
-    sizes: dict[str, list[int]] = {"torch": [], "write_chrome_trace": []}
-    events: dict[str, list[int]] = {"torch": [], "write_chrome_trace": []}
+    writers = ("torch", "one gzip stream", "write_chrome_trace")
+    times: dict[str, list[float]] = {name: [] for name in writers}
+    sizes: dict[str, list[int]] = {name: [] for name in writers}
+    events: dict[str, list[int]] = {name: [] for name in writers}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            for name in (("torch", "write_chrome_trace") if i % 2 == 0 else ("write_chrome_trace", "torch")):
+            for name in writers[i % 3:] + writers[: i % 3]:
                 prof = profiled_cycle(args.steps, args.imgsz, args.batch)  # a cycle's trace is saved only once
                 folder = Path(tmp) / f"{name}-{i}"
                 folder.mkdir()
@@ -70,6 +85,8 @@ def main() -> None:
                 if name == "torch":
                     path = folder / "w.1.pt.trace.json.gz"
                     prof.export_chrome_trace(str(path))
+                elif name == "one gzip stream":
+                    path = write_one_stream(prof, folder)
                 else:
                     path = write_chrome_trace(prof, folder, "w")
                 times[name].append(time.perf_counter() - started)
