@@ -185,7 +185,7 @@ def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
     assert summary.gpu_util_pct_mean is None  # never sampled: unknown, not zero
     assert summary.as_metrics() == summary_metrics(aligned, images_per_step=4)
     assert summary.energy_j == summary.as_metrics()["gpu/energy_j"]
-    assert summary.stats["sm_util_pct"]["p95"] == 80.0 and summary.stat("mem_total_gib") == 16.0
+    assert summary.stats["sm_util_pct"].p95 == 80.0 and summary.stat("mem_total_gib") == 16.0
     assert summary.energy_per_image_j == pytest.approx(summary.energy_j / 8)
 
 

@@ -12,7 +12,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +184,26 @@ def _energy_j(aligned: AlignedTimeline, rows: np.ndarray, weights_s: np.ndarray)
 
 
 @dataclass(frozen=True)
+class ColumnStats:
+    """One NVML timeline column's statistics over the training span; None: not measured (or not computed for
+    this kind of column). `value` is the single figure of a limit or capacity column (power_limit_w,
+    mem_total_gib, ...)."""
+
+    mean: float | None = None
+    p95: float | None = None
+    max: float | None = None
+    min: float | None = None
+    mean_profiled: float | None = None  # over the samples inside the profiler's active steps
+    mean_unprofiled: float | None = None
+    value: float | None = None
+
+    def measured(self) -> dict[str, float]:
+        """statistic -> value of what was measured; the statistic of `value` is "" (`names.gpu_metric`)."""
+        return {("" if f.name == "value" else f.name): v for f in fields(self)
+                if (v := getattr(self, f.name)) is not None}
+
+
+@dataclass(frozen=True)
 class NvmlSummary:
     """What the NVML sampler measured over the training span, typed.
 
@@ -194,9 +214,7 @@ class NvmlSummary:
 
     backend: str
     samples: int = 0
-    # NVML timeline column -> statistic (mean, p95, max, min, mean_profiled, mean_unprofiled) -> value;
-    # statistic "" is the single value of a limit or capacity column (power_limit_w, mem_total_gib, ...)
-    stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    stats: dict[str, ColumnStats] = field(default_factory=dict)  # NVML timeline column -> its statistics
     # % of the training time with a clocks event: the groups "power" and "thermal", then each reason seen;
     # None: the clocks-event reasons were not measured
     clocks_event_pct: dict[str, float] | None = None
@@ -204,13 +222,15 @@ class NvmlSummary:
     energy_per_image_j: float | None = None
 
     def stat(self, column: str, statistic: str = "") -> float | None:
-        return self.stats.get(column, {}).get(statistic)
+        """One statistic of a column (`mean`, `p95`, ...; "" for a limit or capacity column's value)."""
+        stats = self.stats.get(column)
+        return None if stats is None else getattr(stats, statistic or "value")
 
     def as_metrics(self) -> dict[str, float]:
         """Under the `gpu/*` MLflow names: every statistic of every column measured, the clocks-event shares
         (`gpu/clocks_event_<group or reason>_pct`), energy and energy per image."""
         out = {names.gpu_metric(column, statistic): value
-               for column, stats in self.stats.items() for statistic, value in stats.items()}
+               for column, stats in self.stats.items() for statistic, value in stats.measured().items()}
         out.update({names.clocks_event_metric(reason): pct for reason, pct in (self.clocks_event_pct or {}).items()})
         if self.energy_j is not None:
             out[names.GPU_ENERGY] = self.energy_j
@@ -289,7 +309,7 @@ def summarise(aligned: AlignedTimeline,
     tl = aligned.timeline
     if len(tl) == 0:
         return NvmlSummary(tl.backend)
-    stats: dict[str, dict[str, float]] = {}
+    measured: dict[str, dict[str, float]] = {}
     clocks: dict[str, float] | None = None
     weights_s = tl.interval_ns.astype(np.float64) / 1e9
     rows = aligned.in_training
@@ -298,7 +318,7 @@ def summarise(aligned: AlignedTimeline,
     w_unprofiled = np.where(rows & ~aligned.profiler_active, weights_s, 0.0)
 
     for metric, column in tl.columns.items():
-        put = _putter(stats, metric)
+        put = _putter(measured, metric)
         if metric in _UTIL_METRICS:
             put("mean", weighted_mean(column, w_rows))
             put("p95", weighted_quantile(column, w_rows, 0.95))
@@ -329,6 +349,7 @@ def summarise(aligned: AlignedTimeline,
     energy = _finite(_energy_j(aligned, rows, weights_s))
     images = _total_images(images_per_step, int(aligned.step_start_ns.size))
     per_image = _finite(energy / images) if energy is not None and images else None
+    stats = {column: ColumnStats(**{k or "value": v for k, v in values.items()}) for column, values in measured.items()}
     return NvmlSummary(tl.backend, len(tl), stats, clocks, energy, per_image)
 
 
