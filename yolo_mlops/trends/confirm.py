@@ -35,8 +35,8 @@ suite that loosens `max_pvalue` gets m metrics x max_pvalue where that is larger
 level. A series-night without any change then opens a false event with probability at most that rate, however
 many metrics are watched and versions changed. Rates by simulation in `benchmarks/bench_verdicts.py` (section
 `family`: correlated metrics, version labels changing on some nights, a night-level random effect). The
-nightly flow does not apply it yet: its flow tests judge nights of 3-4 runs at max_pvalue 0.01 on a loaded
-machine, where Holm over 6 tests drops real slowdowns (a 4 vs 4 run night of a 10x slowdown at p 0.0023).
+nightly flow does not apply it yet: wired in, it dropped the real 10x slowdown of test_real_history (nights
+of 4 runs at max_pvalue 0.01 on a loaded machine; docs/trends.md).
 
 Pure functions over trends; the runs themselves are the flow's business.
 """
