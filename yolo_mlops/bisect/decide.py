@@ -290,6 +290,8 @@ if __name__ == "__main__":
 
 Key = tuple[str, str]  # (kind, name) of a profile entry: operator | device | phase, as trends' attribution
 FIGURE_KINDS = ("operator", "device", "phase")
+ENTRY_MIN_SHARE = 0.01  # a named entry moves the step by at least this fraction of the good step time: an
+# operator of a few microseconds that moved beyond its own tiny noise does not carry a step-time shift
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,8 @@ def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, 
 
     Every entry of the kinds in FIGURE_KINDS is tested on its own, bad slower than good (pooled t on its
     log(rest + ms) values, the noise of its two groups), at alpha_look / K for K entries tested (Bonferroni:
-    with no entry changed, any passes with probability at most alpha_look). Of the kinds with passing entries,
+    with no entry changed, any passes with probability at most alpha_look); an entry whose mean moved by less
+    than ENTRY_MIN_SHARE of the good step is not tested. Of the kinds with passing entries,
     operators or device kernels, whichever add the most ms/step, else phases, are named (entries of one kind
     do not overlap: self times, or phases of the step); their sum must shift the step by at least min_effect."""
     keys = sorted({k for runs in (good, bad) for e in runs for k in e if k[0] in FIGURE_KINDS})
@@ -335,7 +338,7 @@ def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, 
         g = np.array([e.get((kind, name), 0.0) for e in good])
         b = np.array([e.get((kind, name), 0.0) for e in bad])
         rest = good_step_ms - float(g.mean())
-        if not rest > 0 or b.mean() <= g.mean():
+        if not rest > 0 or b.mean() - g.mean() < ENTRY_MIN_SHARE * good_step_ms:
             continue
         vg, vb = np.log(rest + g), np.log(rest + b)
         noise = pooled_noise([vg.tolist(), vb.tolist()])
