@@ -61,9 +61,8 @@ def _state(flow_run_id: str):
 
 def test_a_child_that_never_starts_is_cancelled_after_the_start_timeout(prefect_server):
     target = _target("never-starts")
-    t0 = time.perf_counter()
-    outcome = _child(target, start_timeout_s=1.0, run_timeout_s=3600)
-    assert outcome.status == "failed" and time.perf_counter() - t0 < 120
+    outcome = _child(target, start_timeout_s=1.0, run_timeout_s=3600)  # unbounded, it would wait for ever
+    assert outcome.status == "failed"
     assert outcome.error is not None and outcome.flow_run_id is not None
     assert "did not start within 1 s of its submission (start timeout); cancelled" in outcome.error
     assert "machine 'machine-a'" in outcome.error
@@ -118,10 +117,10 @@ def test_a_bisection_run_past_its_timeout_is_killed_and_reported(tmp_path: Path)
     """`bisect.runner._child`: the process is ended (TERM) and the exit code says it timed out."""
     from yolo_mlops.bisect import runner
 
-    t0 = time.perf_counter()
+    # a process left to its 600 s sleep would end with 0, not TIMED_OUT
     code, output = runner._child(["-c", "import time; print('started', flush=True); time.sleep(600)"], {},
                                  tmp_path, tmp_path / "run.log", timeout_s=0.5)
-    assert code == runner.TIMED_OUT and time.perf_counter() - t0 < 120
+    assert code == runner.TIMED_OUT
     assert "started" in output or output == ""  # the process may be ended before it printed
     done = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "ok"
@@ -148,10 +147,9 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
 
     tiny = dict(imgsz=64, batch=4, max_steps=200, workers=0, device="cpu", synthetic_images=16, val=False,
                 profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
-    t0 = time.perf_counter()
+    # 200 CPU steps a child: a lane that was not ended would finish its children, not fail them with the bound
     result = sweep(base=RunSpec.model_validate({**tiny, "experiment": "sweep-lane-timeout"}), variants=["batch_2"],
                    repeats=1, devices=["cpu"], start_timeout_s=0.01, run_timeout_s=0.015)
-    assert time.perf_counter() - t0 < 600
     assert [c["status"] for c in result.children] == ["failed", "failed"]
     assert all("did not finish within 0.05 s" in c["error"] for c in result.children)
     assert result.failed_children == 2
