@@ -36,7 +36,7 @@ def test_range_of_a_regression_with_a_commit_change():
 
 
 @pytest.mark.parametrize("kwargs", [{"direction": "improvement"}, {"commits": None}, {"commits": ("none", BAD)},
-                                    {"commits": (GOOD, "?")}])
+                                    {"commits": (GOOD, "?")}, {"commits": (GOOD, GOOD)}])
 def test_nothing_to_bisect(kwargs):
     assert bisect_range(change(**kwargs)) is None
 

@@ -38,10 +38,7 @@ def bisect_range(change: ChangeEvent) -> BisectRange | None:
     commit = next((v for v in change.what_changed if v.name == "commit"), None)
     if change.direction != "regression" or commit is None:
         return None
-    good, bad = commit.before[-1], commit.after[0]
-    if good in UNKNOWN_COMMITS or bad in UNKNOWN_COMMITS:
-        return None
-    return BisectRange(good=good, bad=bad, run_id=change.run_id, metric=change.metric)
+    return _known_range(commit.before[-1], commit.after[0], change.run_id, change.metric)
 
 
 def candidate_range(candidate: CandidateEvent) -> BisectRange | None:
@@ -50,6 +47,12 @@ def candidate_range(candidate: CandidateEvent) -> BisectRange | None:
     if candidate.direction != "regression" or not candidate.test.moved:
         return None
     commit = next(((b, a) for name, b, a in candidate.test.changed if name == "commit"), None)
-    if commit is None or commit[0] in UNKNOWN_COMMITS or commit[1] in UNKNOWN_COMMITS:
+    return None if commit is None else _known_range(commit[0], commit[1], candidate.run_id, candidate.metric)
+
+
+def _known_range(good: str, bad: str, run_id: str, metric: str) -> BisectRange | None:
+    """A range between two known, different commits. The same commit on both sides (a change point whose first
+    run after it still ran the last good commit) leaves nothing to bisect."""
+    if good in UNKNOWN_COMMITS or bad in UNKNOWN_COMMITS or good == bad:
         return None
-    return BisectRange(good=commit[0], bad=commit[1], run_id=candidate.run_id, metric=candidate.metric)
+    return BisectRange(good=good, bad=bad, run_id=run_id, metric=metric)
