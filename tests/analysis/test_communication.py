@@ -23,7 +23,9 @@ def test_nccl_overlap_agrees_with_hta(gpu_traces_dir, hta_reference, name):
     rows = {r["kernel_type"]: r["sum"] for r in hta_reference[name]["kernel_type_breakdown"]}
     comm_total = sum(v for k, v in rows.items() if "COMMUNICATION" in k)
     overlapped = sum(v for k, v in rows.items() if "COMMUNICATION" in k and "COMPUTATION" in k)
-    (rank,) = analyze_traces(gpu_traces_dir / name).communication.ranks
+    comm = analyze_traces(gpu_traces_dir / name).communication
+    assert comm is not None
+    (rank,) = comm.ranks
     assert rank.backend == "nccl" and rank.collective_calls > 0
     assert rank.collective_time_us == pytest.approx(comm_total, rel=0.01)
     ours = 100 * (1 - rank.exposed_time_us / rank.collective_time_us)
@@ -37,8 +39,10 @@ def test_newer_nccl_kernel_names_are_collectives_too(gpu_traces_dir, tmp_path):
     text = gzip.decompress(source.read_bytes()).decode()
     assert "ncclKernel_" in text
     renamed.write_bytes(gzip.compress(text.replace("ncclKernel_", "ncclDevKernel_").encode()))
-    before = analyze_traces(source).communication.ranks[0]
-    after = analyze_traces(renamed).communication.ranks[0]
+    before_comm = analyze_traces(source).communication
+    after_comm = analyze_traces(renamed).communication
+    assert before_comm is not None and after_comm is not None
+    before, after = before_comm.ranks[0], after_comm.ranks[0]
     assert (after.collective_calls, after.collective_time_us, after.exposed_time_us) == \
         (before.collective_calls, before.collective_time_us, before.exposed_time_us)
 
@@ -72,10 +76,12 @@ def test_the_rank_the_others_wait_for_and_how_long(tmp_path):
     files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=late_us),
              _gloo_rank(tmp_path / "r1.json", 1, late_us)]
     comm = analyze_traces(files).communication
+    assert comm is not None
     assert comm.backend == "gloo" and comm.world_size == 2 and comm.matched_collectives == 6
     assert comm.waited_for_rank == 1
     by_rank = {r.rank: r for r in comm.ranks}
     # both of rank 0's buckets wait late_us, staggered: its step is held back late_us, not twice that
+    assert by_rank[0].wait_time_us is not None
     assert by_rank[0].wait_time_us / 3 == pytest.approx(late_us)
     assert by_rank[1].wait_time_us == pytest.approx(0.0)
     assert by_rank[0].calls_per_optimizer_step == 2.0
@@ -90,6 +96,7 @@ def test_the_rank_the_others_wait_for_and_how_long(tmp_path):
 def test_ranks_in_step_record_no_straggler(tmp_path):
     files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0), _gloo_rank(tmp_path / "r1.json", 1, 0.0)]
     comm = analyze_traces(files).communication
+    assert comm is not None
     assert comm.waited_for_rank is None and comm.wait_spread_pct == pytest.approx(0.0)
     assert not [f for f in diagnose(DiagnosisInput(analysis=analyze_traces(files))) if f.rule == "ddp_straggler"]
 

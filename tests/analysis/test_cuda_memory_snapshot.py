@@ -15,7 +15,7 @@ def test_cpu_run_skips_and_says_why(tmp_path):
     for recording in (False, True, True, False):
         snap.follow(recording)
     snap.close()
-    assert snap.status.startswith("skipped: training on CPU")
+    assert snap.status is not None and snap.status.startswith("skipped: training on CPU")
     assert not snap.path.exists()
 
 

@@ -84,12 +84,13 @@ def test_gpu_idle_waiting_on_host(trace_builder, tmp_path):
     findings = diagnose(clean_context(analysis))
     assert rules(findings) == {"gpu_idle_host_wait"}
     finding = findings[0]
-    assert finding.evidence["gpu_idle_pct"] >= dx.GPU_IDLE_PCT_WARN
-    assert finding.evidence["gpu_idle_launch_overhead_pct"] >= dx.GPU_IDLE_PCT_WARN
+    idle_pct, launch_pct = finding.evidence["gpu_idle_pct"], finding.evidence["gpu_idle_launch_overhead_pct"]
+    assert isinstance(idle_pct, float) and idle_pct >= dx.GPU_IDLE_PCT_WARN
+    assert isinstance(launch_pct, float) and launch_pct >= dx.GPU_IDLE_PCT_WARN
     assert finding.recommended_variants == ["compile", "batch_32"]
     # the bound is the launch-attributed idle per step, measured over the steps HTA's window keeps
     launch = analysis.ranks[0].idle_cause("launch_overhead")
-    assert finding.saving.ms_per_step == pytest.approx(launch.time_us / 1000 / 3)
+    assert finding.saving is not None and finding.saving.ms_per_step == pytest.approx(launch.time_us / 1000 / 3)
 
 
 def test_gpu_idle_not_caused_by_host_is_not_host_wait(trace_builder, tmp_path):

@@ -104,12 +104,16 @@ def test_data_loader_idle_is_one_finding_not_two(trace_builder, tmp_path):
         b.host(P + "forward_loss", t + 600, 400)
         b.kernel("volta_sgemm_128x64_nn", launch=t + 601, start=t + 610, dur=380)
     analysis = analyze_traces(b.write(tmp_path / "loader.json"))
-    assert analysis.ranks[0].gpu.idle_pct > 50
+    gpu = analysis.ranks[0].gpu
+    assert gpu is not None and gpu.idle_pct > 50
     findings = diagnose(DiagnosisInput(analysis=analysis, amp=True, cudnn_benchmark=True))
     assert [f.rule for f in findings] == ["data_wait_high"]
-    assert findings[0].saving.ms_per_step == pytest.approx(0.6)
-    assert findings[0].saving.pct_of_step == pytest.approx(60.0)
-    assert findings[0].evidence["gpu_idle_data_loader_pct"] > 50
+    saving = findings[0].saving
+    assert saving is not None
+    assert saving.ms_per_step == pytest.approx(0.6)
+    assert saving.pct_of_step == pytest.approx(60.0)
+    loader_idle_pct = findings[0].evidence["gpu_idle_data_loader_pct"]
+    assert isinstance(loader_idle_pct, float) and loader_idle_pct > 50
 
 
 def test_findings_ordered_by_estimated_saving(known_trace):

@@ -54,7 +54,8 @@ def test_a_step_recorded_twice_as_one_span_is_one_step(tmp_path):
     """torch may record a step as a cpu_op and a user_annotation over the same span: not a duplicate."""
     again = {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 9_990.0}
     analysis = analyze_traces(_trace(tmp_path / "t.json", [(1, 0.0), (2, 20_000.0)], [again]))
-    assert analysis.ranks[0].step_time.count == 2 and not analysis.warnings
+    step_time = analysis.ranks[0].step_time
+    assert step_time is not None and step_time.count == 2 and not analysis.warnings
 
 
 def test_a_negative_duration_is_left_out_and_said(tmp_path, capsys):

@@ -53,10 +53,12 @@ def test_attribution_reads_the_phases_of_a_stored_analysis(stored):
     host = pd.DataFrame({"name": ["ProfilerStep*", "aten::conv2d"], "calls": [2, 8],
                          "self_cpu_time_us": [0.0, 4_000.0]})
     profile = profile_from_tables("run", host, None, stored.to_json(), None, 99.0)
+    assert profile is not None
     assert profile.steps == 2 and profile.step_ms == pytest.approx(15.0)
     assert profile.entries[("phase", "forward_loss")] == pytest.approx(3.0)
     assert profile.entries[("phase", "backward")] == pytest.approx(3.0)  # absent in step 0: 0 there
     assert profile.entries[("operator", "aten::conv2d")] == pytest.approx(2.0)
     # an unreadable analysis leaves the phases out, the tables still count
     broken = profile_from_tables("run", host, None, "{}", None, 99.0)
+    assert broken is not None
     assert broken.step_ms == 99.0 and ("operator", "aten::conv2d") in broken.entries
