@@ -1,7 +1,7 @@
 """Run-to-run noise of real profiled CPU runs: step time against one operator's time per step.
 
 Each run is a process of its own, as in a bisection (`python -P yolo_mlops/bisect/driver.py spec.yaml`, a
-temporary SQLite MLflow store), of the tiny workload of tests/trends/test_bisect.py (YOLO11n, 64 px, batch 4,
+temporary SQLite MLflow store), of the tiny workload of tests/bisect/test_bisect.py (YOLO11n, 64 px, batch 4,
 synthetic data, CPU) at several lengths, the lengths interleaved run by run so the machine's drift falls on
 all of them alike. For every run: `perf/step_time_ms_p50` (the steady steps outside the profiler window) and
 the host self time per profiled step of every operator (`trends.attribution.profile_from_run`, the figure a
@@ -54,7 +54,8 @@ def one_run(home: Path, fields: dict, index: int) -> str:
 
 def measure(runs: int, lengths: list[tuple[int, int]], home: Path, out: Path | None = None) -> dict:
     os.environ["YOLO_MLOPS_HOME"] = str(home)
-    from yolo_mlops.tracking import connection, names
+    from yolo_mlops import names
+    from yolo_mlops.tracking import connection
     from yolo_mlops.trends.attribution import profile_from_run
 
     records: dict[str, list[dict]] = {f"{s}:{a}": [] for s, a in lengths}
@@ -85,7 +86,7 @@ def recorded(pattern: str, min_runs: int = 4) -> dict[str, list[dict]]:
 
     from mlflow.tracking import MlflowClient
 
-    from yolo_mlops.tracking import names
+    from yolo_mlops import names
     from yolo_mlops.trends.attribution import profile_from_run
 
     out: dict[str, list[dict]] = {}

@@ -168,11 +168,11 @@ class Filler:
 
         from sqlalchemy import create_engine
 
+        from yolo_mlops import names
         from yolo_mlops.config import build_run_spec
         from yolo_mlops.run.environment import Environment, data_identity, series_key
         from yolo_mlops.run.pipeline import run_params
         from yolo_mlops.run.training import TrainingPlan
-        from yolo_mlops.tracking import names
 
         self.engine = create_engine(db_url)
         self.experiment_id, self.artifact_location = experiment_id, artifact_location

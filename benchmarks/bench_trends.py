@@ -35,11 +35,12 @@ def _populate(db_dir: Path) -> None:
 
     import numpy as np
 
+    from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.run.environment import Environment, data_identity, series_key
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
-    from yolo_mlops.tracking import connection, names, run_end, writes
+    from yolo_mlops.tracking import connection, run_end, writes
 
     mlflow = connection.client()
     env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",

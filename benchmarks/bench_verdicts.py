@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table
-from yolo_mlops.tracking import names
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
 from yolo_mlops.trends.history import HistoryRun
 

@@ -20,12 +20,12 @@ from prefect import flow, runtime, task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from yolo_mlops import trends
+from yolo_mlops import names, trends
 from yolo_mlops.bisect import trigger
 from yolo_mlops.config import BenchmarkSuite, RunSpec
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.flows.profile_training import profile_training
-from yolo_mlops.tracking import connection, names, queries
+from yolo_mlops.tracking import connection, queries
 from yolo_mlops.trends import nightly
 from yolo_mlops.trends.nightly import JudgedSeries
 

@@ -16,9 +16,9 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import Field
 
 from yolo_mlops import bisect as bisection
+from yolo_mlops import names
 from yolo_mlops.bisect.models import DEFAULT_BISECT_EXPERIMENT, DEFAULT_EXPERIMENT, RUN_TIMEOUT_S, BisectResult
 from yolo_mlops.run import gpu_lock
-from yolo_mlops.tracking import names
 
 
 def _hold_gpu(device: str):

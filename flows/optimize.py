@@ -13,14 +13,14 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import Field
 
-from yolo_mlops import sweeps
+from yolo_mlops import names, sweeps
 from yolo_mlops.analysis import Finding
 from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.flows.sweep import sweep
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.sweeps import RecommendationRow
-from yolo_mlops.tracking import connection, names, writes
+from yolo_mlops.tracking import connection, writes
 
 
 @dataclass

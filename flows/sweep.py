@@ -28,13 +28,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import Field
 
-from yolo_mlops import sweeps
+from yolo_mlops import names, sweeps
 from yolo_mlops.config import RunSpec
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.run import gpu_lock, pipeline, preflight
 from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow, remote
 from yolo_mlops.sweeps.plan import Lane
-from yolo_mlops.tracking import connection, names, queries, run_end, writes
+from yolo_mlops.tracking import connection, queries, run_end, writes
 
 
 @dataclass

@@ -74,7 +74,7 @@ setattr(socket.socket, "connect_ex", _connect_ex)  # noqa: B010
 # above the runs' noise), so each of their tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.
 # tests/test_quiet_core.py splits the cores itself: in the same unit, no other split runs beside it.
-TIMING = ("tests/trends/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py",
+TIMING = ("tests/bisect/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py",
           "tests/trends/test_real_history.py")
 QUIET = "quiet-core"
 SAME_WORKER = {

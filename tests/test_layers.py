@@ -24,7 +24,7 @@ ROOTS = {ROOT_PACKAGE: REPO / "yolo_mlops", "yolo_mlops.flows": REPO / "flows"}
 # Lowest first. A module belongs to the layer of its longest matching prefix; it may import its own layer
 # (when that adds no cycle) and any layer below, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.tracking.names",
+    ("contracts", ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names",
                    "yolo_mlops.render")),
     ("measurement", ("yolo_mlops.nvml", "yolo_mlops.profiling")),
     ("analysis", ("yolo_mlops.analysis",)),
@@ -37,6 +37,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # (importer, imported) pairs allowed to cross the order upwards, each with its reason. Keep this empty
 # unless moving the imported thing down is a large change.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+# Inside a layer, the packages (or top-level modules) listed in LAYERS import each other only in these directions,
+# each with its reason: a layer's parts are peers, and a peer used the other way round would make them one
+# package. Anything else sideways fails the test below.
+SIDEWAYS: dict[tuple[str, str], str] = {
+    ("yolo_mlops.config", "yolo_mlops.errors"): "a bad spec raises the user-fixable error",
+    ("yolo_mlops.config", "yolo_mlops.names"): "the params codec and applied settings write MLflow names",
+    ("yolo_mlops.bisect", "yolo_mlops.trends"): "a bisection starts from a trend's change point and its history",
+    ("yolo_mlops.cli", "yolo_mlops.flows"): "commands start the flows (flows never import the command line)",
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -219,12 +229,63 @@ def test_no_import_from_a_lower_layer_into_a_higher_one():
 
 def test_an_upward_import_is_reported():
     graph = {"yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
-             "yolo_mlops.tracking.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}
+             "yolo_mlops.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}
     assert upward_imports(graph) == [
+        "yolo_mlops.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
         "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host (layer analysis) "
         "at line 29",
-        "yolo_mlops.tracking.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
     ]
+
+
+def unit_of(module: str) -> str:
+    """The LAYERS prefix a module belongs to (its package, or a top-level module of the contracts)."""
+    return max((prefix for _, prefixes in LAYERS for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), key=len, default=ROOT_PACKAGE)
+
+
+def sideways_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every import between two parts of one layer in a direction SIDEWAYS does not list."""
+    sideways = []
+    for importer, imported in sorted(graph.items()):
+        for target, line in sorted(imported.items()):
+            pair = (unit_of(importer), unit_of(target))
+            if layer_of(importer) == layer_of(target) and pair[0] != pair[1] and pair not in SIDEWAYS:
+                sideways.append(f"{importer} imports {target} at line {line}: {pair[0]} -> {pair[1]} is not a "
+                                "direction SIDEWAYS allows")
+    return sideways
+
+
+def test_no_import_against_the_direction_inside_a_layer():
+    sideways = sideways_imports(import_graph())
+    assert not sideways, "imports inside a layer against its direction:\n" + "\n".join(sideways)
+
+
+def test_a_sideways_import_is_reported():
+    graph = {"yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
+             "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3}, "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
+             "yolo_mlops.names": {"yolo_mlops.config.params": 9}}
+    assert sideways_imports(graph) == [
+        "yolo_mlops.flows.sweep imports yolo_mlops.cli.run at line 3: yolo_mlops.flows -> yolo_mlops.cli is not a "
+        "direction SIDEWAYS allows",
+        "yolo_mlops.names imports yolo_mlops.config.params at line 9: yolo_mlops.names -> yolo_mlops.config is not a "
+        "direction SIDEWAYS allows",
+        "yolo_mlops.trends.nightly imports yolo_mlops.bisect.runner at line 7: yolo_mlops.trends -> yolo_mlops.bisect "
+        "is not a direction SIDEWAYS allows",
+    ]
+
+
+def test_sideways_directions_are_still_used():
+    graph = import_graph()
+    used = {(unit_of(a), unit_of(b)) for a, targets in graph.items() for b in targets}
+    assert not set(SIDEWAYS) - used, f"listed directions no longer imported, remove them: {set(SIDEWAYS) - used}"
+
+
+def test_names_is_a_leaf():
+    """The MLflow names import nothing at all, so every layer can use them and they pull in nothing with them."""
+    tree = ast.parse((REPO / "yolo_mlops" / "names.py").read_text())
+    imports = [node for node in _imports(tree)
+               if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    assert not imports, [ast.unparse(node) for node in imports]
 
 
 def test_exceptions_are_still_needed():
@@ -249,8 +310,8 @@ def test_every_package_is_installed():
 
 
 @pytest.mark.parametrize("modules, absent", [
-    # the contracts load neither torch nor MLflow (importing tracking.names runs tracking/__init__.py too)
-    (["yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.tracking.names"], ["torch", "mlflow"]),
+    # the contracts load neither torch nor MLflow (names imports nothing, so nothing else loads with it)
+    (["yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names"], ["torch", "mlflow"]),
     # the modules that check a spec or read settings back without training never load torch
     (["yolo_mlops.run.preflight", "yolo_mlops.sweeps.collect"], ["torch"]),
     # `yolo-mlops analyze`: the analysis alone, without torch, MLflow or pydantic

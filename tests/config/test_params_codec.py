@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from yolo_mlops import names
 from yolo_mlops.config import DdpSettings, NvmlSettings, ProfilerSettings, TorchSettings, build_run_spec
 from yolo_mlops.config.params import (
     NONE,
@@ -20,7 +21,6 @@ from yolo_mlops.config.params import (
     spec_params,
 )
 from yolo_mlops.run.environment import Environment, series_identity_from_params, versions_from_params
-from yolo_mlops.tracking import names
 
 LAYOUTS = json.loads((Path(__file__).parents[1] / "fixtures" / "params_layouts.json").read_text())
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 from .conftest import REPO, VENV_BIN, MlflowServer, PrefectServer, base_env, start, stop
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch import nn
 
+from yolo_mlops import names
 from yolo_mlops.config import ProfilerSettings
 from yolo_mlops.profiling import memory_holders
 from yolo_mlops.profiling.torch_profiler import TrainingProfiler
-from yolo_mlops.tracking import names
 
 MIB = 2**20
 

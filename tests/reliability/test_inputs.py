@@ -216,7 +216,8 @@ def test_max_steps_alone_sets_epochs(tmp_path, monkeypatch):
 
 
 def test_new_experiments_open_in_the_training_view(mlflow_client):
-    from yolo_mlops.tracking import names, writes
+    from yolo_mlops import names
+    from yolo_mlops.tracking import writes
 
     experiment = mlflow_client.get_experiment(writes.experiment_id(mlflow_client, "kind-check"))
     assert experiment.tags[names.EXPERIMENT_KIND] == "custom_model_development"
@@ -244,9 +245,10 @@ def test_store_refusing_the_run_leaves_no_run_folder(tmp_path, monkeypatch, mlfl
 @pytest.mark.slow
 def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_client, capsys, monkeypatch):
     """ultralytics drops a corrupt image and a label with class 7 (nc=3) with warnings; the run says so."""
+    from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import pipeline
-    from yolo_mlops.tracking import names, run_end
+    from yolo_mlops.tracking import run_end
 
     monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
     data = _dataset(tmp_path, images=8)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from yolo_mlops import sweeps
+from yolo_mlops import names, sweeps
 from yolo_mlops.config import RunSpec
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.sweeps import remote
 from yolo_mlops.sweeps.plan import check_devices
-from yolo_mlops.tracking import names
 
 
 def test_blocks_run_whole_on_one_lane_round_robin():

@@ -142,8 +142,8 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
     """`devices`: a lane not done within children x (start + run timeout) is ended; its children fail with the
     reason, their MLflow runs end FAILED, and the sweep returns its report. The bound here (0.05 s a child) is
     far below what starting a lane's worker process takes, so the lane is past it on any machine."""
+    from yolo_mlops import names
     from yolo_mlops.flows.sweep import sweep
-    from yolo_mlops.tracking import names
 
     tiny = dict(imgsz=64, batch=4, max_steps=200, workers=0, device="cpu", synthetic_images=16, val=False,
                 profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})

@@ -9,7 +9,8 @@ import time
 import pytest
 from mlflow.entities import Metric
 
-from yolo_mlops.tracking import history_cache, names, queries
+from yolo_mlops import names
+from yolo_mlops.tracking import history_cache, queries
 
 DAY_MS = 86_400_000
 

@@ -1,4 +1,4 @@
-"""docs/mlflow.md and yolo_mlops/tracking/names.py describe the same names.
+"""docs/mlflow.md and yolo_mlops/names.py describe the same names.
 
 Both directions: every name constant appears (in backticks) in the doc, and every `yolo_mlops.*` /
 `mlflow.*` tag and every artifact path the doc lists is a constant, a documented prefix constant plus a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "mlflow.md"

@@ -1,4 +1,4 @@
-"""Code writes MLflow metric names and run artifact paths only through yolo_mlops/tracking/names.py.
+"""Code writes MLflow metric names and run artifact paths only through yolo_mlops/names.py.
 
 The source of yolo_mlops/ and flows/ is parsed with `ast`: a string constant, or a literal part of an
 f-string, that starts with a metric group prefix (`perf/`, `gpu/`, ...) or a run artifact folder of those
@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "yolo_mlops", ROOT / "flows")
-NAMES_MODULE = ROOT / "yolo_mlops" / "tracking" / "names.py"
+NAMES_MODULE = ROOT / "yolo_mlops" / "names.py"
 PREFIXES = ("perf/", "trace/", "gpu/", "analysis/", "memory/", "data/", "train/", "val/", "trend/", "trends/",
             "sweep/", "power/", "bisect/", "compare/", "optimize/", "nvml/")
 
@@ -64,7 +64,7 @@ def offending_literals() -> list[str]:
 def test_metric_names_and_artifact_paths_come_from_names_py():
     offending = offending_literals()
     assert not offending, ("MLflow names written as literals; use (or add) a constant or builder in "
-                           "yolo_mlops/tracking/names.py:\n" + "\n".join(offending))
+                           "yolo_mlops/names.py:\n" + "\n".join(offending))
 
 
 def test_the_scan_sees_literals_and_f_string_parts_but_not_docstrings(tmp_path):

@@ -152,11 +152,12 @@ def _main(*args: str) -> tuple[int, str, str]:
 def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_path):
     """Runs logged with the params and tags a real run writes, on three machines, one planted 25% slower with
     a lower SM clock."""
+    from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import environment
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
-    from yolo_mlops.tracking import names, writes
+    from yolo_mlops.tracking import writes
 
     experiment = f"fleet-{time.time_ns()}"
     experiment_id = mlflow_client.create_experiment(experiment)

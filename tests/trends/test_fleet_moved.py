@@ -26,12 +26,13 @@ RUNS = 3  # runs a machine
 def _profiled_run(mlflow_client, experiment_id: str, machine: str, tmp_path) -> None:
     from mlflow.entities import Metric
 
+    from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.profiling.torch_profiler import TrainingProfiler
     from yolo_mlops.run import environment
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
-    from yolo_mlops.tracking import names, writes
+    from yolo_mlops.tracking import writes
 
     spec = build_run_spec({"imgsz": 64, "batch": 4, "device": "cpu", "experiment": "fleet-moved",
                            "profiler": {"wait": 0, "warmup": 1, "active": STEPS, "record_shapes": False,

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Metric
 
+from yolo_mlops import names
 from yolo_mlops.config import build_run_spec
 from yolo_mlops.run.environment import Environment, data_identity, series_identity
 from yolo_mlops.run.pipeline import run_params
 from yolo_mlops.run.training import TrainingPlan
-from yolo_mlops.tracking import names, queries, writes
+from yolo_mlops.tracking import queries, writes
 from yolo_mlops.trends import history
 
 DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")

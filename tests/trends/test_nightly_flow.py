@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 EXPERIMENT = f"nightly-auto-{time.time_ns()}"
 GOOD, BAD = "a" * 40, "b" * 40

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from yolo_mlops.tracking import names, queries
+from yolo_mlops import names
+from yolo_mlops.tracking import queries
 from yolo_mlops.trends import history
 
 pytestmark = pytest.mark.slow

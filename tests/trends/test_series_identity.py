@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Metric
 
+from yolo_mlops import names
 from yolo_mlops.config import build_run_spec
 from yolo_mlops.run.environment import (
     Environment,
@@ -26,7 +27,7 @@ from yolo_mlops.run.environment import (
 )
 from yolo_mlops.run.pipeline import run_params
 from yolo_mlops.run.training import TrainingPlan
-from yolo_mlops.tracking import names, writes
+from yolo_mlops.tracking import writes
 from yolo_mlops.trends import history, trend
 
 DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")

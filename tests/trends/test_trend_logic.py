@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from mlflow.entities import Metric
 
-from yolo_mlops.tracking import names, queries
+from yolo_mlops import names
+from yolo_mlops.tracking import queries
 from yolo_mlops.trends import attribution, history, trend
 from yolo_mlops.trends.attribution import RunProfile
 from yolo_mlops.trends.history import HistoryRun

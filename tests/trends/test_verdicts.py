@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
 from yolo_mlops.trends.history import HistoryRun
 

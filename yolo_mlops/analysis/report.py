@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
+from yolo_mlops import names
 from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import (
     Finding,
@@ -30,7 +31,6 @@ from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES, IDLE_CAUSES
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
-from yolo_mlops.tracking import names
 
 STEP_PLOT = "step_time_breakdown.png"
 KERNEL_PLOT = "kernel_mix.png"

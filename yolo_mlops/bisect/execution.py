@@ -22,11 +22,12 @@ from typing import TypeVar
 
 import yaml
 
+from yolo_mlops import names
 from yolo_mlops.bisect import driver, git
 from yolo_mlops.bisect.decide import Key
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import RUN_TIMEOUT_S, BisectPlan, ProfiledRun, Role
-from yolo_mlops.tracking import names, queries, run_end
+from yolo_mlops.tracking import queries, run_end
 
 TIMED_OUT = -9  # run_child's exit code for a process killed past its timeout
 DRIVER_FILE = Path(driver.__file__).resolve()

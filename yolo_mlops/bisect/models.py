@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from yolo_mlops import names
 from yolo_mlops.bisect.decide import Decision, Figure, Key, Settings
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.config import RunSpec
-from yolo_mlops.tracking import names
 
 if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Attribution

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from yolo_mlops import names
 from yolo_mlops.bisect import git, search
 from yolo_mlops.bisect.execution import TIMED_OUT as TIMED_OUT  # the subprocess bound, as callers reach it here
 from yolo_mlops.bisect.execution import Hold, Runner, no_hold
@@ -22,7 +23,7 @@ from yolo_mlops.bisect.execution import run_child as _child  # noqa: F401  (name
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import DECIDED_ON_TAG, BisectPlan, BisectResult, ProfiledRun, StepRecord
 from yolo_mlops.bisect.report import report
-from yolo_mlops.tracking import connection, names, queries, run_end, writes
+from yolo_mlops.tracking import connection, queries, run_end, writes
 
 if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Attribution

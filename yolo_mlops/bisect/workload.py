@@ -11,10 +11,11 @@ from typing import Any
 
 import yaml
 
+from yolo_mlops import names
 from yolo_mlops.bisect.models import BisectRequest
 from yolo_mlops.config import RunSpec, build_run_spec
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import connection, names, queries
+from yolo_mlops.tracking import connection, queries
 
 
 def find_workload(mlflow, request: BisectRequest):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _table_name() -> str:
-    from yolo_mlops.tracking import names
+    from yolo_mlops import names
 
     return names.COMPARE_TABLE
 
@@ -113,7 +113,8 @@ def _compare_runs(a: str, b: str, rank: int | None = None):
 def _log_diff(run_id: str, result) -> None:
     import pandas as pd
 
-    from yolo_mlops.tracking import connection, names, writes
+    from yolo_mlops import names
+    from yolo_mlops.tracking import connection, writes
 
     frame = pd.DataFrame([{"kind": c.kind, "name": c.name, "a_ms_per_step": c.before_ms,
                            "b_ms_per_step": c.after_ms, "delta_ms_per_step": c.delta_ms,

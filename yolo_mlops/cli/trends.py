@@ -8,8 +8,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import names
 
 DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
 

@@ -2,7 +2,7 @@
 the settings a run applied and the step arithmetic.
 
 A leaf of the import graph: stdlib, pydantic and yaml, plus `yolo_mlops.errors` and the MLflow names of
-`yolo_mlops.tracking.names`; never torch and nothing else of the project (tests/test_layers.py).
+`yolo_mlops.names`; never torch and nothing else of the project (tests/test_layers.py).
 """
 
 from __future__ import annotations

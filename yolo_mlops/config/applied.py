@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from yolo_mlops import names
 from yolo_mlops.config.run_spec import RunSpec
-from yolo_mlops.tracking import names
 
 NONE = "none"  # the text of a value that does not apply (no GPU driver, no max_steps, ...)
 _NONE_TEXTS = frozenset({NONE, "None", ""})

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from yolo_mlops import names
+from yolo_mlops.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
 from yolo_mlops.nvml.backend import (
     CLOCKS_EVENT_POWER_BITS,
     CLOCKS_EVENT_REASONS,
@@ -25,8 +27,6 @@ from yolo_mlops.nvml.backend import (
 )
 from yolo_mlops.nvml.sampler import Timeline
 from yolo_mlops.render import new_figure, save_figure
-from yolo_mlops.tracking import names
-from yolo_mlops.tracking.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
 
 TIMELINE_CSV = NVML_TIMELINE_CSV
 TIMELINE_PNG = NVML_TIMELINE_PNG

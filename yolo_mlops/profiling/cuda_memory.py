@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 SNAPSHOT_FILE = names.CUDA_MEMORY_SNAPSHOT_FILE
 MAX_ENTRIES = 100_000

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table
-from yolo_mlops.tracking import names
 
 TIMELINE_FILE = names.MEMORY_TIMELINE_FILE
 RECORDED = "recorded"

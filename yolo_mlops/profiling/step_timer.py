@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 
 CLOCK = time.perf_counter_ns
 

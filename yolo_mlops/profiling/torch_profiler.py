@@ -29,11 +29,11 @@ from torch.profiler import (
     schedule,
 )
 
+from yolo_mlops import names
 from yolo_mlops.config import ProfilerSettings
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.profiling.memory_holders import MemoryByHolderRecorder
 from yolo_mlops.profiling.trace_gzip import write_members
-from yolo_mlops.tracking import names
 
 _RECORDING = {ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE}
 

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from yolo_mlops import names
 from yolo_mlops.config import RunSpec
 from yolo_mlops.config.params import PROFILER_WINDOW_FIELDS, LoggedParams, environment_params
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import names
 
 MACHINE_VAR = "YOLO_MLOPS_MACHINE"
 # A machine name becomes part of Prefect concurrency-limit names (gpu-<machine>-<index>) and work-queue names:

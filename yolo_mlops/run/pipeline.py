@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from yolo_mlops import names
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
@@ -32,7 +33,7 @@ from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
 from yolo_mlops.run.environment import Environment, capture_environment, data_identity, series_key
 from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
-from yolo_mlops.tracking import connection, names, queries, run_end, upload, writes
+from yolo_mlops.tracking import connection, queries, run_end, upload, writes
 
 _BACKEND_USED = "ddp_backend_used"  # carried from analyse to track, where it becomes the param
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from yolo_mlops import names
 from yolo_mlops.config import AppliedSettings, DdpSettings, RunSpec, TorchSettings, device_list
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
@@ -22,7 +23,6 @@ from yolo_mlops.profiling.step_timer import StepTimer, StepTimes
 from yolo_mlops.profiling.torch_profiler import KeyAveragesTable, TrainingProfiler, cuda_profiling_possible, phase
 from yolo_mlops.run.datasets import ImageCounts, loader_image_counts
 from yolo_mlops.run.environment import cuda_indices
-from yolo_mlops.tracking import names
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from yolo_mlops import names
 from yolo_mlops.config import AppliedSettings
 from yolo_mlops.profiling.step_timer import StepTimes
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.plan import Child, SweepPlan
-from yolo_mlops.tracking import names, queries
+from yolo_mlops.tracking import queries
 
 if TYPE_CHECKING:
     from yolo_mlops.tracking.queries import StoredRun

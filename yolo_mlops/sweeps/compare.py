@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from yolo_mlops import names
 from yolo_mlops.render import is_missing
 from yolo_mlops.sweeps import blocks, stats, variants
 from yolo_mlops.sweeps.collect import LOSS_TOTAL, ChildRecord
 from yolo_mlops.sweeps.plan import SweepPlan
-from yolo_mlops.tracking import names
 
 NAN = math.nan
 

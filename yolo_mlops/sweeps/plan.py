@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from yolo_mlops import names
 from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.run.environment import resolve_device
 from yolo_mlops.sweeps import variants
-from yolo_mlops.tracking import names
 
 Order = Literal["interleaved", "blocked"]
 Isolation = Literal["side-by-side", "exclusive"]

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from yolo_mlops.errors import ConfigError
+from yolo_mlops.names import optimize_saving_metrics
 from yolo_mlops.render import fmt, markdown_table
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.compare import VariantRow
 from yolo_mlops.sweeps.report import ci_text
-from yolo_mlops.tracking.names import optimize_saving_metrics
 
 if TYPE_CHECKING:
     from yolo_mlops.analysis import Finding

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from yolo_mlops import names
 from yolo_mlops.render import fmt, is_missing, markdown_table, new_figure, save_figure
 from yolo_mlops.sweeps import stats
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow
 from yolo_mlops.sweeps.plan import SweepPlan
-from yolo_mlops.tracking import names, writes
+from yolo_mlops.tracking import writes
 
 OUTSIDE_SPREAD = " (outside baseline spread)"
 COLUMNS = ("variant", "status", "repeats", "images/s", "median step ms", "speed-up", "95% CI", "verdict",

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.tracking.connection import tracking_uri
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlparse
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.tracking.connection import server_reachable, tracking_uri
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import names
 
 TRACKING_JSON = "tracking.json"
 RUN_RECORD_JSON = "run_record.json"

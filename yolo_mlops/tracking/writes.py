@@ -16,7 +16,7 @@ import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.tracking.connection import default_artifact_root
 from yolo_mlops.tracking.queries import find_experiment_id
 

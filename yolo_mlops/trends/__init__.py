@@ -24,8 +24,9 @@
 
 from __future__ import annotations
 
+from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import connection, names, queries
+from yolo_mlops.tracking import connection, queries
 from yolo_mlops.trends.attribution import Attribution, attribute_runs
 from yolo_mlops.trends.history import HistoryRun, group_series, load_history
 from yolo_mlops.trends.trend import (

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from yolo_mlops import names
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
-from yolo_mlops.tracking import names, queries
+from yolo_mlops.tracking import queries
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent
 
 UNKNOWN_COMMITS = ("", "none", "?")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from yolo_mlops import names
 from yolo_mlops.render import fmt
-from yolo_mlops.tracking import names
 from yolo_mlops.trends.history import HistoryRun
 
 STANDS_OUT = 0.05  # a figure 5% (or, for shares of time, 5 points) away from its peers' stands out

@@ -16,9 +16,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
-from yolo_mlops.tracking import connection, history_cache, names, queries
+from yolo_mlops.tracking import connection, history_cache, queries
 
 
 @dataclass(frozen=True)

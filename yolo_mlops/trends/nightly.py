@@ -16,9 +16,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from yolo_mlops import names
 from yolo_mlops.config import BenchmarkSuite
 from yolo_mlops.render import markdown_table
-from yolo_mlops.tracking import names, queries, writes
+from yolo_mlops.tracking import queries, writes
 from yolo_mlops.trends import attributions, confirm, power, report, series_trend, verdict
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
-from yolo_mlops.tracking import names
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import bisect_range, candidate_range
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from yolo_mlops.tracking import names
+from yolo_mlops import names
 from yolo_mlops.trends import candidates, changepoint, drift
 from yolo_mlops.trends.candidates import Candidate
 from yolo_mlops.trends.changepoint import Segment

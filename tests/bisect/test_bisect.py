@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from yolo_mlops import names
 from yolo_mlops.bisect import decide
-from yolo_mlops.tracking import names
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from yolo_mlops import names
 from yolo_mlops.bisect import trigger
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.tracking import names
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range
 from yolo_mlops.trends.trend import ChangeEvent, VersionChange
 
