@@ -190,7 +190,7 @@ def end_lost_children(mlflow, outcomes: list[ChildOutcome]) -> None:
     runs = {o.run_id: o for o in outcomes if o.status == "failed" and o.run_id}
     for run_id, outcome in runs.items():
         run = queries.find_run(mlflow, run_id)
-        if run is not None and run.info.status == "RUNNING":
+        if run is not None and run.status == "RUNNING":
             run_end.finish_failed_run(mlflow, run_id, "FAILED", outcome.error or "lost")
 
 

@@ -183,7 +183,8 @@ def test_records_come_back_as_the_projects_types(mlflow_client, store):
     record = queries.run_record(run)
     assert isinstance(record, queries.RunRecord) and record.params["train.batch"] == "16"
     assert record.metrics[names.STEP_TIME_P50] == run.data.metrics[names.STEP_TIME_P50]
-    assert history.record_from_run(run) == history.record_from_stored(record)
+    assert queries.find_run(mlflow_client, run.info.run_id) == record
+    assert record.artifact_uri == run.info.artifact_uri and record.logged.integer("train.batch") == 16
 
 
 def _cli(argv) -> tuple[int, str, str]:

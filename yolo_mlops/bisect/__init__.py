@@ -3,7 +3,7 @@
 - `models`: the request, the plan, the profiled runs, the steps and the result (plain data).
 - `checks`: every check before a run is made (`prepare`): settings, repository and range, workload, and the
   series' history at the good commit.
-- `workload`: the workload's run and series, and its RunSpec (`spec_from_params` when it logged none).
+- `workload`: the workload's run and series, and its RunSpec (rebuilt by the params codec when it logged none).
 - `git`: revisions, the commit range, one installed copy of the code per commit (worktrees, removed at once).
 - `driver`: one profiled run in a commit's code (started as a process of its own).
 - `execution`: the profiled runs, one bounded process each, children of the bisection's MLflow run.

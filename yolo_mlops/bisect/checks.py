@@ -41,12 +41,12 @@ def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
     mlflow = mlflow or connection.client()
     run, history = find_workload(mlflow, request)
     spec = workload_spec(mlflow, run)
-    from yolo_mlops.trends.history import record_from_run
+    from yolo_mlops.trends.history import record_from_stored
 
-    record = record_from_run(run)
+    record = record_from_stored(run)
     note = check_good_not_slow(repo, good, history, request.metric, watched.higher_is_better, request.min_effect)
-    return BisectPlan(request, repo, good, bad, tuple(commits), spec, run.info.run_id,
-                      record.label if record else run.info.run_id, watched.higher_is_better, note)
+    return BisectPlan(request, repo, good, bad, tuple(commits), spec, run.run_id,
+                      record.label if record else run.run_id, watched.higher_is_better, note)
 
 
 def check_good_not_slow(repo: Path, good: Commit, history: list, metric: str, higher_is_better: bool,

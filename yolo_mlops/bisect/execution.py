@@ -93,8 +93,8 @@ class Runner:
             raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): "
                             f"{_tail(output)}")
         stored = queries.find_run(self.mlflow, run_id)
-        value = stored.data.metrics.get(self.plan.request.metric) if stored is not None else None
-        if value is None or not value > 0:
+        value = stored.metrics.get(self.plan.request.metric) if stored is not None else None
+        if stored is None or value is None or not value > 0:
             raise RunFailed(f"run {run_id} of commit {commit.short} logged no positive {self.plan.request.metric}")
         slowness = -math.log(value) if self.plan.higher_is_better else math.log(value)
         self.log(f"  step {step} {role:<9} {commit.short}  {self.plan.request.metric} {value:.4g}  "
@@ -102,23 +102,23 @@ class Runner:
         step_ms, entries = self._profile(stored)
         return ProfiledRun(commit, step, role, run_id, value, slowness, step_ms, entries)
 
-    def _profile(self, stored) -> tuple[float | None, dict[Key, float] | None]:
+    def _profile(self, stored: queries.RunRecord) -> tuple[float | None, dict[Key, float] | None]:
         """The run's step time and entries per profiled step (trends' attribution reads them alike); no
         entries when the run logged no profiler tables."""
         from yolo_mlops.trends.attribution import profile_from_run
-        from yolo_mlops.trends.history import record_from_run
+        from yolo_mlops.trends.history import record_from_stored
 
-        record = record_from_run(stored)
+        record = record_from_stored(stored)
         profiled = record.profiled_steps if record is not None else None
-        step = record.step_time_ms if record is not None else stored.data.metrics.get(names.STEP_TIME_P50)
-        profile = profile_from_run(self.mlflow, stored.info.run_id, profiled, step)
+        step = record.step_time_ms if record is not None else stored.metrics.get(names.STEP_TIME_P50)
+        profile = profile_from_run(self.mlflow, stored.run_id, profiled, step)
         if profile is None or not profile.step_ms:
             return step, None
         return profile.step_ms, dict(profile.entries)
 
     def _end_if_running(self, run_id: str, reason: str) -> None:
         stored = queries.find_run(self.mlflow, run_id)
-        if stored is not None and stored.info.status == "RUNNING":
+        if stored is not None and stored.status == "RUNNING":
             run_end.finish_failed_run(self.mlflow, run_id, "FAILED", reason)
 
     def end_children(self) -> None:

@@ -61,12 +61,13 @@ def run(plan: BisectPlan, mlflow=None, hold: Hold = no_hold, log: Callable[[str]
 def _attribute(mlflow, steps: list[StepRecord], first_bad: Commit) -> Attribution:
     """Which operators moved between the good runs and the first bad commit's runs (trends' attribution)."""
     from yolo_mlops.trends.attribution import attribute_runs
-    from yolo_mlops.trends.history import record_from_run
+    from yolo_mlops.trends.history import record_from_stored
 
     where = search.judging_step(steps, first_bad)
 
     def records(runs: list[ProfiledRun]) -> list:
-        found = [record_from_run(queries.find_run(mlflow, r.run_id)) for r in runs]
+        stored = [queries.find_run(mlflow, r.run_id) for r in runs]
+        found = [record_from_stored(s) for s in stored if s is not None]
         return [x for x in found if x is not None]
 
     return attribute_runs(mlflow, records(where.good_runs), records(where.candidate_runs))

@@ -84,7 +84,7 @@ def _compare_traces(a: str, b: str):
 def _compare_runs(a: str, b: str, rank: int | None = None):
     from yolo_mlops.tracking import connection, queries
     from yolo_mlops.trends.attribution import attribute, profile_from_run
-    from yolo_mlops.trends.history import record_from_run
+    from yolo_mlops.trends.history import record_from_stored
 
     mlflow = connection.client()
     records = []
@@ -92,7 +92,7 @@ def _compare_runs(a: str, b: str, rank: int | None = None):
         run = queries.find_run(mlflow, run_id)
         if run is None:
             raise ConfigError(f"no MLflow run {run_id!r} in {connection.tracking_uri()}")
-        record = record_from_run(run)
+        record = record_from_stored(run)
         if record is None:
             raise ConfigError(f"run {run_id} is not a yolo-mlops profiled run (no series tag or params)")
         records.append(record)

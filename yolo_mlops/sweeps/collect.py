@@ -20,7 +20,7 @@ from yolo_mlops.sweeps.plan import Child, SweepPlan
 from yolo_mlops.tracking import queries
 
 if TYPE_CHECKING:
-    from yolo_mlops.tracking.queries import StoredRun
+    from yolo_mlops.tracking.queries import RunRecord
 
 LOSS_TOTAL = "train/loss_total"  # sum of the final detection losses; a comparison input, not an MLflow name
 
@@ -91,7 +91,7 @@ def ineffective(expr: str, applied: AppliedSettings | None,
     return None
 
 
-def _steady_steps(mlflow, run: StoredRun, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None, str | None]:
+def _steady_steps(mlflow, run: RunRecord, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None, str | None]:
     try:
         local = queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
     except Exception as exc:  # noqa: BLE001 - a child without step times cannot be compared, say why

@@ -10,32 +10,57 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pandas as pd
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from yolo_mlops import names
+from yolo_mlops.config.params import LoggedParams
 from yolo_mlops.tracking.connection import tracking_uri
 
 
 @dataclass(frozen=True)
-class StoredRun:
-    """What the project reads back of a run: id, status (`FINISHED`, `FAILED`, ...), tags, last metric values."""
+class RunRecord:
+    """A run as the project reads it back, out of MLflow's types: params and tags as logged (strings; `logged`
+    decodes the params), each metric's latest value, the start and end time in epoch ms (end None while it runs)
+    and where its artifacts are stored. Every query that returns runs returns these; no `mlflow.entities`
+    object leaves `tracking/`."""
 
     run_id: str
+    experiment_id: str
     status: str
-    tags: dict[str, str]
-    metrics: dict[str, float]
+    start_time_ms: int
+    end_time_ms: int | None
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]
+    tags: Mapping[str, str]
+    artifact_uri: str = ""
+
+    @property
+    def logged(self) -> LoggedParams:
+        """The params read back by field (the params codec of `config.params`)."""
+        return LoggedParams(self.params)
+
+
+def run_record(run: Run) -> RunRecord:
+    """The record of one MLflow `Run`."""
+    info, data = run.info, run.data
+    end = None if info.end_time is None else int(info.end_time)
+    return RunRecord(run_id=info.run_id, experiment_id=info.experiment_id, status=info.status,
+                     start_time_ms=int(info.start_time), end_time_ms=end,
+                     params=dict(data.params), metrics=dict(data.metrics), tags=dict(data.tags),
+                     artifact_uri=info.artifact_uri or "")
 
 
 def experiment_of(mlflow: MlflowClient, run_id: str) -> str:
     return mlflow.get_run(run_id).info.experiment_id
 
 
-def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list[StoredRun]:
+def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list[RunRecord]:
     """All child runs of a parent (a sweep), found by the parent tag: works for any store, from any process."""
     found = mlflow.search_runs([experiment_of(mlflow, parent_run_id)],
                                filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
                                max_results=5000)
-    return [StoredRun(r.info.run_id, r.info.status, dict(r.data.tags), dict(r.data.metrics)) for r in found]
+    return [run_record(r) for r in found]
 
 
 def find_experiment_id(mlflow: MlflowClient, name: str) -> str | None:
@@ -44,12 +69,12 @@ def find_experiment_id(mlflow: MlflowClient, name: str) -> str | None:
     return None if found is None else found.experiment_id
 
 
-def find_run(mlflow: MlflowClient, run_id: str):
-    """The run, or None when no run has this id (any other failure, e.g. the server, is raised)."""
+def find_run(mlflow: MlflowClient, run_id: str) -> RunRecord | None:
+    """The run's record, or None when no run has this id (any other failure, e.g. the server, is raised)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return mlflow.get_run(run_id)
+        return run_record(mlflow.get_run(run_id))
     except MlflowException as exc:
         if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):  # unknown or malformed id
             return None
@@ -92,30 +117,6 @@ def _pages(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: s
         token = page.token
         if not token:
             return
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """A run as the history reads it, out of MLflow's types: params and tags as logged (strings), each
-    metric's latest value, the start and end time in epoch ms (end None while it runs)."""
-
-    run_id: str
-    experiment_id: str
-    status: str
-    start_time_ms: int
-    end_time_ms: int | None
-    params: Mapping[str, str]
-    metrics: Mapping[str, float]
-    tags: Mapping[str, str]
-
-
-def run_record(run) -> RunRecord:
-    """The record of one MLflow `Run`."""
-    info, data = run.info, run.data
-    end = None if info.end_time is None else int(info.end_time)
-    return RunRecord(run_id=info.run_id, experiment_id=info.experiment_id, status=info.status,
-                     start_time_ms=int(info.start_time), end_time_ms=end,
-                     params=dict(data.params), metrics=dict(data.metrics), tags=dict(data.tags))
 
 
 def search_records(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",

@@ -188,10 +188,10 @@ def upload(folder: Path) -> UploadResult:
         write_tracking_info(folder, info)  # recorded before anything else: a retry goes to this run
         created = True
     else:
-        run_id = existing.info.run_id
+        run_id = existing.run_id
     if record is None:  # the run ended before it recorded anything (e.g. killed during preparation)
         record = UploadRecord(status="FAILED", reason=pending_reason(folder) or "the run recorded no result")
-    logged = dict(info.params) if existing is None else existing.data.params  # params are written once only
+    logged = dict(info.params) if existing is None else existing.params  # params are written once only
     params = {k: v for k, v in record.params.items() if k not in logged}
     tags = dict(record.tags)
     if record.status != "FINISHED" and record.reason:

@@ -41,11 +41,6 @@ class HistoryRun:
     verdicts: dict[str, str] = field(default_factory=dict)  # yolo_mlops.trend[.<metric>] tags: a night's verdicts
 
 
-def record_from_run(run) -> HistoryRun | None:
-    """A typed record of one MLflow run; None when its series cannot be known (no tag, no params)."""
-    return record_from_stored(queries.run_record(run))
-
-
 def record_from_stored(run: queries.RunRecord) -> HistoryRun | None:
     """A typed record of one stored run; None when its series cannot be known (no tag, no params)."""
     params, tags = run.params, run.tags
