@@ -7,6 +7,10 @@ needs a migration or a reader of both names.
 
 from __future__ import annotations
 
+# experiments ----------------------------------------------------------------------------------------------------
+BENCHMARK_EXPERIMENT = "yolo-mlops-benchmark"  # the nightly benchmark's runs: trends, fleet and bisect read it
+BISECT_EXPERIMENT = "yolo-mlops-bisect"  # a bisection's parent run and its profiled runs
+
 # tags ---------------------------------------------------------------------------------------------------------
 TAG_PREFIX = "yolo_mlops."
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # set explicitly: MLflow would guess it from sys.argv[0]

@@ -209,12 +209,15 @@ def test_deployment_parameters_fit_their_flows(prefect_yaml: dict):
 
 
 def test_nightly_benchmark_is_a_fixed_offline_suite(prefect_yaml: dict):
+    from yolo_mlops import names
     from yolo_mlops.config import BenchmarkSuite
 
     [nightly] = [d for d in prefect_yaml["deployments"] if d["name"].startswith("nightly-benchmark")]
     suite = BenchmarkSuite.model_validate(nightly["parameters"]["suite"])
     for spec in suite.runs:  # synthetic data: offline and identical every night; run_kind feeds the trends
         assert spec.run_kind == "benchmark" and spec.data is None and spec.max_steps
+        # the experiment `trends`, `fleet` and `bisect` read by default
+        assert spec.experiment == names.BENCHMARK_EXPERIMENT
 
 
 def test_nightly_schedule_is_a_cron_with_timezone(prefect_yaml: dict):

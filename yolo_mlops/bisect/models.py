@@ -17,8 +17,8 @@ from yolo_mlops.config import RunSpec
 if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Attribution
 
-DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # where series are looked up (the nightly benchmark's)
-DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
+DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT  # where series are looked up (the nightly benchmark's)
+DEFAULT_BISECT_EXPERIMENT = names.BISECT_EXPERIMENT
 RUN_TIMEOUT_S = 3600.0  # a bisection's profiled run (one process) is killed after this long: a failed run
 Outcome = Literal["first_bad", "no_regression", "inconclusive"]  # tag names.BISECT_RESULT
 FIRST_BAD: Outcome = "first_bad"

@@ -41,8 +41,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return bisection.exit_code(result)
 
 
-DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"  # as yolo_mlops.bisect.models (not imported for --help)
-DEFAULT_BISECT_EXPERIMENT = "yolo-mlops-bisect"
+DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
+DEFAULT_BISECT_EXPERIMENT = names.BISECT_EXPERIMENT
 RUN_TIMEOUT_S = 3600.0  # as yolo_mlops.bisect.models.RUN_TIMEOUT_S
 
 

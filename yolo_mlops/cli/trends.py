@@ -11,7 +11,7 @@ from pathlib import Path
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
 
-DEFAULT_EXPERIMENT = "yolo-mlops-benchmark"
+DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 
 
 def cmd_trends(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from yolo_mlops import names
 from yolo_mlops.config.run_spec import ProfilerSettings, RunSpec
 
 BISECT_DEPLOYMENT = "bisect/bisect"  # <flow name>/<deployment name> of deploy/prefect.yaml
@@ -17,7 +18,7 @@ BISECT_DEPLOYMENT = "bisect/bisect"  # <flow name>/<deployment name> of deploy/p
 
 def default_suite() -> list[RunSpec]:
     return [RunSpec(model="yolo11n.yaml", imgsz=640, batch=16, epochs=100, max_steps=60,
-                    synthetic_images=256, experiment="yolo-mlops-benchmark", run_kind="benchmark",
+                    synthetic_images=256, experiment=names.BENCHMARK_EXPERIMENT, run_kind="benchmark",
                     profiler=ProfilerSettings(skip_first=10, wait=5, warmup=2, active=5))]
 
 
