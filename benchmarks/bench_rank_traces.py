@@ -1,9 +1,9 @@
-"""A data-parallel job's rank traces analysed together, against each alone: the whole `yolo-mlops analyze`
+"""A data-parallel job's rank traces analyzed together, against each alone: the whole `yolo-mlops analyze`
 command, interleaved repeats, medians.
 
 N rank traces of the benchmark generator's shape (benchmarks/bench_trace_analysis.write_big_trace, each naming
 its rank) are written once. Each repeat times `analyze FILE --format json` for every trace alone, then
-`analyze DIR --format json` over all of them, in alternating order. The directory is analysed in one worker
+`analyze DIR --format json` over all of them, in alternating order. The directory is analyzed in one worker
 process per core (analysis/trace_analysis.py, above PARALLEL_MIN_BYTES), so the goal is a wall time of at most
 1.2 x (sum of the single-trace times / cores). Peak RSS: the single command's, and the largest worker's.
 

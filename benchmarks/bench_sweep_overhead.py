@@ -7,7 +7,7 @@ tiny settings) runs `--children` baseline repeats under a Prefect concurrency li
 - train        = the `train` task of the child's `profile-training` flow run (ultralytics setup, the steps,
                  profiler export, final validation) as Prefect recorded it
 - overhead     = child wall - train: Prefect subflow + task engine, prepare (dataset check, env fingerprint,
-                 MLflow run creation), analyse, track (MLflow batch write + artifact upload)
+                 MLflow run creation), analyze, track (MLflow batch write + artifact upload)
 - acquire      = waiting for and acquiring the concurrency slot (uncontended here), outside child wall
 
 Sweep-level cost (plan, parent run, collecting step times from MLflow, statistics, report, chart,
@@ -116,8 +116,8 @@ def main() -> int:
             train = tasks.get("train", float("nan"))
             rows.append({"wall": child["wall_s"], "acquire": child["acquire_s"], "train": train,
                          "overhead": child["wall_s"] - train,
-                         "pipeline": sum(tasks.get(k, 0.0) for k in ("prepare", "analyse", "track")),
-                         **{k: tasks.get(k, float("nan")) for k in ("prepare", "analyse", "track")}})
+                         "pipeline": sum(tasks.get(k, 0.0) for k in ("prepare", "analyze", "track")),
+                         **{k: tasks.get(k, float("nan")) for k in ("prepare", "analyze", "track")}})
     first, steady = rows[0], rows[1:] or rows
     med = {k: statistics.median(r[k] for r in steady) for k in steady[0]}
     med["engine"] = med["overhead"] - med["pipeline"]
@@ -146,13 +146,13 @@ def main() -> int:
         f"| **overhead = wall - train** (range over children 2..n: {min(r['overhead'] for r in steady):.2f}"
         f"-{max(r['overhead'] for r in steady):.2f}) | **{med['overhead']:.2f}** |",
         f"| of which prepare task (dataset check, env fingerprint, MLflow run + params) | {med['prepare']:.2f} |",
-        f"| of which analyse task | {med['analyse']:.2f} |",
+        f"| of which analyze task | {med['analyze']:.2f} |",
         f"| of which track task (MLflow metrics + artifact upload) | {med['track']:.2f} |",
         f"| of which Prefect subflow/task engine (rest) | {med['engine']:.2f} |",
         f"| slot acquire (uncontended, outside child wall) | {med['acquire']:.2f} |",
         "",
         "Each row is the median of its own column, so wall - train need not equal the median overhead; the "
-        "'Prefect engine' row is median overhead minus the median prepare + analyse + track.",
+        "'Prefect engine' row is median overhead minus the median prepare + analyze + track.",
         "",
         f"First child: wall {first['wall']:.2f} s, overhead {first['overhead']:.2f} s. Sweep-level cost (plan, "
         f"parent run, collecting {len(rows)} children's step times from MLflow, bootstrap, report, chart, "

@@ -4,7 +4,7 @@ Headline, measured as a user meets it: the whole `yolo-mlops analyze TRACE --for
 (interpreter start, imports, load, breakdowns, idle attribution, diagnosis, JSON) against a whole HTA
 process doing its temporal, kernel-type (with memory kernels) and idle-time breakdowns on the same
 trace, interleaved so that machine noise hits both alike, medians of --repeats. Also: CLI start
-(`yolo-mlops --help`), the in-process analysis (load + analyse + diagnose, imports excluded) against
+(`yolo-mlops --help`), the in-process analysis (load + analyze + diagnose, imports excluded) against
 merely gunzipping the file in the same process, and each child's peak RSS (from wait4).
 HTA lives in its own virtualenv (.bench-venv-hta, created here if missing); it is never a
 runtime dependency of yolo-mlops.
@@ -59,7 +59,7 @@ def gpu_traces_dir() -> Path:
 
 FIXTURES = ["v100_compute_rank0.json.gz", "a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz"]
 
-# The child programs print one JSON line: {"seconds": in-process load+analyse time}.
+# The child programs print one JSON line: {"seconds": in-process load+analyze time}.
 HTA_CHILD = r"""
 import json, logging, sys, time, warnings
 warnings.filterwarnings("ignore")

@@ -2,7 +2,7 @@
 
 ultralytics' val=False still validates after the last epoch (and after a stop, which `max_steps` sets) and then
 validates best.pt once more; the project's trainer skips both. Both arms run the whole profiled run in-process
-(`pipeline.prepare/train/analyse/track`: ultralytics training with the profiler window, trace analysis, a SQLite
+(`pipeline.prepare/train/analyze/track`: ultralytics training with the profiler window, trace analysis, a SQLite
 MLflow store) on a synthetic dataset whose validation split is a quarter of its training images, interleaved,
 after one warm-up run of each; the table gives the medians and the ratio.
 
@@ -64,7 +64,7 @@ def main() -> None:
             start = time.perf_counter()
             prepared = pipeline.prepare(spec)
             outcome = pipeline.train(prepared)
-            pipeline.track(prepared, outcome, pipeline.analyse(prepared, outcome))
+            pipeline.track(prepared, outcome, pipeline.analyze(prepared, outcome))
             if repeat:
                 seconds[name].append(time.perf_counter() - start)
             val_metrics[name] |= set(outcome.val_metrics)

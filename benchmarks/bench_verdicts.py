@@ -11,7 +11,7 @@
 4. Minimum detectable shift: the prediction (`power.min_detectable_shift`) against the detector's simulated
    power at 0.8 / 1.0 / 1.2 x the prediction (goal: 90% crossed inside that range).
 5. Known changes: power of the direct test of a version boundary (Welch, p <= 0.01) against the blind search.
-6. Speed: `drift.analyse` (change points + drift) over 1,000 runs x 8 metrics.
+6. Speed: `drift.analyze` (change points + drift) over 1,000 runs x 8 metrics.
 
 Series come from numpy's default_rng with fixed seeds, so every figure is reproducible.
 
@@ -330,15 +330,15 @@ def bench_drifts(seeds: int, n: int = 200) -> str:
             z = 100 + rng.standard_normal(n) + np.linspace(0, total, n)
             count, first_at = 0, None
             for end in range(12, n + 1, NIGHT):
-                a = drift.analyse(z[:end])
+                a = drift.analyze(z[:end])
                 new_steps = [c for c in a.steps if c.index >= end - NIGHT]
                 new_drift = a.drift is not None and not any(  # trend.verdict's rule: not shown by earlier histories
-                    (p := drift.analyse(z[:end - NIGHT - back]).drift) is not None and not a.drift.slope_differs(p)
+                    (p := drift.analyze(z[:end - NIGHT - back]).drift) is not None and not a.drift.slope_differs(p)
                     for back in drift.LOOKBACK_RUNS if end - NIGHT - back >= drift.MIN_DRIFT_POINTS)
                 count += len(new_steps[-1:]) + new_drift
                 if (new_steps or new_drift) and first_at is None:
                     first_at = end
-            final = drift.analyse(z)
+            final = drift.analyze(z)
             final_one += final.drift is not None and not final.steps
             events.append(count)
             delays.append(first_at if first_at is not None else float("nan"))
@@ -389,7 +389,7 @@ def bench_speed(repeats: int = 5) -> str:
         for _ in range(repeats):
             t0 = time.perf_counter()
             for v in data:
-                drift.analyse(v)
+                drift.analyze(v)
             times.append(time.perf_counter() - t0)
         rows.append([kind, fmt(statistics.median(times), ".3f"), fmt(max(times), ".3f")])
     return markdown_table(["history (8 metrics x 1,000 runs)", "median s (change points + drift)", "max s"], rows)

@@ -412,7 +412,7 @@ def _gpu_trace(ch: Checks) -> Path | None:
 def cmd_trace_analysis(ch: Checks) -> list[str] | str:
     trace = _gpu_trace(ch)
     if trace is None:
-        return "the smoke step left no trace to analyse"
+        return "the smoke step left no trace to analyze"
     return [ch.py, "-m", "yolo_mlops.cli", "analyze", str(trace), "--format", "json"]
 
 

@@ -1,6 +1,6 @@
 """GPU smoke check: one profiled YOLO11n run (640 px, ~30 steps) with CUDA activities, then its evidence checked.
 
-The run goes through the library's own steps (prepare, train, analyse, track: what the `profile-training`
+The run goes through the library's own steps (prepare, train, analyze, track: what the `profile-training`
 flow calls, without starting Prefect) into a real MLflow store, with the real NVML backend. Checked:
 CUDA kernels in the Chrome trace, device time in the key_averages tables, the NVML backend is a real one
 (GPM on Hopper and newer), and the `gpu/*` metrics exist and lie in physical ranges.
@@ -162,7 +162,7 @@ def main() -> int:
     mlflow = connection.client()
     with run_end.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         outcome = pipeline.train(prepared)
-        analysis = pipeline.analyse(prepared, outcome)
+        analysis = pipeline.analyze(prepared, outcome)
         result = pipeline.track(prepared, outcome, analysis)
     ddp_job = bool(args.ddp_backend)
     checks = evidence(torch, args.device, outcome.ranks[0] if ddp_job else outcome, result)

@@ -31,8 +31,8 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
 
 
 @_task
-def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
-    return pipeline.analyse(prepared, outcome)
+def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
+    return pipeline.analyze(prepared, outcome)
 
 
 @_task
@@ -49,7 +49,7 @@ def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock
     with run_end.run_guard(mlflow, prepared.run_id, salvage=pipeline.RunSalvage(mlflow, prepared)):
         with gpu_lock.hold(gpu_lock.limit_names(prepared.plan.device, gpu_limit)):
             outcome = train(prepared)
-        analysis = analyse(prepared, outcome)
+        analysis = analyze(prepared, outcome)
         result = track(prepared, outcome, analysis)
     create_markdown_artifact(pipeline.summary_markdown(result, spec), key="profile-run-summary",
                              description=f"MLflow run {result.run_id}")

@@ -105,7 +105,7 @@ def test_a_single_process_trace_has_no_communication(cpu_trace_dir):
     assert analyze_traces(cpu_trace_dir).communication is None
 
 
-def test_ranks_analysed_in_worker_processes_give_the_same_result(tmp_path):
+def test_ranks_analyzed_in_worker_processes_give_the_same_result(tmp_path):
     files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
              _gloo_rank(tmp_path / "r1.json", 1, 15_000.0)]
     alone, parallel = analyze_traces(files, workers=1), analyze_traces(files, workers=2)

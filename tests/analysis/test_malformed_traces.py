@@ -1,4 +1,4 @@
-"""Malformed traces are named, not analysed as if sound: ambiguous steps are refused in one line (exit 2), and
+"""Malformed traces are named, not analyzed as if sound: ambiguous steps are refused in one line (exit 2), and
 what can be left out (an event with a negative duration, a phase label outside every step) is left out with a
 warning printed and kept in the result. Damaged indexed multi-member files (truncated, half-written, a corrupt
 member, concatenated) are read or refused as the one-process reader reads or refuses them."""

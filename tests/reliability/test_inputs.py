@@ -261,7 +261,7 @@ def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_clien
     prepared = pipeline.prepare(spec)
     with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)
-        analysis = pipeline.analyse(prepared, outcome)
+        analysis = pipeline.analyze(prepared, outcome)
         pipeline.track(prepared, outcome, analysis)
     run = mlflow_client.get_run(prepared.run_id)
     assert run.data.metrics[names.TRAIN_IMAGES_SKIPPED] == 2

@@ -92,7 +92,7 @@ def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
         outcome = pipeline.train(prepared)
         trace = outcome.trace_files[-1]
         trace.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])  # truncated gzip
-        analysis = pipeline.analyse(prepared, outcome)
+        analysis = pipeline.analyze(prepared, outcome)
         pipeline.track(prepared, outcome, analysis)
     run = mlflow_client.get_run(prepared.run_id)
     assert run.info.status == "FINISHED"

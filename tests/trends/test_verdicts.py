@@ -41,12 +41,12 @@ def test_a_drift_is_one_drift_not_a_staircase(total_pct):
     seeds = 30
     one = 0
     for seed in range(seeds):
-        a = drift.analyse(drifting(200, total_pct, seed))
+        a = drift.analyze(drifting(200, total_pct, seed))
         one += a.drift is not None and not a.steps and a.drift.start == 0
         if a.drift is not None:
             assert a.drift.slope > 0
     assert one / seeds >= 0.9
-    a = drift.analyse(drifting(200, total_pct, 0), times_ms=np.arange(200) * 8 * HOUR_MS)  # 3 runs a day
+    a = drift.analyze(drifting(200, total_pct, 0), times_ms=np.arange(200) * 8 * HOUR_MS)  # 3 runs a day
     assert a.drift.total_pct == pytest.approx(total_pct, abs=1.0)
     assert a.drift.pct_per_100_runs == pytest.approx(total_pct / 2, abs=0.6)
     assert a.drift.pct_per_week == pytest.approx(a.drift.pct_per_100_runs * 21 / 100, rel=0.01)
@@ -57,7 +57,7 @@ def test_a_drift_is_one_drift_not_a_staircase(total_pct):
 def test_a_step_on_top_of_a_drift_is_still_a_step(step_pct):
     seeds, found = 30, 0
     for seed in range(seeds):
-        a = drift.analyse(drifting(200, 10.0, seed, step=(150, step_pct)))
+        a = drift.analyze(drifting(200, 10.0, seed, step=(150, step_pct)))
         found += a.drift is not None and [c.index for c in a.steps] in ([149], [150], [151])
         assert a.raw_steps >= 1
     assert found / seeds >= 0.85
@@ -68,14 +68,14 @@ def test_no_drift_in_stationary_noise_or_in_steps():
         for heavy in (False, True):
             rng = np.random.default_rng(1000 + seed)
             z = 100 + (rng.standard_t(3, 200) / np.sqrt(3) if heavy else rng.standard_normal(200))
-            assert drift.analyse(z).drift is None
+            assert drift.analyze(z).drift is None
         z = 100 + np.random.default_rng(seed).standard_normal(200)
         z[70:] += 5
         z[140:] += 5  # two steps the same way: steps, not a drift
-        a = drift.analyse(z)
+        a = drift.analyze(z)
         assert a.drift is None and len(a.steps) == 2
         assert abs(a.steps[0].index - 70) <= 1 and abs(a.steps[1].index - 140) <= 1
-    assert drift.analyse(np.full(50, 3.0)).drift is None  # constant
+    assert drift.analyze(np.full(50, 3.0)).drift is None  # constant
 
 
 def test_two_large_steps_between_short_stairs_are_steps_not_a_drift():
@@ -85,7 +85,7 @@ def test_two_large_steps_between_short_stairs_are_steps_not_a_drift():
     for seed in range(200):
         level = np.r_[np.full(3, 70.0), np.full(6, 1100.0), np.full(3, 2100.0)]
         z = level * (1 + 0.05 * np.random.default_rng(seed).standard_normal(len(level)))
-        assert drift.analyse(z, max_pvalue=0.01).drift is None, seed
+        assert drift.analyze(z, max_pvalue=0.01).drift is None, seed
 
 
 def test_drift_verdict_is_reported_once_as_it_becomes_significant():

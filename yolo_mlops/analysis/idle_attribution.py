@@ -60,7 +60,7 @@ _CAUSE_CATEGORIES = {DATA_LOADER_CATEGORY: DATA_LOADER, OPTIMIZER_CATEGORY: OPTI
 
 @dataclass
 class CauseTime:
-    """Time attributed to one cause (or phase) over the analysed steps."""
+    """Time attributed to one cause (or phase) over the analyzed steps."""
 
     cause: str
     time_us: float

@@ -172,7 +172,7 @@ def rank_spread(ranks: list[RankAnalysis]) -> RankSpread | None:
 
 
 # Rank traces of this many bytes on disk in all (gzipped: ~130 MiB of JSON, about a second of analysis) or more
-# are analysed in worker processes, one per core: below it, starting the workers (each imports numpy and the
+# are analyzed in worker processes, one per core: below it, starting the workers (each imports numpy and the
 # analysis, ~0.5 s) costs more than it saves.
 PARALLEL_MIN_BYTES = 16 << 20
 
@@ -195,10 +195,10 @@ def _analyze_file(path: Path, default_rank: int) -> _RankResult:
 
 
 def analyze_traces(path: str | Path | list[Path], workers: int | None = None) -> TraceAnalysis:
-    """Analyse one trace file, a directory of per-rank traces, or a list of rank traces (a data-parallel
+    """Analyze one trace file, a directory of per-rank traces, or a list of rank traces (a data-parallel
     job's, one per rank folder). Raises TraceError on bad input.
 
-    Several traces of PARALLEL_MIN_BYTES or more in all are analysed in `workers` processes (default: one per
+    Several traces of PARALLEL_MIN_BYTES or more in all are analyzed in `workers` processes (default: one per
     core), each loading one trace at a time: wall time falls with the cores, and each worker's memory is that of
     the largest trace, not of all of them."""
     files, source = _trace_files(path)
@@ -218,7 +218,7 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
     for result in results:
         if result.rank in by_rank:
             raise TraceError(f"{source}: two traces for rank {result.rank} ({Path(by_rank[result.rank].path).name}, "
-                             f"{Path(result.path).name}); analyse one file at a time")
+                             f"{Path(result.path).name}); analyze one file at a time")
         by_rank[result.rank] = result
     ordered = [by_rank[r] for r in sorted(by_rank)]
     ranks = [r.analysis for r in ordered]

@@ -84,7 +84,7 @@ def reporting_progress(factory: Callable[[Path, int], ProgressReporter | None]) 
 
 
 class TraceError(ValueError):
-    """A trace file or directory that cannot be analysed; the message names the file."""
+    """A trace file or directory that cannot be analyzed; the message names the file."""
 
 
 @dataclass
@@ -828,7 +828,7 @@ def load_traces(path: str | Path) -> list[RankTrace]:
         if trace.rank in by_rank:
             raise TraceError(
                 f"{path}: two traces for rank {trace.rank} ({Path(by_rank[trace.rank].path).name}, "
-                f"{Path(trace.path).name}); analyse one file at a time"
+                f"{Path(trace.path).name}); analyze one file at a time"
             )
         by_rank[trace.rank] = trace
     return [by_rank[r] for r in sorted(by_rank)]

@@ -101,7 +101,7 @@ def _pct(text: str) -> float:
 
 
 def register(sub) -> None:
-    analyze = sub.add_parser("analyze", help="analyse and diagnose any torch.profiler trace (file, .gz, or a "
+    analyze = sub.add_parser("analyze", help="analyze and diagnose any torch.profiler trace (file, .gz, or a "
                                              "folder of ranks)")
     analyze.add_argument("path", type=Path)
     analyze.add_argument("--format", choices=["text", "json"], default="text")

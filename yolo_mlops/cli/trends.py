@@ -56,7 +56,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
         return 0
     key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
     if len(runs) < 2:
-        raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyse yet")
+        raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyze yet")
     trend = trends.series_trend(runs, settings)
     wanted = [args.metric] if args.metric else None
     if args.metric and trend.metric(args.metric) is None:

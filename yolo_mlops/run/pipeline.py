@@ -2,7 +2,7 @@
 
     prepare(spec)  -> PreparedRun   preflight checks, dataset, env fingerprint, creates the MLflow run
     train(prep)    -> TrainingOutcome
-    analyse(prep, outcome) -> RunAnalysis
+    analyze(prep, outcome) -> RunAnalysis
     track(prep, outcome, analysis) -> RunResult
 """
 
@@ -35,7 +35,7 @@ from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 from yolo_mlops.tracking import connection, queries, run_end, upload, writes
 
-_BACKEND_USED = "ddp_backend_used"  # carried from analyse to track, where it becomes the param
+_BACKEND_USED = "ddp_backend_used"  # carried from analyze to track, where it becomes the param
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
 
 
@@ -167,9 +167,9 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
     return folder
 
 
-# analyse ----------------------------------------------------------------------------------------------------
+# analyze ----------------------------------------------------------------------------------------------------
 
-def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
+def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
     rank_metrics, rank_histories = _per_rank_perf(outcome)
     if perf is not None and outcome.ranks:  # the job's throughput: every rank's images, at the job's pace
@@ -191,7 +191,7 @@ def analyse(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     _memory_by_holder(outcome, result)
     tags = result.tags
     try:
-        _analyse_trace(prepared, outcome, result)
+        _analyze_trace(prepared, outcome, result)
         tags[names.ANALYSIS_STATUS] = names.ANALYSIS_OK
     except Exception as exc:  # a broken trace must not lose the run: record why and keep the measurements
         tags[names.ANALYSIS_STATUS] = names.ANALYSIS_FAILED
@@ -273,7 +273,7 @@ def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
         result.metrics.update(outcome.memory_by_holder.metrics())
 
 
-def _analyse_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
+def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """Trace breakdown, diagnosis and report of the last profiler cycle (the most warmed-up one)."""
     result.tags[names.CUDA_MEMORY_SNAPSHOT] = outcome.memory_snapshot
     if not outcome.trace_files:

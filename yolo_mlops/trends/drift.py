@@ -3,7 +3,7 @@
 Pure functions over numpy arrays (scipy for Kendall's tau and the normal distribution); no I/O, no randomness.
 
 The change-point detector models a series as flat levels. A slow drift breaks that model: the detector
-answers it with a staircase of change points, all in the drift's direction. `analyse` keeps the two apart:
+answers it with a staircase of change points, all in the drift's direction. `analyze` keeps the two apart:
 
 1. **Steps first.** `changepoint.detect` on the raw values gives the candidate level changes.
 2. **A drift region.** For each possible start of a drift region (the first run, then each change point,
@@ -183,7 +183,7 @@ def _line_fits_as_well(z: np.ndarray, a: int, raw: list[ChangePoint], drift: Dri
     return bool(drift_bic <= steps_bic)
 
 
-def analyse(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
+def analyze(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
             max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
             min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE,
             min_segment: int = changepoint.DEFAULT_MIN_SEGMENT,

@@ -185,7 +185,7 @@ def metric_trend(runs: list[HistoryRun], watched: Watched, settings: DetectionSe
     if not points:
         return None
     values = np.array([r.metrics[watched.metric] for r in points], dtype=float)
-    analysis = _analyse(values, [r.start_time_ms for r in points], settings)
+    analysis = _analyze(values, [r.start_time_ms for r in points], settings)
     cps = list(analysis.steps)
     segs = changepoint.segments(values, cps)
     bounds = [0, *[cp.index for cp in cps], len(points)]
@@ -218,8 +218,8 @@ def metric_trend(runs: list[HistoryRun], watched: Watched, settings: DetectionSe
         runs_without_metric=len(runs) - len(points), drift=drift_event, candidates=cands)
 
 
-def _analyse(values: np.ndarray, times_ms: list[int], settings: DetectionSettings) -> drift.Analysis:
-    return drift.analyse(values, times_ms, window=settings.window, max_pvalue=settings.max_pvalue,
+def _analyze(values: np.ndarray, times_ms: list[int], settings: DetectionSettings) -> drift.Analysis:
+    return drift.analyze(values, times_ms, window=settings.window, max_pvalue=settings.max_pvalue,
                          min_magnitude=settings.min_magnitude, drift_pvalue=settings.drift_pvalue)
 
 
@@ -296,7 +296,7 @@ def _new_tonight(m: MetricTrend, change: ChangeEvent, by_id: dict[str, HistoryRu
     if not later or len(earlier) >= EARLY_SPLIT_RUNS or any(r.night in nights for r in earlier):
         return False  # not reaching tonight, long established, or judged with tonight's own benchmark night
     end = sum(t < first_tonight_ms for t in m.times_ms)
-    seen = _analyse(np.array(m.values[:end]), list(m.times_ms[:end]), settings).steps
+    seen = _analyze(np.array(m.values[:end]), list(m.times_ms[:end]), settings).steps
     return not any(abs(c.index - change.index) <= 1 for c in seen)
 
 
@@ -327,7 +327,7 @@ def _drift_is_new(m: MetricTrend, first_tonight_ms: int, settings: DetectionSett
     for end in (len(times) - back for back in drift.LOOKBACK_RUNS):
         if end < drift.MIN_DRIFT_POINTS:
             break
-        prior = _analyse(np.array(m.values[:end]), list(times[:end]), settings).drift
+        prior = _analyze(np.array(m.values[:end]), list(times[:end]), settings).drift
         if prior is not None and not current.fit.slope_differs(prior):
             return False
     return True
