@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,8 +17,9 @@ from yolo_mlops import names
 from yolo_mlops.bisect import decide
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,
-            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
+TINY: dict[str, Any] = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,
+                            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
+                                      "profile_memory": False})
 TRAINING = "yolo_mlops/run/training.py"
 HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
 PLANTED = ("            import time as _time\n\n            import torch as _torch\n\n"
@@ -241,7 +243,7 @@ def test_bisect_evidence_in_mlflow(planted, mlflow_client):
     assert len(children) == result.runs == sum(len(s.candidate_runs) + len(s.good_runs) for s in result.steps)
     assert {c.status for c in children} == {"FINISHED"}
     assert {c.tags[names.BISECT_ROLE] for c in children} == {"candidate", "good"}
-    by_step = {}
+    by_step: dict[int, set[str]] = {}
     for c in children:
         assert c.tags[names.BISECT_COMMIT] in hashes and c.tags[names.RUN_KIND] == names.RUN_KIND_BISECT_RUN
         assert c.tags[names.GIT_COMMIT_TAG] == c.tags[names.BISECT_COMMIT]  # the code of that commit ran

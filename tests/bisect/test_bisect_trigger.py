@@ -6,6 +6,8 @@ The deployment is registered from `flows/bisection.py` as `prefect deploy` would
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import pytest
 
 from yolo_mlops import names
@@ -19,7 +21,7 @@ GOOD, BAD = "a" * 40, "b" * 40
 
 def change(direction: str = "regression", commits: tuple[str, str] | None = (GOOD, BAD),
            metric: str = names.STEP_TIME_P50) -> ChangeEvent:
-    what = (VersionChange("torch", ("2.13.0",), ("2.14.1",)),)
+    what: tuple[VersionChange, ...] = (VersionChange("torch", ("2.13.0",), ("2.14.1",)),)
     if commits is not None:
         what += (VersionChange("commit", (commits[0],), (commits[1],)),)
     return ChangeEvent(metric=metric, index=4, run_id="r" * 32, start_time_ms=0, mean_before=100.0,
@@ -27,8 +29,15 @@ def change(direction: str = "regression", commits: tuple[str, str] | None = (GOO
                        what_changed=what, before_run_ids=("x",), after_run_ids=("y",))
 
 
+def a_range(**kwargs) -> BisectRange:
+    """The range of a change that has one."""
+    target = bisect_range(change(**kwargs))
+    assert target is not None
+    return target
+
+
 def test_range_of_a_regression_with_a_commit_change():
-    target = bisect_range(change())
+    target = a_range()
     assert target == BisectRange(good=GOOD, bad=BAD, run_id="r" * 32, metric=names.STEP_TIME_P50)
     assert target.command() == f"yolo-mlops bisect --good {GOOD[:12]} --bad {BAD[:12]} --run {'r' * 32}"
     other = bisect_range(change(metric=names.IMAGES_PER_S))
@@ -48,15 +57,15 @@ def test_start_creates_a_run_of_the_bisect_deployment_with_the_range(prefect_ser
     from yolo_mlops.flows.bisection import bisect
 
     bisect.to_deployment(name="bisect").apply()
-    target = bisect_range(change())
-    flow_run_id, where = trigger.start(target)
+    flow_run_id, where = trigger.start(a_range())
     assert where == "any machine (the series' machine is not recorded)"
     with get_client(sync_client=True) as client:
-        flow_run = client.read_flow_run(flow_run_id)
+        flow_run = client.read_flow_run(UUID(flow_run_id))
+        assert flow_run.deployment_id is not None
         deployment = client.read_deployment(flow_run.deployment_id)
     assert deployment.name == "bisect"
     assert flow_run.parameters == {"good": GOOD, "bad": BAD, "run_id": "r" * 32, "metric": names.STEP_TIME_P50}
-    assert flow_run.state.type == StateType.SCHEDULED  # handed over, not waited for
+    assert flow_run.state is not None and flow_run.state.type == StateType.SCHEDULED  # handed over, not waited
 
 
 def test_start_sends_the_bisection_to_the_regressed_machine(prefect_server):
@@ -70,16 +79,16 @@ def test_start_sends_the_bisection_to_the_regressed_machine(prefect_server):
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="bisect-machines", type="process"))
     bisect.to_deployment(name="bisect-pooled", work_pool_name="bisect-machines").apply()
-    flow_run_id, where = trigger.start(bisect_range(change()), "bisect/bisect-pooled", machine="node-7")
+    flow_run_id, where = trigger.start(a_range(), "bisect/bisect-pooled", machine="node-7")
     assert where == "work queue 'node-7' of pool 'bisect-machines'"
     with get_client(sync_client=True) as client:
-        flow_run = client.read_flow_run(flow_run_id)
+        flow_run = client.read_flow_run(UUID(flow_run_id))
     assert flow_run.work_queue_name == "node-7"
     assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": "node-7"}}
     bisect.to_deployment(name="bisect").apply()
     with pytest.raises(ConfigError, match="deployment 'bisect/bisect' has no work pool, so it cannot be sent to "
                                           "machine 'node-7'"):
-        trigger.start(bisect_range(change()), "bisect/bisect", machine="node-7")
+        trigger.start(a_range(), "bisect/bisect", machine="node-7")
 
 
 def test_a_version_boundary_that_moved_a_metric_has_a_range_to_bisect():
@@ -105,7 +114,7 @@ def test_a_version_boundary_that_moved_a_metric_has_a_range_to_bisect():
 
 def test_start_without_the_deployment_is_one_line(prefect_server):
     with pytest.raises(ConfigError, match="no deployment 'bisect/missing' on the Prefect server"):
-        trigger.start(bisect_range(change()), deployment="bisect/missing")
+        trigger.start(a_range(), deployment="bisect/missing")
 
 
 def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_missing_deployment(prefect_server):
@@ -114,8 +123,8 @@ def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_miss
     from yolo_mlops.trends.nightly import JudgedSeries
 
     bisect.to_deployment(name="bisect").apply()
-    target = bisect_range(change())
-    other_metric = bisect_range(change(metric=names.IMAGES_PER_S))  # the same range seen in a second metric
+    target = a_range()
+    other_metric = a_range(metric=names.IMAGES_PER_S)  # the same range seen in a second metric
     judged = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
                           new_changes=[], plot_run_id="r", bisect=[target, other_metric])
     _start_bisections([judged], "bisect/bisect")

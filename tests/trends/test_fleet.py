@@ -84,9 +84,9 @@ def _gpu(clock: float, limit: float | None, power_cap_pct: float, **more) -> dic
 def test_a_throttled_gpu_is_named_with_its_clock_limit_and_reasons():
     rng = np.random.default_rng(3)
     records = []
-    for machine, slow, clock, limit, capped in (("a", 1.0, 1980.0, 700.0, 0.0), ("b", 1.0, 1975.0, 700.0, 0.0),
-                                                ("c", 1.3, 1410.0, 450.0, 85.0)):
-        records += [_record(i, machine, 100 * slow * rng.normal(1, 0.02), **_gpu(clock, limit, capped))
+    for machine, factor, clock, limit, capped in (("a", 1.0, 1980.0, 700.0, 0.0), ("b", 1.0, 1975.0, 700.0, 0.0),
+                                                  ("c", 1.3, 1410.0, 450.0, 85.0)):
+        records += [_record(i, machine, 100 * factor * rng.normal(1, 0.02), **_gpu(clock, limit, capped))
                     for i in range(4)]
     report = fleet.fleet_report(records)
     (workload,) = report.workloads
@@ -109,10 +109,10 @@ def test_a_throttled_gpu_is_named_with_its_clock_limit_and_reasons():
 def test_absent_evidence_is_said_to_be_absent_never_zero():
     rng = np.random.default_rng(4)
     records = []
-    for machine, slow in (("a", 1.0), ("b", 1.0), ("c", 1.3)):
+    for machine, factor in (("a", 1.0), ("b", 1.0), ("c", 1.3)):
         limit = None if machine == "c" else 700.0  # c's runs did not record the power limit
         host = {"cpu_count": "16"} if machine == "c" else {"cpu_count": "16", "cpu_mhz": "2600.0"}
-        records += [_record(i, machine, 100 * slow * rng.normal(1, 0.02), host, **_gpu(1980.0, limit, 0.0))
+        records += [_record(i, machine, 100 * factor * rng.normal(1, 0.02), host, **_gpu(1980.0, limit, 0.0))
                     for i in range(4)]
     (slow,) = fleet.fleet_report(records).workloads[0].slow_machines
     by_name = {e.name: e for e in slow.evidence}
@@ -264,7 +264,7 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
-    texts = [a.data for a in artifacts if f"Experiment `{experiment}`" in a.data]
+    texts = [str(a.data) for a in artifacts if f"Experiment `{experiment}`" in str(a.data)]
     assert len(texts) == 2
     first, second = sorted(texts, key=lambda t: "fleet-slow" in t)
     assert "## Fleet" in first and "no fleet to compare" in first  # one machine after the first night
