@@ -39,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from yolo_mlops.profiling.trace_gzip import write_members
 from yolo_mlops.render import markdown_table
@@ -134,6 +135,7 @@ def _run(argv: list[str], parse: bool = True, extra_env: dict[str, str] | None =
     with tempfile.TemporaryFile() as err_file:  # HTA logs a lot: a file cannot fill up like a pipe
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err_file, env=env, cwd=str(REPO))
+        assert proc.stdout is not None  # stdout=PIPE
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
@@ -359,7 +361,8 @@ def floor_runs(sizes: list[int], repeats: int, folder: Path) -> list[dict]:
         write_big_trace(single, n)
         members = folder / f"synthetic_{n}.members.json.gz"
         with gzip.open(single, "rb") as text, open(members, "wb") as out:
-            write_members(text, out)
+            # a GzipFile reads as a binary file (write_members only calls read), but is no BinaryIO to mypy
+            write_members(cast(BinaryIO, text), out)
         files[(n, "one gzip stream")] = single
         files[(n, "indexed members")] = members
         print(f"  wrote {n} events", file=sys.stderr)

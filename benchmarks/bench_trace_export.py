@@ -45,7 +45,7 @@ def profiled_cycle(steps: int, imgsz: int, batch: int) -> profile:
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True)
     with prof:
         for _ in range(steps):
-            loss = sum(t.float().mean() for t in _tensors(model(images)))
+            loss = torch.stack([t.float().mean() for t in _tensors(model(images))]).sum()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()

@@ -43,10 +43,10 @@ def _populate(db_dir: Path) -> None:
     from yolo_mlops.tracking import connection, run_end, writes
 
     mlflow = connection.client()
-    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
-                      torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
-                      device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
-                      git_commit="a" * 40, git_dirty=False)
+    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", machine="node-1", cpu_count=64,
+                      torch="2.14.1+cu130", torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2",
+                      prefect="3.9.1", device_type="cuda", device_name="NVIDIA H200", gpu_count=8,
+                      nvidia_driver="580.65.06", git_commit="a" * 40, git_dirty=False)
     rng = np.random.default_rng(0)
     yaml_path = db_dir / "datasets" / "synthetic-0123456789" / "data.yaml"
     start = time.perf_counter()
@@ -84,7 +84,8 @@ def _in_process() -> tuple[float, float, int, int]:
     found = [trends.series_trend(runs) for runs in grouped.values()]
     t2 = time.perf_counter()
     runs = sum(len(r) for r in grouped.values())
-    shifted = sum(1 for t in found if [c.index for c in t.metric("perf/step_time_ms_p50").changes] == [SHIFT_AT])
+    step_times = [t.metric("perf/step_time_ms_p50") for t in found]
+    shifted = sum(1 for m in step_times if m is not None and [c.index for c in m.changes] == [SHIFT_AT])
     return t1 - t0, t2 - t1, runs, shifted
 
 

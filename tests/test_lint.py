@@ -35,14 +35,15 @@ def mypy(*args: str) -> subprocess.CompletedProcess:
                            "--no-error-summary", *args], capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
-def test_library_and_flows_are_mypy_clean():
+def test_library_flows_tests_and_benchmarks_are_mypy_clean():
     proc = mypy()  # the files of [tool.mypy]
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
 
 
 def test_mypy_fails_a_bad_file(tmp_path: Path):
     bad = tmp_path / "bad.py"
-    bad.write_text("def half(x: int) -> int:\n    return x / 2\n\n\nhalf(None)\n")
+    bad.write_text("def half(x: int) -> int:\n    return x / 2\n\n\nhalf(None)\n\n\ndef untyped():\n    half('2')\n")
     proc = mypy(str(bad))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[return-value]" in proc.stdout and "[arg-type]" in proc.stdout, proc.stdout
+    assert "bad.py:9:" in proc.stdout, proc.stdout  # the body of an unannotated function is checked too

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from yolo_mlops.analysis import trace_loader
 from yolo_mlops.profiling.trace_gzip import write_members
@@ -29,5 +30,6 @@ def as_members(source: Path, target: Path, member_bytes: int = 64 << 10) -> Path
     """The text of `source` (plain or gzipped) as indexed gzip members (many even for small traces)."""
     opener = gzip.open if source.name.endswith(".gz") else open
     with opener(source, "rb") as text, open(target, "wb") as out:
-        write_members(text, out, member_bytes=member_bytes)
+        # a GzipFile reads as a binary file (write_members only calls read), but is no BinaryIO to mypy
+        write_members(cast(BinaryIO, text), out, member_bytes=member_bytes)
     return target

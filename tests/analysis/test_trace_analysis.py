@@ -98,6 +98,7 @@ def test_synthetic_gpu_trace_known_numbers(tmp_path, trace_builder):
     path = _two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "t.json")
     (rank,) = analyze_traces(path).ranks
     # GPU window = steps 0 and 1: kernels 320..720, 820..920, 1320..1720, 1820..1920 -> span 1600
+    assert rank.gpu is not None
     assert rank.gpu.kernel_time_us == 1600
     assert rank.gpu.compute_time_us == 800
     assert rank.gpu.non_compute_time_us == 200
@@ -110,7 +111,7 @@ def test_synthetic_gpu_trace_known_numbers(tmp_path, trace_builder):
     assert host[OPTIMIZER_CATEGORY].pct == pytest.approx(10.0)
     assert CUDA_SYNC_CATEGORY not in host
     # per step: each step's own kernels, 320..920 -> 600 span, 100 idle
-    assert [s.gpu.idle_time_us for s in rank.steps] == [100, 100, 100]
+    assert [s.gpu and s.gpu.idle_time_us for s in rank.steps] == [100, 100, 100]
     assert rank.device_name == "Test GPU"
 
 
@@ -128,6 +129,7 @@ def test_ranks_from_distributed_info_and_spread(tmp_path, trace_builder):
     (tmp_path / "notes.txt").write_text("not a trace")
     analysis = analyze_traces(tmp_path)
     assert [r.rank for r in analysis.ranks] == [0, 1]
+    assert analysis.spread is not None
     assert analysis.spread.slowest_rank == 1
     assert analysis.spread.spread_us == pytest.approx(500.0)
     assert analysis.spread.spread_pct == pytest.approx(50.0)
@@ -146,7 +148,7 @@ def test_ranks_from_file_order_without_distributed_info(tmp_path, trace_builder)
     _two_step_gpu_trace(trace_builder, step_us=2000.0).write(tmp_path / "a.json")
     _two_step_gpu_trace(trace_builder, step_us=1000.0).write(tmp_path / "b.json")
     analysis = analyze_traces(tmp_path)
-    assert [(r.rank, r.step_time.mean_us) for r in analysis.ranks] == [(0, 2000.0), (1, 1000.0)]
+    assert [(r.rank, r.step_time and r.step_time.mean_us) for r in analysis.ranks] == [(0, 2000.0), (1, 1000.0)]
 
 
 def test_duplicate_rank_is_an_error(tmp_path, trace_builder):
@@ -162,6 +164,7 @@ def test_memory_growth_is_flagged(tmp_path, trace_builder):
         b.step(i, i * 1000.0, 1000.0)
         b.memory(i * 1000.0 + 500, allocated=(1 + i) * 2**30, reserved=8 * 2**30)
     (rank,) = analyze_traces(b.write(tmp_path / "t.json")).ranks
+    assert rank.memory is not None
     assert rank.memory.device == "cuda"
     assert rank.memory.step_peak_allocated_bytes == [float(2**30 * k) for k in (1, 2, 3, 4)]
     assert rank.memory.growth_bytes_per_step == pytest.approx(2**30)
@@ -175,6 +178,7 @@ def test_flat_memory_is_not_flagged(tmp_path, trace_builder):
         b.step(i, i * 1000.0, 1000.0)
         b.memory(i * 1000.0 + 500, allocated=2**30 + (i % 2) * 2**20, reserved=2 * 2**30)
     (rank,) = analyze_traces(b.write(tmp_path / "t.json")).ranks
+    assert rank.memory is not None
     assert not rank.memory.steadily_rising
 
 
@@ -288,9 +292,14 @@ def test_any_json_layout_gives_the_same_analysis(tmp_path, trace_builder, layout
         text = json.dumps(doc)
     path = tmp_path / f"{layout}.json"
     path.write_text(text)
-    fallbacks = []
+    fallbacks: list[int] = []
     streaming = loader._stream_events_ijson
-    monkeypatch.setattr(loader, "_stream_events_ijson", lambda *a: fallbacks.append(1) or streaming(*a))
+
+    def counted_streaming(*args):
+        fallbacks.append(1)
+        return streaming(*args)
+
+    monkeypatch.setattr(loader, "_stream_events_ijson", counted_streaming)
     result = analyze_traces(path).ranks[0]
     assert bool(fallbacks) == (layout == "odd_value")  # a string ts is a type the fast decoder rejects
     assert result.gpu == reference.ranks[0].gpu

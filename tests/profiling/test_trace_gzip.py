@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import types
 import zlib
 from pathlib import Path
 
@@ -141,6 +142,7 @@ def test_the_reader_thread_fails_as_the_gzip_module_does(kineto_text, damage, er
 def test_stopping_early_stops_the_reader_thread(kineto_text):
     before = threading.active_count()
     pieces = trace_gzip.gzip_pieces(io.BytesIO(gzip.compress(kineto_text * 20)))
+    assert isinstance(pieces, types.GeneratorType)  # a generator: closing it is stopping early
     next(pieces)
     pieces.close()
     assert threading.active_count() == before

@@ -154,7 +154,7 @@ def test_constant_series_has_no_change_point_and_a_noise_free_step_has_one():
 def test_very_short_series_give_no_change_point(n):
     for seed in range(5):
         assert detect(series(n, 1.0, seed)) == []
-    assert detect([100.0, 100.0, 100.0, 130.0][:n]) == []  # a jump at the newest point is not a level yet
+    assert detect(np.asarray([100.0, 100.0, 100.0, 130.0][:n])) == []  # a jump at the newest point is not a level yet
 
 
 def test_stationary_series_give_no_change_point_at_the_defaults():
@@ -227,8 +227,8 @@ def test_segments_cover_the_series_with_their_statistics():
         assert s.std == pytest.approx(part.std(ddof=1))
     assert segs[0].mean == pytest.approx(found[0].mean_before) and segs[1].mean == pytest.approx(found[0].mean_after)
     assert segments(z, []) == [Segment(0, 200, float(z.mean()), float(z.std(ddof=1)), float(np.median(z)))]
-    assert segments([], []) == []
-    assert segments([5.0], []) == [Segment(0, 1, 5.0, 0.0, 5.0)]
+    assert segments(np.asarray([], dtype=float), []) == []
+    assert segments(np.asarray([5.0]), []) == [Segment(0, 1, 5.0, 0.0, 5.0)]
 
 
 @pytest.mark.parametrize("indices", [[0], [200], [50, 50], [90, 40]])

@@ -122,6 +122,7 @@ def test_the_newest_runs_alone_are_read_and_the_nightly_section_names_the_operat
     newest = {m.machine: set(m.run_ids[-2:]) for m in workload.machines}
     assert set(cache) == set().union(*newest.values())  # 2 a machine, each peer's read once for both
     for slow in workload.slow_machines:
+        assert slow.moved is not None
         assert set(slow.moved.after_runs) == newest[slow.machine]
     with pytest.raises(ValueError, match="runs_per_machine 0"):
         fleet.explain(mlflow_client, report, runs_per_machine=0)

@@ -81,8 +81,9 @@ def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client
     assert len(night1["runs_tonight"]) == 3  # no history: the cap
     assert night1["notes"] == ["repeats auto: no step-time history yet, 3 runs (the cap)"]
 
-    runs = sorted(queries.search_all_runs(mlflow_client, [queries.find_experiment_id(mlflow_client, EXPERIMENT)]),
-                  key=lambda r: r.info.start_time)
+    experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
+    assert experiment_id is not None
+    runs = sorted(queries.search_all_runs(mlflow_client, [experiment_id]), key=lambda r: r.info.start_time)
     night2 = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION not in r.data.tags]
     confirmation = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION in r.data.tags]
     message = str(failure)

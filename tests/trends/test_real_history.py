@@ -88,8 +88,9 @@ def nights(prefect_server):
 
 @pytest.fixture(scope="module")
 def series(nights, mlflow_client):
-    grouped = history.group_series(history.load_history(
-        mlflow_client, [queries.find_experiment_id(mlflow_client, EXPERIMENT)]))
+    experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
+    assert experiment_id is not None
+    grouped = history.group_series(history.load_history(mlflow_client, [experiment_id]))
     (runs,) = grouped.values()
     return runs
 
@@ -111,6 +112,7 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     # each side of it: the shared machine's load moving between runs (seen: -9% between a night's 2nd and 3rd)
     inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
     step = trend.metric(names.STEP_TIME_P50)
+    assert step is not None
     change = next((c for c in step.changes if c.run_id == series[4].run_id), None)
     assert change is not None, [c.index for c in step.changes]
     assert change.direction == "regression" and change.change_pct > 20
@@ -121,6 +123,7 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     # Where found at the shift, the throughput fell; any other change point lies inside a night, with 2 runs of
     # that night on each side of it, never between a baseline and a slowed run.
     throughput = trend.metric(names.IMAGES_PER_S)
+    assert throughput is not None
     found = {c.run_id: c for c in throughput.changes}
     assert set(found) <= inside_or_at_shift, [c.index for c in throughput.changes]
     at_shift = found.get(series[4].run_id)
@@ -146,7 +149,8 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     assert operators[0].before_ms == 0 and operators[0].consistency == 1.0  # every slowed run has it
     phases = [c for c in a.contributions if c.kind == "phase"]
     assert phases[0].name == "forward_loss"
-    assert phases[0].share_pct > 50  # most of the step-time shift is in forward+loss
+    share = phases[0].share_pct
+    assert share is not None and share > 50  # most of the step-time shift is in forward+loss
     backward = [c for c in phases if c.name == "backward"]  # unrelated phase: moves far less, if at all
     assert all(abs(c.delta_ms) < phases[0].delta_ms / 2 for c in backward)
 
@@ -155,7 +159,9 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     # detector put a change point there too, as test_detector_finds_the_shift_at_the_first_slowed_run allows):
     # every run on either side is a baseline run before it and a slowed run after it, so it names the same operator
     trend = trends.series_trend(series, SETTINGS)
-    change = next((c for c in trend.metric(names.STEP_TIME_P50).changes if c.run_id == series[4].run_id), None)
+    step = trend.metric(names.STEP_TIME_P50)
+    assert step is not None
+    change = next((c for c in step.changes if c.run_id == series[4].run_id), None)
     assert change is not None
     at_change = trends.attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
     assert set(at_change.before_runs) <= {r.run_id for r in series[:4]} and len(at_change.before_runs) >= 2
@@ -189,18 +195,21 @@ def test_prefect_artifacts_of_the_nights(nights, series):
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
         images = client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=[f"benchmark-series-{series[0].series}"])))
-    texts = [a.data for a in markdown]
+    texts = [str(a.data) for a in markdown]
     assert any("**regression**" in t and INJECTED in t for t in texts)
     assert any("**insufficient_history**" in t for t in texts)
-    assert images and all(names.TRENDS_PLOT_PNG in a.data for a in images)  # links to the MLflow artifact
-    assert any(series[-1].run_id in a.data for a in images)
+    links = [str(a.data) for a in images]
+    assert links and all(names.TRENDS_PLOT_PNG in t for t in links)  # links to the MLflow artifact
+    assert any(series[-1].run_id in t for t in links)
 
 
 def test_real_run_series_tag_equals_the_key_rebuilt_from_its_params(series, mlflow_client):
     from yolo_mlops.run.environment import series_identity_from_params
 
     run = mlflow_client.get_run(series[0].run_id)
-    assert run.data.tags[names.SERIES] == series_identity_from_params(run.data.params, run.data.tags).key
+    identity = series_identity_from_params(run.data.params, run.data.tags)
+    assert identity is not None
+    assert run.data.tags[names.SERIES] == identity.key
     assert run.data.params["env.nvidia_driver"] == "none"  # no driver on this CPU machine: said, not left out
 
 
@@ -236,6 +245,7 @@ def test_compare_two_runs_names_the_operator_and_logs_the_diff(series, mlflow_cl
     operators = [c for c in data["contributions"] if c["kind"] == "operator"]
     assert operators[0]["name"] == INJECTED and operators[0]["delta_ms"] == pytest.approx(1000, rel=0.1)
     table = queries.load_run_table(mlflow_client, b, names.COMPARE_TABLE)
+    assert table is not None
     operators = table[table["kind"] == "operator"].sort_values("delta_ms_per_step", ascending=False)
     assert operators["name"].iloc[0] == INJECTED
 

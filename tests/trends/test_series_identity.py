@@ -141,6 +141,7 @@ def test_old_and_new_runs_read_as_one_series(mlflow_client):
     assert {r.versions["driver"] for r in runs[:6]} == {"?"} and runs[-1].versions["driver"] == "580.65.06"
 
     step = trend.series_trend(runs).metric(names.STEP_TIME_P50)
+    assert step is not None
     (change,) = step.changes
     assert change.run_id == new_ids[0] and change.direction == "regression"
     assert change.change_pct == pytest.approx(100 * (110.85 - 100.15) / 100.15, rel=1e-3)

@@ -44,10 +44,12 @@ def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: 
 def test_change_point_is_a_regression_once_with_what_changed():
     runs = shifted_history()
     t = trend.series_trend(runs)
-    (change,) = t.metric(names.STEP_TIME_P50).changes
+    step_time, throughput = t.metric(names.STEP_TIME_P50), t.metric(names.IMAGES_PER_S)
+    assert step_time is not None and throughput is not None
+    (change,) = step_time.changes
     assert change.index == 12 and change.run_id == "run012" and change.direction == "regression"
     assert change.what_changed_text() == "commit cccccccc..dddddddd, torch 2.14.1 -> 2.15.0"
-    (tput,) = t.metric(names.IMAGES_PER_S).changes
+    (tput,) = throughput.changes
     assert tput.direction == "regression" and tput.change_pct < 0  # throughput fell: higher is better
     night_of_shift = {r.run_id for r in runs if r.night == "n4"}  # runs 12..14
     v = trend.verdict(t, night_of_shift)
@@ -91,8 +93,10 @@ def test_metric_missing_in_some_runs_is_counted_not_fatal():
     runs = [r if i % 4 else dataclasses.replace(r, metrics={names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]})
             for i, r in enumerate(runs)]
     t = trend.series_trend(runs)
-    assert t.metric(names.IMAGES_PER_S).runs_without_metric == 6
-    assert len(t.metric(names.IMAGES_PER_S).values) == len(runs) - 6
+    throughput = t.metric(names.IMAGES_PER_S)
+    assert throughput is not None
+    assert throughput.runs_without_metric == 6
+    assert len(throughput.values) == len(runs) - 6
     assert t.metric("gpu/sm_util_pct_mean") is None  # no run logged it: not watched here
 
 
@@ -188,14 +192,20 @@ def test_the_documented_automation_is_a_valid_prefect_automation():
     from pathlib import Path
 
     import yaml
-    from prefect.events.schemas.automations import AutomationCore
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger
+    from prefect.events.schemas.events import ResourceSpecification
 
     text = (Path(__file__).parents[2] / "docs" / "deploy.md").read_text()
-    block = re.search(r"```yaml\n# nightly-regression.yaml\n(.*?)```", text, re.S).group(1)
+    found = re.search(r"```yaml\n# nightly-regression.yaml\n(.*?)```", text, re.S)
+    assert found is not None
     automation = AutomationCore.model_validate(yaml.safe_load(
-        re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', block)))
-    assert automation.trigger.expect == {"prefect.flow-run.Failed"}
+        re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', found.group(1))))
+    trigger = automation.trigger
+    assert isinstance(trigger, EventTrigger)  # one event trigger, related to one resource
+    assert trigger.expect == {"prefect.flow-run.Failed"}
+    related = trigger.match_related
+    assert isinstance(related, ResourceSpecification)
     # every machine's nightly deployment runs the flow `benchmark`
-    assert automation.trigger.match_related.root["prefect.resource.name"] == "benchmark"
-    assert automation.trigger.match_related.root["prefect.resource.role"] == "flow"
+    assert related.root["prefect.resource.name"] == "benchmark"
+    assert related.root["prefect.resource.role"] == "flow"
     assert automation.actions[0].type == "send-notification"

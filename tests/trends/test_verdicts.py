@@ -5,6 +5,7 @@ before an alert. Generated histories use fixed seeds (numpy's default_rng); the 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,6 +48,7 @@ def test_a_drift_is_one_drift_not_a_staircase(total_pct):
             assert a.drift.slope > 0
     assert one / seeds >= 0.9
     a = drift.analyze(drifting(200, total_pct, 0), times_ms=np.arange(200) * 8 * HOUR_MS)  # 3 runs a day
+    assert a.drift is not None
     assert a.drift.total_pct == pytest.approx(total_pct, abs=1.0)
     assert a.drift.pct_per_100_runs == pytest.approx(total_pct / 2, abs=0.6)
     assert a.drift.pct_per_week == pytest.approx(a.drift.pct_per_100_runs * 21 / 100, rel=0.01)
@@ -108,7 +110,7 @@ def test_drift_is_plotted_and_reported(tmp_path):
     t = trend.series_trend(records(drifting(200, 10.0, 4), versions),
                            metrics=(trend.WATCHED_BY_NAME[names.STEP_TIME_P50],))
     m = t.metric(names.STEP_TIME_P50)
-    assert m.drift is not None and m.drift.direction == "regression"  # step time went up
+    assert m is not None and m.drift is not None and m.drift.direction == "regression"  # step time went up
     text = report.series_report(t, {}, detectable=power.for_trend(t, 3))
     assert "drift +5" in text and "version boundary: perf/step_time_ms_p50 at torch 2.14.1 -> 2.15.0" in text
     assert "detection power" in text
@@ -132,7 +134,9 @@ def test_a_torch_upgrade_is_tested_directly_where_the_blind_search_sees_nothing(
     z, versions = torch_upgrade(seed=1)
     assert changepoint.detect(z) == []
     t = trend.series_trend(records(z, versions, nights_of=6), metrics=(trend.WATCHED_BY_NAME[names.STEP_TIME_P50],))
-    (c,) = t.metric(names.STEP_TIME_P50).candidates
+    m = t.metric(names.STEP_TIME_P50)
+    assert m is not None
+    (c,) = m.candidates
     assert c.test.index == 6 and c.run_id == "run0006" and c.test.moved and c.direction == "regression"
     assert c.test.pvalue < 0.01 and c.test.change_pct > 15 and c.test.what_changed_text() == "torch 2.14.1 -> 2.15.0"
     v = trend.verdict(t, {f"run{i:04d}" for i in range(6, 12)})
@@ -249,10 +253,12 @@ def test_benchmark_suite_bad_input_is_one_line_each():
 
     from yolo_mlops.config import BenchmarkSuite, one_line_validation_error
 
-    for fields, says in [({"confirm_repeats": -1}, "confirm_repeats must be >= 0"),
-                         ({"target_shift_pct": 0}, "target_shift_pct must be > 0"),
-                         ({"repeats": "auto", "target_shift_pct": 5}, "needs target_shift_pct and max_repeats"),
-                         ({"repeats": 0}, "repeats must be >= 1")]:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"confirm_repeats": -1}, "confirm_repeats must be >= 0"),
+        ({"target_shift_pct": 0}, "target_shift_pct must be > 0"),
+        ({"repeats": "auto", "target_shift_pct": 5}, "needs target_shift_pct and max_repeats"),
+        ({"repeats": 0}, "repeats must be >= 1")]
+    for fields, says in cases:
         with pytest.raises(ValidationError) as err:
             BenchmarkSuite(runs=[], **fields)
         line = one_line_validation_error(err.value)
@@ -291,7 +297,9 @@ def test_a_step_split_a_run_or_two_early_is_tonight_s(seed, split):
     values[60:] += 5
     runs = records(values[:63])
     t = trend.series_trend(runs)
-    assert [c.index for c in t.metric(names.STEP_TIME_P50).changes] == [split]
+    m = t.metric(names.STEP_TIME_P50)
+    assert m is not None
+    assert [c.index for c in m.changes] == [split]
     v = trend.verdict(t, {r.run_id for r in runs[60:]})
     assert v.status == "regression" and [c.index for c in v.new_changes] == [split]
     later = records(values)
@@ -329,7 +337,8 @@ def test_confirmation_back_at_the_old_level_dismisses_at_the_stated_rate():
         assert not test.pooled  # tonight's +30 sd and the confirmation runs never agree: sized apart
         held += test.holds
     assert held / 4000 <= 0.015
-    throughput = confirm.level_test([50.0, 51.0, 49.0, 50.5], [40.0, 41.0], [40.5, 39.5], higher_is_better=True,
+    throughput = confirm.level_test(np.asarray([50.0, 51.0, 49.0, 50.5]), np.asarray([40.0, 41.0]),
+                                    np.asarray([40.5, 39.5]), higher_is_better=True,
                                     confirm_pvalue=0.01)  # higher is better: lower throughput is the bad way
     assert throughput.holds and throughput.pooled and throughput.shift_pct > 0  # 40-41 against 49-51
 
@@ -450,7 +459,8 @@ def test_flow_dismisses_a_blip_and_confirms_a_lasting_slowdown(three_nights, mlf
     metrics = mlflow_client.get_run(night2["runs_tonight"][0]).data.metrics
     assert metrics[names.min_detectable_shift_metric(names.STEP_TIME_P50)] > 0
     assert "new regression" in str(failure) and "confirmed by 3 confirmation runs" in str(failure)
-    runs = sorted(queries.search_all_runs(mlflow_client, [queries.find_experiment_id(mlflow_client, EXPERIMENT)]),
-                  key=lambda r: r.info.start_time)
+    experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
+    assert experiment_id is not None
+    runs = sorted(queries.search_all_runs(mlflow_client, [experiment_id]), key=lambda r: r.info.start_time)
     assert len(runs) == 15  # 3 + (3 + 3) + (3 + 3)
     assert all(r.data.tags[names.TREND] == "regression" for r in runs[3:9])  # night 2 and its confirmation
