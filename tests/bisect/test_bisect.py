@@ -15,6 +15,7 @@ import yaml
 
 from yolo_mlops import names
 from yolo_mlops.bisect import decide
+from yolo_mlops.trends.attribution import Key
 
 REPO = Path(__file__).resolve().parents[2]
 TINY: dict[str, Any] = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,
@@ -314,7 +315,7 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
             self.count += 1
             bad = chain.index(commit) >= slow_at
             step_ms = 52.0 * (1 + effect if bad else 1.0) * math.exp(rng.normal(0.0, 0.05))
-            entries = None
+            entries: dict[Key, float] | None = None
             if op_noise is not None:
                 base = 52.0 * effect / 9
                 op = (10 * base if bad else base) * math.exp(rng.normal(0.0, op_noise))

@@ -16,7 +16,7 @@ from mlflow.entities import Metric
 from yolo_mlops import names
 from yolo_mlops.tracking import queries
 from yolo_mlops.trends import attribution, history, trend
-from yolo_mlops.trends.attribution import RunProfile
+from yolo_mlops.trends.attribution import Key, RunProfile
 from yolo_mlops.trends.history import HistoryRun
 
 VERSIONS = {"commit": "c" * 40, "torch": "2.14.1", "cuda": "13.0", "cudnn": "92400", "ultralytics": "8.4.190",
@@ -101,7 +101,8 @@ def test_metric_missing_in_some_runs_is_counted_not_fatal():
 
 
 def profile(run_id: str, step: float, ops: dict[str, float], phases: dict[str, float]) -> RunProfile:
-    entries = {("operator", k): v for k, v in ops.items()} | {("phase", k): v for k, v in phases.items()}
+    entries: dict[Key, float] = {("operator", k): v for k, v in ops.items()}
+    entries.update({("phase", k): v for k, v in phases.items()})
     return RunProfile(run_id, 5, step, entries)
 
 

@@ -50,6 +50,8 @@ from typing import Literal
 import numpy as np
 from scipy.special import stdtr, stdtrit
 
+from yolo_mlops.trends.attribution import EntryKind, Key
+
 Verdict = Literal["bad", "good", "inconclusive", "regression", "no_regression"]  # of a step; of the premise
 BAD: Verdict = "bad"
 GOOD: Verdict = "good"
@@ -288,8 +290,8 @@ if __name__ == "__main__":
 
 # deciding on what moved: the operators (or phases) that carry the shift -----------------------------------
 
-Key = tuple[str, str]  # (kind, name) of a profile entry: operator | device | phase, as trends' attribution
-FIGURE_KINDS = ("operator", "device", "phase")
+
+FIGURE_KINDS: tuple[EntryKind, ...] = ("operator", "device", "phase")
 ENTRY_MIN_SHARE = 0.01  # a named entry moves the step by at least this fraction of the good step time: an
 # operator of a few microseconds that moved beyond its own tiny noise does not carry a step-time shift
 
@@ -300,7 +302,7 @@ class Figure:
     the run's step time had only those entries moved (rest_ms: the good runs' step time minus the entries'
     good mean). Log units, so its shift reads as a step-time shift and min_effect applies to it alike."""
 
-    kind: str
+    kind: EntryKind
     names: tuple[str, ...]
     rest_ms: float
     good_ms: float  # the named entries' mean ms/step over the premise's good runs
@@ -333,7 +335,7 @@ def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, 
     if not keys or len(good) < 2 or len(bad) < 2 or not good_step_ms > 0:
         return None
     alpha_entry = alpha_look / len(keys)
-    passing: dict[str, list[tuple[str, float, float]]] = {}  # kind -> (name, delta ms, p)
+    passing: dict[EntryKind, list[tuple[str, float, float]]] = {}  # kind -> (name, delta ms, p)
     for kind, name in keys:
         g = np.array([e.get((kind, name), 0.0) for e in good])
         b = np.array([e.get((kind, name), 0.0) for e in bad])
@@ -349,7 +351,7 @@ def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, 
     if not passing:
         return None
     # operators and device kernels first (the finer views); phases only when no operator or kernel passed
-    finest = [k for k in passing if k != "phase"] or list(passing)
+    finest: list[EntryKind] = [k for k in passing if k != "phase"] or list(passing)
     kind = max(finest, key=lambda k: sum(delta for _, delta, _ in passing[k]))
     chosen = sorted(passing[kind], key=lambda x: -x[1])
     names = tuple(n for n, _, _ in chosen)

@@ -11,7 +11,7 @@ of the step-time shift it explains, with how consistently the runs on each side 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -27,6 +27,11 @@ HOST_TABLE = "key_averages_self_cpu"
 DEVICE_TABLE = "key_averages_self_device"
 MAX_RUNS_PER_SIDE = 5  # runs nearest the change point on each side whose tables are read
 
+# what a profile entry measures: a host operator's self time, a device kernel's self time, the host time of a
+# step phase (the phase labels); a trace's profile (`compare` of two traces) has host operators' inclusive time
+EntryKind = Literal["operator", "device", "phase", "operator (inclusive)"]
+Key = tuple[EntryKind, str]  # (kind, name) of a profile entry
+
 
 @dataclass(frozen=True)
 class RunProfile:
@@ -35,12 +40,12 @@ class RunProfile:
     run_id: str  # MLflow run id, or the trace path
     steps: int
     step_ms: float | None
-    entries: dict[tuple[str, str], float]  # (kind, name) -> ms/step; kind: operator | device | phase
+    entries: dict[Key, float]  # (kind, name) -> ms/step
 
 
 @dataclass(frozen=True)
 class Contribution:
-    kind: str  # operator (host self time) | device (device self time) | phase (host time of a step phase)
+    kind: EntryKind
     name: str
     before_ms: float  # mean ms/step over the runs before
     after_ms: float
@@ -89,8 +94,10 @@ def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataF
     steps = _profiled_steps(frames, profiled_steps)
     if not steps:
         return None
-    entries: dict[tuple[str, str], float] = {}
-    for kind, frame, column in (("operator", host, "self_cpu_time_us"), ("device", device, "self_device_time_us")):
+    entries: dict[Key, float] = {}
+    tables: tuple[tuple[EntryKind, pd.DataFrame | None, str], ...] = (
+        ("operator", host, "self_cpu_time_us"), ("device", device, "self_device_time_us"))
+    for kind, frame, column in tables:
         if frame is None or column not in frame:
             continue
         summed = frame.groupby("name")[column].sum()  # one row per name (by-shape tables would repeat names)
@@ -143,14 +150,14 @@ def profile_from_trace(path: str, analysis) -> RunProfile:
     time: traces carry no self time) and kernels, per profiled step of the first rank."""
     rank = analysis.ranks[0]
     steps = max(len(rank.steps), 1)
-    entries: dict[tuple[str, str], float] = {}
+    entries: dict[Key, float] = {}
     for op in rank.top_host_ops:
         entries[("operator (inclusive)", op.name)] = op.time_us / steps / 1000.0
     for kernel in rank.top_kernels:
         entries[("device", kernel.name)] = kernel.time_us / steps / 1000.0
     for s in rank.steps:
         for category, us in s.host_us.items():
-            key = ("phase", category.removeprefix(PHASE_LABEL_PREFIX))
+            key: Key = ("phase", category.removeprefix(PHASE_LABEL_PREFIX))
             entries[key] = entries.get(key, 0.0) + us / steps / 1000.0
     step_ms = rank.step_time.mean_us / 1000.0 if rank.step_time else None
     return RunProfile(path, steps, step_ms, entries)
