@@ -227,16 +227,6 @@ def test_no_import_from_a_lower_layer_into_a_higher_one():
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
 
 
-def test_an_upward_import_is_reported():
-    graph = {"yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
-             "yolo_mlops.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}
-    assert upward_imports(graph) == [
-        "yolo_mlops.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
-        "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host (layer analysis) "
-        "at line 29",
-    ]
-
-
 def unit_of(module: str) -> str:
     """The LAYERS prefix a module belongs to (its package, or a top-level module of the contracts)."""
     return max((prefix for _, prefixes in LAYERS for prefix in prefixes
@@ -260,18 +250,25 @@ def test_no_import_against_the_direction_inside_a_layer():
     assert not sideways, "imports inside a layer against its direction:\n" + "\n".join(sideways)
 
 
-def test_a_sideways_import_is_reported():
-    graph = {"yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
-             "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3}, "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
-             "yolo_mlops.names": {"yolo_mlops.config.params": 9}}
-    assert sideways_imports(graph) == [
+@pytest.mark.parametrize("check, graph, expected", [
+    ("upward", {"yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
+                "yolo_mlops.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}, [
+        "yolo_mlops.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
+        "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host (layer analysis) "
+        "at line 29"]),
+    ("sideways", {"yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
+                  "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3},
+                  "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
+                  "yolo_mlops.names": {"yolo_mlops.config.params": 9}}, [
         "yolo_mlops.flows.sweep imports yolo_mlops.cli.run at line 3: yolo_mlops.flows -> yolo_mlops.cli is not a "
         "direction SIDEWAYS allows",
         "yolo_mlops.names imports yolo_mlops.config.params at line 9: yolo_mlops.names -> yolo_mlops.config is not a "
         "direction SIDEWAYS allows",
         "yolo_mlops.trends.nightly imports yolo_mlops.bisect.runner at line 7: yolo_mlops.trends -> yolo_mlops.bisect "
-        "is not a direction SIDEWAYS allows",
-    ]
+        "is not a direction SIDEWAYS allows"]),
+])
+def test_a_planted_violation_is_reported(check: str, graph: dict[str, dict[str, int]], expected: list[str]):
+    assert {"upward": upward_imports, "sideways": sideways_imports}[check](graph) == expected
 
 
 def test_sideways_directions_are_still_used():
