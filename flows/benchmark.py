@@ -13,8 +13,8 @@ Prefect automations can notify; with `auto_bisect` it first hands the regression
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from dataclasses import asdict
+from functools import partial
 
 from prefect import flow, runtime, task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact
@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from yolo_mlops import names, trends
 from yolo_mlops.bisect import trigger
-from yolo_mlops.config import BenchmarkSuite, RunSpec
+from yolo_mlops.config import BenchmarkSuite
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.tracking import connection, queries
@@ -47,75 +47,57 @@ def judge_series(experiment: str, run_ids: list[str], suite: BenchmarkSuite, con
 
 @flow(name="benchmark", log_prints=True)
 def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
-    night = str(runtime.flow_run.id or uuid.uuid4())
-    failures: list[str] = []
-    by_experiment: dict[str, list[str]] = defaultdict(list)
-    spec_of: dict[str, tuple[int, RunSpec]] = {}  # run id -> (index in the suite, configuration it ran)
-    notes: dict[int, str] = {}
-    planned = [suite.repeats if isinstance(suite.repeats, int) else 2] * len(suite.runs)
-    _run_rounds(suite, night, 0, planned, failures, by_experiment, spec_of)
-    if suite.repeats == "auto":  # the first 2 runs each; then each configuration's series says how many it needs
-        needed = []
-        for i in range(len(suite.runs)):
-            count, notes[i] = nightly.repeats_needed(connection.client(), suite, i,
-                                                     [r for r, (j, _) in spec_of.items() if j == i])
-            needed.append(count)
-        _run_rounds(suite, night, 2, needed, failures, by_experiment, spec_of)
-    judged: list[JudgedSeries] = []
-    for experiment, run_ids in by_experiment.items():
-        first = judge_series(experiment, run_ids, suite, suite.confirm_repeats)
-        pending = [j for j in first if j.confirm_metrics]
-        if pending:  # re-measure before alerting: the same configuration, confirm_repeats more runs
-            runs = {j.series: _run_confirmation(spec_of[j.runs_tonight[0]][1], night, suite.confirm_repeats, failures)
-                    for j in pending}
-            again = {j.series: j for j in judge_series(experiment, run_ids, suite, confirmations=runs,
-                                                       suspects={j.series: j.confirm_metrics for j in pending})}
-            first = [again.get(j.series, j) for j in first]
-        judged += first
-    for j in judged:
-        j.notes += sorted({notes[spec_of[r][0]] for r in j.runs_tonight if notes.get(spec_of.get(r, (-1,))[0])})
+    night = nightly.Night(str(runtime.flow_run.id or uuid.uuid4()))
+    _run_rounds(suite, night, 0, nightly.first_round_counts(suite))
+    if suite.repeats == "auto":  # then each configuration's series says how many more runs it needs
+        _run_rounds(suite, night, 2, _repeats_needed(suite, night))
+    judged = [j for experiment, run_ids in night.runs_by_experiment.items()
+              for j in nightly.judge_confirmed(partial(judge_series, experiment, run_ids, suite), suite.confirm_repeats,
+                                               partial(_run_confirmation, night, suite.confirm_repeats))]
+    night.add_notes(judged)
     regressions = [j for j in judged if j.status == "regression"]
     if suite.auto_bisect:
         _start_bisections(regressions, suite.bisect_deployment)
-    _publish(judged, failures, list(by_experiment))
-    if failures or (regressions and suite.fail_on_regression):
-        raise RegressionDetected(nightly.failure_message(regressions, failures))
+    _publish(judged, night.failures, list(night.runs_by_experiment))
+    if night.failures or (regressions and suite.fail_on_regression):
+        raise RegressionDetected(nightly.failure_message(regressions, night.failures))
     return {j.series: asdict(j) for j in judged}
 
 
-def _night_spec(spec: RunSpec, night: str, extra_tags: dict[str, str] | None = None) -> RunSpec:
-    return spec.model_copy(update={"run_kind": "benchmark",
-                                   "tags": {**spec.tags, names.BENCHMARK_NIGHT: night, **(extra_tags or {})}})
-
-
-def _run_rounds(suite: BenchmarkSuite, night: str, start: int, counts: list[int], failures: list[str],
-                by_experiment: dict[str, list[str]], spec_of: dict[str, tuple[int, RunSpec]]) -> None:
+def _run_rounds(suite: BenchmarkSuite, night: nightly.Night, start: int, counts: list[int]) -> None:
     """Rounds start .. max(counts) - 1, each configuration i while its count allows; interleaved, so machine
     drift during the night spreads over all configurations."""
     for repeat in range(start, max(counts, default=0)):
         for i, spec in enumerate(suite.runs):
             if repeat >= counts[i]:
                 continue
-            spec = _night_spec(spec, night)
+            spec = night.tagged(spec)
             label = f"{spec.model} {spec.imgsz}px b{spec.batch} {spec.variant} (repeat {repeat + 1})"
             try:
                 result = profile_training(spec)
             except Exception as exc:  # one broken configuration must not hide the others' trends
-                failures.append(f"{label}: {type(exc).__name__}: {exc}")
+                night.failures.append(f"{label}: {type(exc).__name__}: {exc}")
                 continue
-            by_experiment[spec.experiment].append(result.run_id)
-            spec_of[result.run_id] = (i, spec)
+            night.ran(i, spec, result.run_id)
 
 
-def _run_confirmation(spec: RunSpec, night: str, repeats: int, failures: list[str]) -> list[str]:
-    """`repeats` more runs of a configuration, tagged as confirmation runs of this night."""
-    spec = _night_spec(spec, night, {names.BENCHMARK_CONFIRMATION: night})
+def _repeats_needed(suite: BenchmarkSuite, night: nightly.Night) -> list[int]:
+    needed = []
+    for i in range(len(suite.runs)):
+        count, night.notes[i] = nightly.repeats_needed(connection.client(), suite, i, night.runs_of(i))
+        needed.append(count)
+    return needed
+
+
+def _run_confirmation(night: nightly.Night, repeats: int, judged: JudgedSeries) -> list[str]:
+    """`repeats` more runs of a judged series' configuration, tagged as confirmation runs of this night."""
+    spec = night.tagged(night.spec_of(judged), {names.BENCHMARK_CONFIRMATION: night.night_id})
     done = []
     for repeat in range(repeats):
         try:
             done.append(profile_training(spec).run_id)
         except Exception as exc:  # reported with the night's failures
-            failures.append(f"confirmation run {repeat + 1} of {spec.model}: {type(exc).__name__}: {exc}")
+            night.failures.append(f"confirmation run {repeat + 1} of {spec.model}: {type(exc).__name__}: {exc}")
     return done
 
 

@@ -20,7 +20,7 @@ from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.flows.sweep import sweep
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.sweeps import RecommendationRow
-from yolo_mlops.tracking import connection, writes
+from yolo_mlops.tracking import connection
 
 
 @dataclass
@@ -62,9 +62,7 @@ def optimize(
                                    names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
     rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
-        mlflow = connection.client()
-        writes.log_text(mlflow, result.parent_run_id, markdown, names.SWEEP_RECOMMENDATIONS_MD)
-        writes.log_values(mlflow, result.parent_run_id, metrics=sweeps.saving_metrics(rows))
+        sweeps.log_recommendations(connection.client(), result.parent_run_id, rows, markdown)
     table = sweeps.json_rows(rows) or [{"variant": "-", "outcome": "no recommendations"}]
     create_table_artifact(table, key="optimize-recommendations",
                           description=f"recommendations of profile run {profiled.run_id}")

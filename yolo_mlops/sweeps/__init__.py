@@ -7,13 +7,16 @@ The modules, in the order a sweep uses them (`flows/sweep.py` and `flows/optimiz
 - `plan`       `plan_sweep(base, exprs, ...) -> SweepPlan` (children in order, every child RunSpec validated
                before any run exists); `parent_tags`, `parent_params` of the parent run
 - `child`      per-child hygiene in the shared process: `release_device_memory`, `disk_cache_guard`
+- `lanes`      where the children run (here, one lane per device in worker processes, one per machine of a
+               work pool) with every wait bounded; ends FAILED the children a lost machine or an ended lane left RUNNING
+- `remote`     a child as a run of the pool's profile-training deployment on one machine's work queue
 - `collect`    `collect(mlflow, plan, parent_run_id, outcomes) -> [ChildRecord]`: children read back from
                MLflow (through `tracking`), their applied settings checked (`ineffective`), steady steps kept
 - `stats`      per-repeat throughput, two-level bootstrap CI, verdicts, accuracy bands
 - `compare`    `compare(plan, records) -> SweepReport` of typed `VariantRow`s, best variant, `sweep/*` metrics
 - `report`     Markdown, chart, the MLflow table and files on the parent run, Prefect table rows
 - `recommend`  optimize: `recommendations([Finding]) -> Recommendations`, `recommendation_report`, `saving_metrics`
-               (estimated vs measured saving per recommendation)
+               (estimated vs measured saving per recommendation), `log_recommendations` on the parent run
 
 The names below are the API the flows, the CLI and the benchmarks use.
 """
@@ -27,6 +30,7 @@ from yolo_mlops.sweeps.plan import Child, Order, SweepPlan, parent_params, paren
 from yolo_mlops.sweeps.recommend import (
     RecommendationRow,
     Recommendations,
+    log_recommendations,
     recommendation_report,
     recommendations,
     saving_metrics,
@@ -36,8 +40,7 @@ from yolo_mlops.sweeps.report import chart, frame, json_rows, log_report, markdo
 __all__ = [
     "Child", "ChildOutcome", "ChildRecord", "Order", "RecommendationRow", "Recommendations", "SweepPlan",
     "SweepReport", "VariantRow", "chart", "collect", "compare", "dataset_root", "disk_cache_guard", "frame",
-    "ineffective", "json_rows", "log_report", "markdown", "parent_params", "parent_tags", "pick_best",
-    "plan_sweep", "prefect_table", "recommendation_report", "recommendations", "release_device_memory",
-    "saving_metrics",
-    "sweep_metrics",
+    "ineffective", "json_rows", "log_recommendations", "log_report", "markdown", "parent_params", "parent_tags",
+    "pick_best", "plan_sweep", "prefect_table", "recommendation_report", "recommendations", "release_device_memory",
+    "saving_metrics", "sweep_metrics",
 ]

@@ -6,15 +6,18 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.names import optimize_saving_metrics
 from yolo_mlops.render import fmt, markdown_table
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.compare import VariantRow
 from yolo_mlops.sweeps.report import ci_text
+from yolo_mlops.tracking import writes
 
 if TYPE_CHECKING:
     from yolo_mlops.analysis import Finding
+    from yolo_mlops.tracking.connection import MlflowClient
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,13 @@ def saving_metrics(rows: list[RecommendationRow]) -> dict[str, float]:
         out[names_["estimated"]] = row.estimated_saving_pct
         out[names_["measured"]] = row.measured_saving_pct
     return out
+
+
+def log_recommendations(mlflow: MlflowClient, parent_run_id: str, rows: list[RecommendationRow],
+                        markdown_text: str) -> None:
+    """The recommendation report and each recommendation's estimated and measured saving on the sweep's parent."""
+    writes.log_text(mlflow, parent_run_id, markdown_text, names.SWEEP_RECOMMENDATIONS_MD)
+    writes.log_values(mlflow, parent_run_id, metrics=saving_metrics(rows))
 
 
 def recommendation_report(recs: Recommendations, rows: list[VariantRow] | None,

@@ -6,6 +6,9 @@ functions over an MLflow client:
 - `judge_night`: the verdict of every series that tonight's runs belong to (change points, drift, version
   boundaries, detection power), logged on tonight's runs as tags, metrics and the series' picture and report.
   A new regression can be held back for confirmation runs and judged again over them (`confirm`).
+- `Night`: what a night ran so far (its runs by experiment and configuration, failures, notes), and
+  `judge_confirmed`, the judging with its confirmation runs before a regression alerts; the flow passes in how
+  a run is made and how a series is judged (Prefect tasks and subflows), so the loop itself is plain code.
 - `repeats_needed`: `repeats="auto"`, the runs a configuration needs tonight to see the suite's target shift.
 - `markdown` and `failure_message`: what the flow publishes and what it fails with.
 """
@@ -13,11 +16,14 @@ functions over an MLflow client:
 from __future__ import annotations
 
 import tempfile
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yolo_mlops import names
-from yolo_mlops.config import BenchmarkSuite
+from yolo_mlops.config import BenchmarkSuite, RunSpec
 from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import queries, writes
 from yolo_mlops.trends import attributions, confirm, power, report, series_trend, verdict
@@ -25,6 +31,9 @@ from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
 from yolo_mlops.trends.history import HistoryRun, load_series_of
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 
 @dataclass
@@ -45,7 +54,63 @@ class JudgedSeries:
     machine: str | None = None  # the machine the series runs on (its runs' env.machine): where to bisect it
 
 
-def judge_night(mlflow, experiment: str, run_ids: list[str], settings: DetectionSettings, confirm_repeats: int = 0,
+@dataclass
+class Night:
+    """What one night of the suite ran so far: its runs by experiment (the unit judged), the configuration each
+    run ran (by index into the suite), the failures to report and a note per configuration (repeats='auto')."""
+
+    night_id: str  # the benchmark flow run: tag BENCHMARK_NIGHT of every run
+    runs_by_experiment: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    config_of: dict[str, tuple[int, RunSpec]] = field(default_factory=dict)  # run id -> (suite index, spec ran)
+    failures: list[str] = field(default_factory=list)
+    notes: dict[int, str] = field(default_factory=dict)  # suite index -> note
+
+    def tagged(self, spec: RunSpec, extra_tags: dict[str, str] | None = None) -> RunSpec:
+        """The configuration as tonight runs it: a benchmark run of this night."""
+        return spec.model_copy(update={"run_kind": "benchmark",
+                                       "tags": {**spec.tags, names.BENCHMARK_NIGHT: self.night_id,
+                                                **(extra_tags or {})}})
+
+    def ran(self, index: int, spec: RunSpec, run_id: str) -> None:
+        self.runs_by_experiment[spec.experiment].append(run_id)
+        self.config_of[run_id] = (index, spec)
+
+    def runs_of(self, index: int) -> list[str]:
+        return [run_id for run_id, (i, _) in self.config_of.items() if i == index]
+
+    def spec_of(self, judged: JudgedSeries) -> RunSpec:
+        """The configuration a judged series ran tonight (its confirmation runs re-run it)."""
+        return self.config_of[judged.runs_tonight[0]][1]
+
+    def add_notes(self, judged: list[JudgedSeries]) -> None:
+        """Each series gets the notes of the configurations its runs ran."""
+        for j in judged:
+            indices = {self.config_of[r][0] for r in j.runs_tonight if r in self.config_of}
+            j.notes += sorted({self.notes[i] for i in indices if self.notes.get(i)})
+
+
+def first_round_counts(suite: BenchmarkSuite) -> list[int]:
+    """Runs per configuration before any is judged: `repeats`, or 2 each when repeats='auto' (its history and
+    those two then say how many more it needs, `repeats_needed`)."""
+    return [suite.repeats if isinstance(suite.repeats, int) else 2] * len(suite.runs)
+
+
+def judge_confirmed(judge: Callable[..., list[JudgedSeries]], confirm_repeats: int,
+                    confirm: Callable[[JudgedSeries], list[str]]) -> list[JudgedSeries]:
+    """The night's series judged (`judge(confirm_repeats=...)`); a series with a new regression is re-measured
+    before it alerts (`confirm` makes its confirmation runs and returns their ids) and judged again over them
+    (`judge(confirmations=..., suspects=...)`), the series without one keeping their first verdict."""
+    first = judge(confirm_repeats=confirm_repeats)
+    pending = [j for j in first if j.confirm_metrics]
+    if not pending:
+        return first
+    runs = {j.series: confirm(j) for j in pending}
+    again = {j.series: j for j in judge(confirmations=runs, suspects={j.series: j.confirm_metrics for j in pending})}
+    return [again.get(j.series, j) for j in first]
+
+
+def judge_night(mlflow: MlflowClient, experiment: str, run_ids: list[str], settings: DetectionSettings,
+                confirm_repeats: int = 0,
                 confirmations: dict[str, list[str]] | None = None,
                 suspects: dict[str, list[str]] | None = None) -> list[JudgedSeries]:
     """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs. A series whose
@@ -107,7 +172,7 @@ def _unit(trend: SeriesTrend, metric: str) -> str:
     return watched.unit if watched is not None else ""
 
 
-def log_on_runs(mlflow, run_ids: list[str], trend: SeriesTrend, night_verdict: SeriesVerdict,
+def log_on_runs(mlflow: MlflowClient, run_ids: list[str], trend: SeriesTrend, night_verdict: SeriesVerdict,
                 found: dict[tuple[str, str], Attribution], detectable=(),
                 outcome: confirm.Confirmation | None = None, tonight: list[str] | None = None) -> None:
     """The night's verdict tags on every run of `run_ids`, the detection power on tonight's, and the series'
@@ -134,7 +199,8 @@ def log_on_runs(mlflow, run_ids: list[str], trend: SeriesTrend, night_verdict: S
             writes.log_folder(mlflow, run_id, folder, names.TRENDS_DIR)
 
 
-def repeats_needed(mlflow, suite: BenchmarkSuite, config_index: int, tonights_runs: list[str]) -> tuple[int, str]:
+def repeats_needed(mlflow: MlflowClient, suite: BenchmarkSuite, config_index: int,
+                   tonights_runs: list[str]) -> tuple[int, str]:
     """repeats='auto': the runs configuration `config_index` needs tonight to detect `target_shift_pct` in its
     step time, within `max_repeats`, and a note saying why."""
     cap, target = suite.max_repeats, suite.target_shift_pct
