@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
 
 from yolo_mlops import names
 from yolo_mlops.config import build_run_spec
@@ -36,22 +37,19 @@ ENV = Environment(python="3.11.7", platform="Linux", hostname="node-1", machine=
                   git_commit="a" * 40, git_dirty=False)
 
 
-class Counting:
-    """An MlflowClient that records each search's filter and the runs MLflow sent back."""
+class Counting(MlflowClient):
+    """An MlflowClient of the same store that records each search's filter and the runs MLflow sent back."""
 
-    def __init__(self, client) -> None:
-        self.client = client
+    def __init__(self, client: MlflowClient) -> None:
+        super().__init__(tracking_uri=client.tracking_uri)
         self.filters: list[str] = []
         self.fetched = 0
 
     def search_runs(self, *args, **kwargs):
-        page = self.client.search_runs(*args, **kwargs)
+        page = super().search_runs(*args, **kwargs)
         self.filters.append(kwargs.get("filter_string", ""))
         self.fetched += len(page)
         return page
-
-    def __getattr__(self, name: str):
-        return getattr(self.client, name)
 
 
 @dataclasses.dataclass

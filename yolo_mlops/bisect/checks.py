@@ -4,6 +4,7 @@ workload, and the series' history at the good commit. Each failure is one Config
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,8 +15,11 @@ from yolo_mlops.bisect.workload import find_workload, workload_spec
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.tracking import connection
 
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
-def prepare(request: BisectRequest, mlflow=None) -> BisectPlan:
+
+def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> BisectPlan:
     """Every check before a run is made; each failure is one ConfigError line."""
     from yolo_mlops.trends import bounds
     from yolo_mlops.trends.trend import WATCHED_BY_NAME

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
@@ -28,6 +28,9 @@ from yolo_mlops.bisect.decide import Key
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import RUN_TIMEOUT_S, BisectPlan, ProfiledRun, Role
 from yolo_mlops.tracking import queries, run_end
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 TIMED_OUT = -9  # run_child's exit code for a process killed past its timeout
 DRIVER_FILE = Path(driver.__file__).resolve()
@@ -47,7 +50,7 @@ class RunFailed(RuntimeError):
 class Runner:
     """Profiled runs of one bisection: one process per run, the code of the commit, children of the parent."""
 
-    def __init__(self, plan: BisectPlan, mlflow, parent_id: str, installs: git.Installs, hold: Hold,
+    def __init__(self, plan: BisectPlan, mlflow: MlflowClient, parent_id: str, installs: git.Installs, hold: Hold,
                  log: Callable[[str], None]) -> None:
         self.plan, self.mlflow, self.parent_id, self.installs, self.hold, self.log = (
             plan, mlflow, parent_id, installs, hold, log)

@@ -26,10 +26,12 @@ from yolo_mlops.bisect.report import report
 from yolo_mlops.tracking import connection, queries, run_end, writes
 
 if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
     from yolo_mlops.trends.attribution import Attribution
 
 
-def run(plan: BisectPlan, mlflow=None, hold: Hold = no_hold, log: Callable[[str], None] = print) -> BisectResult:
+def run(plan: BisectPlan, mlflow: MlflowClient | None = None, hold: Hold = no_hold, log: Callable[[str],
+        None] = print) -> BisectResult:
     """Premise, then bisection steps; everything recorded under one parent run."""
     mlflow = mlflow or connection.client()
     r = plan.request
@@ -58,7 +60,7 @@ def run(plan: BisectPlan, mlflow=None, hold: Hold = no_hold, log: Callable[[str]
     return result
 
 
-def _attribute(mlflow, steps: list[StepRecord], first_bad: Commit) -> Attribution:
+def _attribute(mlflow: MlflowClient, steps: list[StepRecord], first_bad: Commit) -> Attribution:
     """Which operators moved between the good runs and the first bad commit's runs (trends' attribution)."""
     from yolo_mlops.trends.attribution import attribute_runs
     from yolo_mlops.trends.history import record_from_stored
@@ -73,7 +75,7 @@ def _attribute(mlflow, steps: list[StepRecord], first_bad: Commit) -> Attributio
     return attribute_runs(mlflow, records(where.good_runs), records(where.candidate_runs))
 
 
-def _log_parent(mlflow, parent_id: str, result: BisectResult) -> None:
+def _log_parent(mlflow: MlflowClient, parent_id: str, result: BisectResult) -> None:
     tags = {names.BISECT_RESULT: result.result, names.BISECT_STEPS: str(len(result.steps)),
             DECIDED_ON_TAG: search.figure_label(result.figure)[:5000]}
     metrics = {names.BISECT_RUNS_METRIC: float(result.runs), names.BISECT_STEPS_METRIC: float(len(result.steps))}

@@ -15,10 +15,11 @@ from yolo_mlops.errors import ConfigError
 from yolo_mlops.tracking import connection, queries
 
 if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
     from yolo_mlops.trends.history import HistoryRun
 
 
-def find_workload(mlflow, request: BisectRequest) -> tuple[queries.RunRecord, list[HistoryRun]]:
+def find_workload(mlflow: MlflowClient, request: BisectRequest) -> tuple[queries.RunRecord, list[HistoryRun]]:
     """The workload's run and the history of its series (oldest first)."""
     from yolo_mlops import trends
     from yolo_mlops.trends.history import group_series, load_history, one_series, record_from_stored
@@ -42,7 +43,7 @@ def find_workload(mlflow, request: BisectRequest) -> tuple[queries.RunRecord, li
     return newest, history
 
 
-def workload_spec(mlflow, run: queries.RunRecord) -> RunSpec:
+def workload_spec(mlflow: MlflowClient, run: queries.RunRecord) -> RunSpec:
     """The RunSpec a run logged (`run_spec.yaml`), else rebuilt from its params (fields the params do not
     hold, such as train_args, take their defaults)."""
     text = queries.load_artifact_text(mlflow, run.run_id, names.RUN_SPEC_YAML)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -34,6 +35,9 @@ from yolo_mlops.run.environment import Environment, capture_environment, data_id
 from yolo_mlops.run.preflight import Preflight
 from yolo_mlops.run.training import TrainingOutcome, TrainingPlan, ultralytics_args
 from yolo_mlops.tracking import connection, queries, run_end, upload, writes
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 _BACKEND_USED = "ddp_backend_used"  # carried from analyze to track, where it becomes the param
 DISCARD_FIRST_STEPS = 1  # the first step pays for lazy init (allocator, cuDNN, data workers): not steady state
@@ -360,7 +364,7 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     )
 
 
-def upload_run_folder(mlflow, prepared: PreparedRun) -> None:
+def upload_run_folder(mlflow: MlflowClient, prepared: PreparedRun) -> None:
     """Everything the run wrote, in the contract's layout; also used to salvage a failed run."""
     upload.upload_artifacts(mlflow, prepared.run_id, prepared.plan.output_dir)
 
@@ -386,7 +390,7 @@ class RunSalvage:
     """The end of a profiled run that did not finish (run_end.Salvage): a one-line reason, a local record of
     what the store should hold (perf/* from the step times so far), the uploads, and the folder's markers."""
 
-    def __init__(self, mlflow, prepared: PreparedRun) -> None:
+    def __init__(self, mlflow: MlflowClient, prepared: PreparedRun) -> None:
         self.mlflow, self.prepared = mlflow, prepared
         self.folder = prepared.plan.output_dir
         self._record: upload.UploadRecord | None = None

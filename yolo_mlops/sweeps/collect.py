@@ -20,6 +20,7 @@ from yolo_mlops.sweeps.plan import Child, SweepPlan
 from yolo_mlops.tracking import queries
 
 if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
     from yolo_mlops.tracking.queries import RunRecord
 
 LOSS_TOTAL = "train/loss_total"  # sum of the final detection losses; a comparison input, not an MLflow name
@@ -50,7 +51,8 @@ class ChildRecord:
     problem: str | None  # why the child does not count (failed, no steady steps, variant not effective)
 
 
-def collect(mlflow, plan: SweepPlan, parent_run_id: str, outcomes: list[ChildOutcome]) -> list[ChildRecord]:
+def collect(mlflow: MlflowClient, plan: SweepPlan, parent_run_id: str,
+            outcomes: list[ChildOutcome]) -> list[ChildRecord]:
     """Match each outcome with its MLflow child run (by variant and repeat) and read what it measured."""
     runs = {(r.tags.get(names.VARIANT), r.tags.get(names.SWEEP_REPEAT)): r
             for r in queries.child_runs(mlflow, parent_run_id)}
@@ -91,7 +93,8 @@ def ineffective(expr: str, applied: AppliedSettings | None,
     return None
 
 
-def _steady_steps(mlflow, run: RunRecord, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None, str | None]:
+def _steady_steps(mlflow: MlflowClient, run: RunRecord, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None,
+                  str | None]:
     try:
         local = queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
     except Exception as exc:  # noqa: BLE001 - a child without step times cannot be compared, say why

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +18,9 @@ from yolo_mlops.sweeps import stats
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow
 from yolo_mlops.sweeps.plan import SweepPlan
 from yolo_mlops.tracking import writes
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 OUTSIDE_SPREAD = " (outside baseline spread)"
 COLUMNS = ("variant", "status", "repeats", "images/s", "median step ms", "speed-up", "95% CI", "verdict",
@@ -99,7 +102,7 @@ def frame(rows: list[VariantRow]) -> pd.DataFrame:
     return pd.DataFrame([{k: asdict(r)[k] for k in TABLE_FIELDS} for r in rows], columns=TABLE_FIELDS)
 
 
-def log_report(mlflow, parent_run_id: str, report: SweepReport, markdown_text: str) -> None:
+def log_report(mlflow: MlflowClient, parent_run_id: str, report: SweepReport, markdown_text: str) -> None:
     """Tags, metrics, the MLflow table and the report files on the parent run."""
     writes.log_values(mlflow, parent_run_id, metrics=report.metrics, tags={
         names.SWEEP_BEST_VARIANT: report.best,

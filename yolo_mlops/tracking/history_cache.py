@@ -30,9 +30,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yolo_mlops.config import data_home
 from yolo_mlops.tracking import connection, queries
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 CACHE_VAR = "YOLO_MLOPS_HISTORY_CACHE"  # "0", "off", "false", "no": no cache
 REFRESH_WINDOW_MS = 2 * 86_400_000
@@ -65,11 +69,11 @@ def cache_file(tracking_uri: str, experiment_id: str) -> Path:
     return cache_dir() / f"{digest}.pickle"
 
 
-def _uri(mlflow) -> str:
+def _uri(mlflow: MlflowClient) -> str:
     return str(getattr(mlflow, "tracking_uri", None) or connection.tracking_uri())
 
 
-def finished_runs(mlflow, experiment_ids: Sequence[str]) -> list[queries.RunRecord]:
+def finished_runs(mlflow: MlflowClient, experiment_ids: Sequence[str]) -> list[queries.RunRecord]:
     """Every FINISHED run of the experiments: from MLflow alone when the cache is off, else the cached runs
     refreshed from MLflow (module docstring)."""
     if not enabled():
@@ -80,7 +84,7 @@ def finished_runs(mlflow, experiment_ids: Sequence[str]) -> list[queries.RunReco
     return found
 
 
-def _refreshed(mlflow, uri: str, experiment_id: str) -> list[queries.RunRecord]:
+def _refreshed(mlflow: MlflowClient, uri: str, experiment_id: str) -> list[queries.RunRecord]:
     path = cache_file(uri, experiment_id)
     state = _load(path, uri, experiment_id)
     if state is None:

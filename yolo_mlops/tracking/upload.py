@@ -23,9 +23,13 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
 
 TRACKING_JSON = "tracking.json"
 RUN_RECORD_JSON = "run_record.json"
@@ -116,7 +120,7 @@ def pending_reason(folder: Path) -> str | None:
 
 # sending ----------------------------------------------------------------------------------------------------
 
-def upload_artifacts(mlflow, run_id: str, folder: Path) -> None:
+def upload_artifacts(mlflow: MlflowClient, run_id: str, folder: Path) -> None:
     """Everything the run wrote, in the contract's layout (re-sending overwrites the same paths)."""
     from yolo_mlops.tracking import writes
 
@@ -138,7 +142,7 @@ def save_table(folder: Path, name: str, frame) -> None:
     frame.to_json(path, orient="split", index=False)
 
 
-def upload_tables(mlflow, run_id: str, folder: Path) -> None:
+def upload_tables(mlflow: MlflowClient, run_id: str, folder: Path) -> None:
     """Send the saved tables that the run does not hold yet (MLflow appends rows to an existing table)."""
     import pandas as pd
 

@@ -24,6 +24,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.tracking import connection, queries
@@ -40,6 +42,9 @@ from yolo_mlops.trends.trend import (
     verdict,
 )
 
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
+
 ATTRIBUTED_METRICS = (names.STEP_TIME_P50, names.IMAGES_PER_S)  # metrics whose change points get attribution
 
 __all__ = [
@@ -49,7 +54,8 @@ __all__ = [
 ]
 
 
-def load_experiment_series(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
+def load_experiment_series(mlflow: MlflowClient, experiment: str, across_machines: bool = False) -> dict[str,
+                           list[HistoryRun]]:
     """The series of an experiment (all pages of its FINISHED runs); a clear error when there are none.
     `across_machines`: one history per workload, every machine's runs in it (only when a user asks)."""
     experiment_id = queries.find_experiment_id(mlflow, experiment)
@@ -61,7 +67,7 @@ def load_experiment_series(mlflow, experiment: str, across_machines: bool = Fals
     return group_series(records, across_machines)
 
 
-def fleet_section(mlflow, experiment: str) -> str:
+def fleet_section(mlflow: MlflowClient, experiment: str) -> str:
     """The fleet view of an experiment as Markdown (the nightly artifact's "Fleet" section): each workload per
     machine, the slow machine named with its evidence and the phases and operators that differ from its
     peers' (`fleet.explain`: the newest runs' key_averages tables)."""
@@ -74,7 +80,7 @@ def fleet_section(mlflow, experiment: str) -> str:
     return f"Experiment `{experiment}`:\n\n" + fleet.fleet_markdown(fleet.explain(mlflow, report))
 
 
-def attributions(mlflow, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS
+def attributions(mlflow: MlflowClient, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS
                  ) -> dict[tuple[str, str], Attribution]:
     """Operator attribution of each change point of the given metrics, keyed by (metric, first run after)."""
     by_id = {r.run_id: r for r in trend.runs}

@@ -22,6 +22,8 @@ from yolo_mlops.tracking import queries
 if TYPE_CHECKING:
     import pandas as pd
 
+    from yolo_mlops.tracking.connection import MlflowClient
+
 PROFILER_STEP_ROW = "ProfilerStep*"
 HOST_TABLE = "key_averages_self_cpu"
 DEVICE_TABLE = "key_averages_self_device"
@@ -130,7 +132,7 @@ def _stored_analysis(trace_json: str | None):
         return None
 
 
-def profile_from_run(mlflow, run_id: str, profiled_steps: int | None, step_ms: float | None,
+def profile_from_run(mlflow: MlflowClient, run_id: str, profiled_steps: int | None, step_ms: float | None,
                      rank: int | None = None) -> RunProfile | None:
     """A logged run's profile; None when it has no key_averages tables (runs logged before they existed). A
     data-parallel job's is its `rank`'s, by default its slowest rank's (the one its perf/* headline is over)."""
@@ -188,7 +190,7 @@ def attribute(before: list[RunProfile], after: list[RunProfile], top: int | None
                        tuple(rows if top is None else rows[:top]))
 
 
-def attribute_runs(mlflow, before: list, after: list, top: int = 15,
+def attribute_runs(mlflow: MlflowClient, before: list, after: list, top: int = 15,
                    cache: dict[str, RunProfile | None] | None = None) -> Attribution:
     """Attribution between two groups of HistoryRuns (nearest MAX_RUNS_PER_SIDE to the change on each side);
     runs without key_averages tables are left out and named; too few on a side: the note says so.

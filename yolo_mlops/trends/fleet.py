@@ -16,6 +16,8 @@ The simulation of the test's error rates, which feeds docs/trends.md, is benchma
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.trends.fleet_evidence import (
     CLOCKS_EVENT_REASONS,
@@ -48,6 +50,9 @@ from yolo_mlops.trends.fleet_stats import (
     slow_machines,
 )
 
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
+
 __all__ = [
     "ALPHA", "CLOCKS_EVENT_REASONS", "CPU_EVIDENCE", "GPU_EVIDENCE", "MIN_EFFECT", "MIN_RUNS", "NOT_EXPLAINED",
     "RESAMPLES", "RUNS_PER_MACHINE", "SEED", "STANDS_OUT", "Evidence", "FleetReport", "FleetSettings",
@@ -57,7 +62,7 @@ __all__ = [
 ]
 
 
-def load_fleet(mlflow, experiment: str, settings: FleetSettings | None = None) -> FleetReport:
+def load_fleet(mlflow: MlflowClient, experiment: str, settings: FleetSettings | None = None) -> FleetReport:
     """The fleet view of an experiment's FINISHED runs; ConfigError when the experiment does not exist."""
     from yolo_mlops.tracking import connection, queries
     from yolo_mlops.trends import history
@@ -68,7 +73,7 @@ def load_fleet(mlflow, experiment: str, settings: FleetSettings | None = None) -
     return fleet_report(history.load_history(mlflow, [experiment_id]), settings, experiment)
 
 
-def fleet_section(mlflow, experiment: str, settings: FleetSettings | None = None) -> str:
+def fleet_section(mlflow: MlflowClient, experiment: str, settings: FleetSettings | None = None) -> str:
     """The fleet view of one experiment as Markdown, for the nightly artifact's "Fleet" section."""
     try:
         report = load_fleet(mlflow, experiment, settings)

@@ -25,10 +25,14 @@ before they existed) are left out and counted; none on a side: the note says so,
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from yolo_mlops.trends.attribution import Attribution, Contribution, RunProfile, attribute, profile_from_run
 from yolo_mlops.trends.fleet_evidence import NOT_EXPLAINED
 from yolo_mlops.trends.fleet_stats import FleetReport, MachineStats, SlowMachine, WorkloadFleet
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 RUNS_PER_MACHINE = 5  # newest runs read per machine (the slow one and each peer)
 MOVED_SHARE = 10.0  # % of the step-time gap an entry must explain to be named
@@ -36,7 +40,7 @@ MOVED_CONSISTENCY = 0.8  # share of the machine's runs beyond its peers' median
 MOVED_NAMED = 3  # entries named in the explanation (the table has up to `top`)
 
 
-def explain(mlflow, report: FleetReport, runs_per_machine: int = RUNS_PER_MACHINE, top: int = 15,
+def explain(mlflow: MlflowClient, report: FleetReport, runs_per_machine: int = RUNS_PER_MACHINE, top: int = 15,
             cache: dict[str, RunProfile | None] | None = None) -> FleetReport:
     """The report with every slow machine's phases and operators against its peers' (`SlowMachine.moved`)
     and its explanation extended by what moved. Reads the tables of at most `runs_per_machine` runs of
@@ -51,7 +55,8 @@ def explain(mlflow, report: FleetReport, runs_per_machine: int = RUNS_PER_MACHIN
     return replace(report, workloads=tuple(workloads))
 
 
-def explain_machine(mlflow, workload: WorkloadFleet, slow: SlowMachine, runs_per_machine: int = RUNS_PER_MACHINE,
+def explain_machine(mlflow: MlflowClient, workload: WorkloadFleet, slow: SlowMachine,
+                    runs_per_machine: int = RUNS_PER_MACHINE,
                     top: int = 15, cache: dict[str, RunProfile | None] | None = None) -> SlowMachine:
     cache = {} if cache is None else cache
     own = next(m for m in workload.machines if m.machine == slow.machine)
@@ -86,7 +91,8 @@ def _explanation(slow: SlowMachine, moved: list[Contribution]) -> str:
     return "; ".join(parts) or NOT_EXPLAINED
 
 
-def _profiles(mlflow, machines: list[MachineStats], runs_per_machine: int, cache: dict[str, RunProfile | None]
+def _profiles(mlflow: MlflowClient, machines: list[MachineStats], runs_per_machine: int, cache: dict[str,
+              RunProfile | None]
               ) -> tuple[list[RunProfile], list[str]]:
     """The profiles of the newest runs of each machine (its runs are oldest first), and the runs without tables."""
     found: list[RunProfile] = []

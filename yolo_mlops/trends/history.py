@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
 from yolo_mlops.tracking import connection, history_cache, queries
+
+if TYPE_CHECKING:
+    from yolo_mlops.tracking.connection import MlflowClient
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def _host(params: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in host.items() if v and v != "none"}
 
 
-def load_history(mlflow, experiment_ids: list[str]) -> list[HistoryRun]:
+def load_history(mlflow: MlflowClient, experiment_ids: list[str]) -> list[HistoryRun]:
     """Every FINISHED run of the experiments (all pages), oldest first (ties broken by run id); through the
     local history cache unless it is turned off (`tracking/history_cache.py`)."""
     return _sorted_records(history_cache.finished_runs(mlflow, experiment_ids))
@@ -97,7 +101,7 @@ def _sorted_records(runs: list[queries.RunRecord]) -> list[HistoryRun]:
     return sorted(records, key=lambda r: (r.start_time_ms, r.run_id))
 
 
-def load_series_history(mlflow, experiment_ids: list[str], series: list[str],
+def load_series_history(mlflow: MlflowClient, experiment_ids: list[str], series: list[str],
                         prefix: bool = False) -> list[HistoryRun] | None:
     """The FINISHED runs of the given series only (with `prefix`, of every series whose key starts with one of
     them), oldest first, found by MLflow's filter on the series tag instead of reading the experiment; None
@@ -110,7 +114,7 @@ def load_series_history(mlflow, experiment_ids: list[str], series: list[str],
             if (r.series.startswith(wanted) if prefix else r.series in wanted)]
 
 
-def series_of_runs(mlflow, experiment_ids: list[str], run_ids: list[str]) -> list[str]:
+def series_of_runs(mlflow: MlflowClient, experiment_ids: list[str], run_ids: list[str]) -> list[str]:
     """The series the FINISHED runs among `run_ids` belong to, each once, sorted."""
     runs = queries.records_by_id(mlflow, experiment_ids, run_ids)
     return sorted({r.series for r in (record_from_stored(run) for run in runs) if r is not None})
@@ -147,7 +151,7 @@ def one_series(grouped: dict[str, list[HistoryRun]], key: str, experiment: str) 
 
 # ---- loading by experiment name: only the series asked for ---------------------------------------------------
 
-def experiment_id(mlflow, experiment: str) -> str:
+def experiment_id(mlflow: MlflowClient, experiment: str) -> str:
     """The experiment's id; a ConfigError when it does not exist."""
     found = queries.find_experiment_id(mlflow, experiment)
     if found is None:
@@ -155,7 +159,7 @@ def experiment_id(mlflow, experiment: str) -> str:
     return found
 
 
-def load_grouped(mlflow, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
+def load_grouped(mlflow: MlflowClient, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
     """Every series of the experiment, from all its FINISHED runs; a ConfigError when it has none."""
     records = load_history(mlflow, [experiment_id(mlflow, experiment)])
     if not records:
@@ -163,7 +167,7 @@ def load_grouped(mlflow, experiment: str, across_machines: bool = False) -> dict
     return group_series(records, across_machines)
 
 
-def load_one_series(mlflow, experiment: str, key: str, across_machines: bool = False
+def load_one_series(mlflow: MlflowClient, experiment: str, key: str, across_machines: bool = False
                     ) -> tuple[str, list[HistoryRun]]:
     """The one series `key` names (in full or abbreviated) and its runs, reading only the runs that can be
     in it (the series tag filtered by MLflow). The whole history is read only to answer a key that names no
@@ -181,7 +185,7 @@ def load_one_series(mlflow, experiment: str, key: str, across_machines: bool = F
     return found, grouped[found]
 
 
-def load_series_of(mlflow, experiment: str, run_ids: list[str]) -> dict[str, list[HistoryRun]]:
+def load_series_of(mlflow: MlflowClient, experiment: str, run_ids: list[str]) -> dict[str, list[HistoryRun]]:
     """Series key -> its runs, for the series the FINISHED runs among `run_ids` belong to (a night's runs),
     each read by MLflow's filter on its series tag. When none of them is FINISHED: every series of the
     experiment (the callers judge only series with one of the runs)."""
