@@ -18,8 +18,7 @@ import time
 
 from yolo_mlops.bisect.decide import Settings, simulate_bisection
 
-ROWS = [(1.5, None), (1.5, 0.05), (1.5, 0.1), (1.5, 0.2), (1.5, 0.3), (1.5, 0.5), (1.5, 1.0), (3.0, None),
-        (0.0, 0.1)]
+ROWS = [(1.5, None), (1.5, 0.05), (1.5, 0.1), (1.5, 0.2), (1.5, 0.3), (1.5, 0.5), (1.5, 1.0), (3.0, None), (0.0, 0.1)]
 
 
 def main() -> None:
@@ -31,18 +30,25 @@ def main() -> None:
     parser.add_argument("--max-runs", type=int, default=30)
     args = parser.parse_args()
     settings = Settings(repeats=args.repeats, max_repeats=args.max_repeats)
-    print(f"| effect (step-time sd) | figure noise | named right | right within {args.max_runs} runs | wrong | "
-          "inconclusive | no regression | decided on the operator | runs mean | runs max |")
+    print(
+        f"| effect (step-time sd) | figure noise | named right | right within {args.max_runs} runs | wrong | "
+        "inconclusive | no regression | decided on the operator | runs mean | runs max |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     for effect, noise in ROWS:
         r = simulate_bisection(effect, args.commits, noise, settings, args.trials, seed=7, max_runs=args.max_runs)
-        print(f"| {effect:g} | {'none' if noise is None else f'{noise:g}'} | {100 * r['right']:.1f}% | "
-              f"{100 * r['right_within']:.1f}% | {100 * r['wrong']:.1f}% | {100 * r['inconclusive']:.1f}% | "
-              f"{100 * r['no_regression']:.1f}% | {100 * r['figure']:.1f}% | {r['runs_mean']:.1f} | "
-              f"{r['runs_max']:.0f} |", flush=True)
-    print(f"({args.trials} bisections a row, {args.commits} commits, {args.repeats}..{args.max_repeats} runs a side, "
-          f"alpha {settings.alpha}; {time.perf_counter() - t0:.0f} s)")
+        print(
+            f"| {effect:g} | {'none' if noise is None else f'{noise:g}'} | {100 * r['right']:.1f}% | "
+            f"{100 * r['right_within']:.1f}% | {100 * r['wrong']:.1f}% | {100 * r['inconclusive']:.1f}% | "
+            f"{100 * r['no_regression']:.1f}% | {100 * r['figure']:.1f}% | {r['runs_mean']:.1f} | "
+            f"{r['runs_max']:.0f} |",
+            flush=True,
+        )
+    print(
+        f"({args.trials} bisections a row, {args.commits} commits, {args.repeats}..{args.max_repeats} runs a side, "
+        f"alpha {settings.alpha}; {time.perf_counter() - t0:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,17 @@ DRIVER = REPO / "yolo_mlops" / "bisect" / "driver.py"
 
 
 def spec(steps: int, active: int) -> dict:
-    return dict(imgsz=64, batch=4, max_steps=steps, workers=0, device="cpu", synthetic_images=16, val=False,
-                experiment="bisect-noise", profiler={"wait": 0, "warmup": 1, "active": active,
-                                                     "record_shapes": False, "profile_memory": False})
+    return dict(
+        imgsz=64,
+        batch=4,
+        max_steps=steps,
+        workers=0,
+        device="cpu",
+        synthetic_images=16,
+        val=False,
+        experiment="bisect-noise",
+        profiler={"wait": 0, "warmup": 1, "active": active, "record_shapes": False, "profile_memory": False},
+    )
 
 
 def one_run(home: Path, fields: dict, index: int) -> str:
@@ -44,8 +52,9 @@ def one_run(home: Path, fields: dict, index: int) -> str:
     path.write_text(yaml.safe_dump(fields))
     env = {**os.environ, "YOLO_MLOPS_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run([sys.executable, "-P", str(DRIVER), str(path)], env=env, cwd=home, capture_output=True,
-                          text=True, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-P", str(DRIVER), str(path)], env=env, cwd=home, capture_output=True, text=True, timeout=1200
+    )
     marks = [line for line in done.stdout.splitlines() if line.startswith("BISECT_RUN_ID=")]
     if done.returncode != 0 or not marks:
         raise RuntimeError(f"run {index} failed ({done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
@@ -69,10 +78,18 @@ def measure(runs: int, lengths: list[tuple[int, int]], home: Path, out: Path | N
             step_ms = run.data.metrics[names.STEP_TIME_P50]
             profile = profile_from_run(mlflow, run_id, active, step_ms)
             ops = {name: ms for (kind, name), ms in profile.entries.items() if kind == "operator"} if profile else {}
-            records[f"{steps}:{active}"].append({"run_id": run_id, "step_ms": step_ms, "operators": ops,
-                                                 "profiled_steps": profile.steps if profile else None})
-            print(f"run {index}: {steps} steps, {active} profiled: step {step_ms:.2f} ms, "
-                  f"{len(ops)} operators", flush=True)
+            records[f"{steps}:{active}"].append(
+                {
+                    "run_id": run_id,
+                    "step_ms": step_ms,
+                    "operators": ops,
+                    "profiled_steps": profile.steps if profile else None,
+                }
+            )
+            print(
+                f"run {index}: {steps} steps, {active} profiled: step {step_ms:.2f} ms, {len(ops)} operators",
+                flush=True,
+            )
             if out is not None:  # after every run: an interrupted measurement keeps what it measured
                 out.write_text(json.dumps(records, indent=1))
     return records
@@ -92,9 +109,14 @@ def recorded(pattern: str, min_runs: int = 4) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for db in sorted(glob.glob(pattern)):
         try:
-            rows = sqlite3.connect(db).execute(
-                "select r.run_uuid, e.name from runs r join experiments e on r.experiment_id = e.experiment_id "
-                "where r.status = 'FINISHED'").fetchall()
+            rows = (
+                sqlite3.connect(db)
+                .execute(
+                    "select r.run_uuid, e.name from runs r join experiments e on r.experiment_id = e.experiment_id "
+                    "where r.status = 'FINISHED'"
+                )
+                .fetchall()
+            )
         except sqlite3.Error:
             continue
         client = MlflowClient(tracking_uri=f"sqlite:///{db}")
@@ -105,9 +127,16 @@ def recorded(pattern: str, min_runs: int = 4) -> dict[str, list[dict]]:
             p = run.data.params
             if step is None:
                 continue
-            key = (experiment, p.get("train.max_steps"), p.get("profiler.active"), p.get("train.variant"),
-                   p.get("train.batch"), p.get("train.imgsz"), run.data.tags.get(names.BISECT_COMMIT),
-                   run.data.tags.get(names.SERIES))
+            key = (
+                experiment,
+                p.get("train.max_steps"),
+                p.get("profiler.active"),
+                p.get("train.variant"),
+                p.get("train.batch"),
+                p.get("train.imgsz"),
+                run.data.tags.get(names.BISECT_COMMIT),
+                run.data.tags.get(names.SERIES),
+            )
             groups[key].append((run_id, step, p))
         for key, runs in groups.items():
             if len(runs) < min_runs:
@@ -132,8 +161,10 @@ def summary(records: dict[str, list[dict]], top: int = 8) -> str:
     for length, runs in records.items():
         step = np.array([r["step_ms"] for r in runs])
         sd_step = float(np.std(np.log(step), ddof=1))
-        lines.append(f"\n{length} (steps:profiled), {len(runs)} runs: step time p50 {np.mean(step):.2f} ms, "
-                     f"run-to-run sd of log step time {100 * sd_step:.2f}%")
+        lines.append(
+            f"\n{length} (steps:profiled), {len(runs)} runs: step time p50 {np.mean(step):.2f} ms, "
+            f"run-to-run sd of log step time {100 * sd_step:.2f}%"
+        )
         names_ = {n for r in runs for n in r["operators"]}
         rows = []
         for name in names_:
@@ -145,15 +176,18 @@ def summary(records: dict[str, list[dict]], top: int = 8) -> str:
             in_step = float(np.std(ms, ddof=1) / step.mean())  # noise of the figure, in step-time units
             rows.append((float(ms.mean()), name, in_step, float(np.std(np.log(ms), ddof=1))))
         rows.sort(reverse=True)
-        lines.append("| operator | ms/step | share of step | sd / step time | sd of log (own) | "
-                     "figure noise / step-time noise, op 10x slower |")
+        lines.append(
+            "| operator | ms/step | share of step | sd / step time | sd of log (own) | "
+            "figure noise / step-time noise, op 10x slower |"
+        )
         lines.append("|---|---|---|---|---|---|")
         for mean, name, in_step, own in rows[:top]:
             share = mean / step.mean()
             # the figure of an operator made 10x slower (its noise scaled with it): the noise of the bad side
             ratio = 10 * share * own / sd_step
-            lines.append(f"| {name} | {mean:.3f} | {100 * share:.2f}% | {100 * in_step:.3f}% | {100 * own:.1f}% | "
-                         f"{ratio:.3f} |")
+            lines.append(
+                f"| {name} | {mean:.3f} | {100 * share:.2f}% | {100 * in_step:.3f}% | {100 * own:.1f}% | {ratio:.3f} |"
+            )
     return "\n".join(lines)
 
 
@@ -179,12 +213,14 @@ def overall(records: dict[str, list[dict]], quiet_below: float, quiet_step_ms: f
     if not own:
         return f"no group with a step-time sd below {quiet_below:g} and a step below {quiet_step_ms:g} ms"
     q = np.percentile(own, [25, 50, 75, 90])
-    return (f"\n{len(steps)} groups with step-time sd below {100 * quiet_below:g}% and step below "
-            f"{quiet_step_ms:g} ms (their sd "
-            f"{100 * min(steps):.1f}-{100 * max(steps):.1f}%): the top {top} operators' own sd of log time, "
-            f"{len(own)} values: quartiles {100 * q[0]:.1f}% / {100 * q[1]:.1f}% / {100 * q[2]:.1f}%, 90th "
-            f"percentile {100 * q[3]:.1f}%; figure noise (1.67 x) {1.67 * q[1]:.3f} at the median, "
-            f"{1.67 * q[3]:.3f} at the 90th percentile")
+    return (
+        f"\n{len(steps)} groups with step-time sd below {100 * quiet_below:g}% and step below "
+        f"{quiet_step_ms:g} ms (their sd "
+        f"{100 * min(steps):.1f}-{100 * max(steps):.1f}%): the top {top} operators' own sd of log time, "
+        f"{len(own)} values: quartiles {100 * q[0]:.1f}% / {100 * q[1]:.1f}% / {100 * q[2]:.1f}%, 90th "
+        f"percentile {100 * q[3]:.1f}%; figure noise (1.67 x) {1.67 * q[1]:.3f} at the median, "
+        f"{1.67 * q[3]:.3f} at the 90th percentile"
+    )
 
 
 def main() -> None:
@@ -194,11 +230,19 @@ def main() -> None:
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("--from-json", help="summarise a file written by --json instead of running")
     parser.add_argument("--stores", help="summarise recorded runs of these SQLite MLflow stores (a glob)")
-    parser.add_argument("--quiet-below", type=float, default=0.06,
-                        help="with --stores: the overall line pools groups whose sd of log step time is below this")
-    parser.add_argument("--quiet-step-ms", type=float, default=100.0,
-                        help="with --stores: ... and whose step time is below this (a planted 500 ms sleep makes "
-                        "step time steady while everything else in the step is as noisy as the machine)")
+    parser.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.06,
+        help="with --stores: the overall line pools groups whose sd of log step time is below this",
+    )
+    parser.add_argument(
+        "--quiet-step-ms",
+        type=float,
+        default=100.0,
+        help="with --stores: ... and whose step time is below this (a planted 500 ms sleep makes "
+        "step time steady while everything else in the step is as noisy as the machine)",
+    )
     args = parser.parse_args()
     if args.stores:
         records = recorded(args.stores)
@@ -208,10 +252,16 @@ def main() -> None:
     if args.from_json:
         records = json.loads(Path(args.from_json).read_text())
     else:
-        lengths = [tuple(int(x) for x in item.split(":")) for item in args.lengths.split(",")]
+        lengths = [
+            (int(steps), int(profiled)) for steps, profiled in (item.split(":") for item in args.lengths.split(","))
+        ]
         with tempfile.TemporaryDirectory(prefix="bisect-noise-") as tmp:
-            records = measure(args.runs, lengths, Path(tmp),  # type: ignore[arg-type]
-                              Path(args.json) if args.json else None)
+            records = measure(
+                args.runs,
+                lengths,
+                Path(tmp),
+                Path(args.json) if args.json else None,
+            )
     print(summary(records))
 
 

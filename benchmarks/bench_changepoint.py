@@ -34,6 +34,7 @@ LEVEL = 100.0
 @dataclass(frozen=True)
 class Planted:
     """A generated series: level 100, Gaussian noise of noise_pct % of the level, relative shifts."""
+
     n: int
     noise_pct: float
     shifts: tuple[tuple[int, float], ...] = ()  # (first index of the new level, change in % of LEVEL)
@@ -101,10 +102,13 @@ def bench_speed(repeats: int) -> str:
             t0 = time.perf_counter()
             found[k] = detect_history(data[k])
             times[k].append(time.perf_counter() - t0)
-    rows = [[k, found[k], fmt(statistics.median(times[k]), ".3f"), fmt(min(times[k]), ".3f"),
-             fmt(max(times[k]), ".3f")] for k in kinds]
-    return markdown_table(["history (8 metrics x 1,000 runs)", "change points found", "median s",
-                           "min s", "max s"], rows)
+    rows = [
+        [k, found[k], fmt(statistics.median(times[k]), ".3f"), fmt(min(times[k]), ".3f"), fmt(max(times[k]), ".3f")]
+        for k in kinds
+    ]
+    return markdown_table(
+        ["history (8 metrics x 1,000 runs)", "change points found", "median s", "min s", "max s"], rows
+    )
 
 
 def false_alarm_rate(p: Planted, seeds: int, **kw) -> float:
@@ -117,11 +121,27 @@ def bench_false_alarms(seeds: int) -> str:
         s = seeds if n <= 200 else max(seeds // 5, 20)
         for heavy in (False, True):
             p = Planted(n, noise_pct=1.0, heavy_tails=heavy)
-            rows.append([n, "Student t(3)" if heavy else "Gaussian", s, fmt(100 * false_alarm_rate(p, s), ".1f"),
-                         fmt(100 * false_alarm_rate(p, s, min_segment=5), ".1f"),
-                         fmt(100 * false_alarm_rate(p, s, otava_compatible=True), ".1f")])
-    return markdown_table(["points", "noise", "series", "false alarms % (default)", "... with min_segment=5",
-                           "... with otava_compatible"], rows)
+            rows.append(
+                [
+                    n,
+                    "Student t(3)" if heavy else "Gaussian",
+                    s,
+                    fmt(100 * false_alarm_rate(p, s), ".1f"),
+                    fmt(100 * false_alarm_rate(p, s, min_segment=5), ".1f"),
+                    fmt(100 * false_alarm_rate(p, s, otava_compatible=True), ".1f"),
+                ]
+            )
+    return markdown_table(
+        [
+            "points",
+            "noise",
+            "series",
+            "false alarms % (default)",
+            "... with min_segment=5",
+            "... with otava_compatible",
+        ],
+        rows,
+    )
 
 
 def accuracy(p: Planted, seeds: int, **kw) -> tuple[float, float]:
@@ -154,8 +174,10 @@ def bench_other_shapes(seeds: int) -> str:
         ("two shifts: +5% at 100, +5% at 110, noise 1%", Planted(n, 1.0, shifts=((100, 5.0), (110, 5.0)))),
         ("lone outlier +30% at 100, noise 1%", Planted(n, 1.0, spike=(100, 30.0))),
         ("lone outlier +300% at 100, noise 1%", Planted(n, 1.0, spike=(100, 300.0))),
-        ("+10% shift at 100 and outlier +30% at 50, noise 1%",
-         Planted(n, 1.0, shifts=((100, 10.0),), spike=(50, 30.0))),
+        (
+            "+10% shift at 100 and outlier +30% at 50, noise 1%",
+            Planted(n, 1.0, shifts=((100, 10.0),), spike=(50, 30.0)),
+        ),
     ]
     rows = []
     for name, p in cases:
@@ -168,10 +190,13 @@ def bench_other_shapes(seeds: int) -> str:
             cps = detect(p.values(s))
             counts.append(len(cps))
             monotone += all(cp.mean_after > cp.mean_before for cp in cps)
-        rows.append([f"linear drift +{drift:g}% over 200 runs, noise 1% ({drift:g} sd)",
-                     f"{100 * sum(c > 0 for c in counts) / seeds:.0f} (any; all upward in "
-                     f"{100 * monotone / seeds:.0f})",
-                     fmt(statistics.mean(counts), ".2f")])
+        rows.append(
+            [
+                f"linear drift +{drift:g}% over 200 runs, noise 1% ({drift:g} sd)",
+                f"{100 * sum(c > 0 for c in counts) / seeds:.0f} (any; all upward in {100 * monotone / seeds:.0f})",
+                fmt(statistics.mean(counts), ".2f"),
+            ]
+        )
     return markdown_table(["series (200 runs)", "% exactly right (+-1)", "mean change points"], rows)
 
 
@@ -184,10 +209,24 @@ def bench_delay(seeds: int) -> str:
             p = Planted(100 + k, 1.0, shifts=((100, sd),))
             rates[k] = sum(any(abs(c.index - 100) <= 1 for c in detect(p.values(s))) for s in range(seeds)) / seeds
         first = [next((k for k in rates if rates[k] >= q), None) for q in (0.5, 0.95)]
-        rows.append([f"+{sd:g}% (noise 1%: {sd:g} sd)", *(f"{k}" if k else "> 20" for k in first),
-                     fmt(100 * rates[2], ".0f"), fmt(100 * rates[5], ".0f")])
-    return markdown_table(["shift", "runs after it until found in 50% of seeds", "... in 95%",
-                           "% found after 2 runs", "% found after 5 runs"], rows)
+        rows.append(
+            [
+                f"+{sd:g}% (noise 1%: {sd:g} sd)",
+                *(f"{k}" if k else "> 20" for k in first),
+                fmt(100 * rates[2], ".0f"),
+                fmt(100 * rates[5], ".0f"),
+            ]
+        )
+    return markdown_table(
+        [
+            "shift",
+            "runs after it until found in 50% of seeds",
+            "... in 95%",
+            "% found after 2 runs",
+            "% found after 5 runs",
+        ],
+        rows,
+    )
 
 
 def main() -> int:
@@ -196,8 +235,9 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=100, help="seeds per accuracy cell")
     parser.add_argument("--fa-seeds", type=int, default=500, help="stationary series per false-alarm row")
     args = parser.parse_args()
-    print(f"# machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}",
-          file=sys.stderr)
+    print(
+        f"# machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}", file=sys.stderr
+    )
     print("### Speed\n")
     print(bench_speed(args.repeats) + "\n", flush=True)
     print("### False alarms (stationary series, default settings)\n")

@@ -51,9 +51,20 @@ def rank_child(mode: str, steps: int, imgsz: int, batch: int, workers: int, out:
     home = data_home()
     configure_ultralytics(home)
     dataset = synthetic_dataset(home / "datasets", train_images=steps * batch)
-    spec = build_run_spec({"imgsz": imgsz, "batch": batch, "epochs": 1, "max_steps": steps, "workers": workers,
-                           "device": "cpu", "val": False, "profiler": WINDOW, "ddp": {"ranks": RANKS},
-                           "train_args": {"close_mosaic": 0}})
+    spec = build_run_spec(
+        {
+            "imgsz": imgsz,
+            "batch": batch,
+            "epochs": 1,
+            "max_steps": steps,
+            "workers": workers,
+            "device": "cpu",
+            "val": False,
+            "profiler": WINDOW,
+            "ddp": {"ranks": RANKS},
+            "train_args": {"close_mosaic": 0},
+        }
+    )
     ends: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         from yolo_mlops.run import training
@@ -92,7 +103,7 @@ def job_step_ms(out: Path, mode: str) -> tuple[float, int]:
     medians, counts = [], []
     for rank in range(RANKS):
         ends = json.loads((out / f"{mode}-rank{rank}.json").read_text())
-        intervals = [(b - a) / 1e6 for a, b in zip(ends, ends[1:], strict=False)][FIRST_MEASURED - 2:]
+        intervals = [(b - a) / 1e6 for a, b in zip(ends, ends[1:], strict=False)][FIRST_MEASURED - 2 :]
         medians.append(statistics.median(intervals))
         counts.append(len(intervals))
     return max(medians), min(counts)
@@ -112,32 +123,61 @@ def main() -> None:
         rank_child(args.rank_child, args.steps, args.imgsz, args.batch, args.workers, args.out)
         return
     home = tempfile.mkdtemp(prefix="bench-ddp-")
-    env = {**os.environ, "YOLO_MLOPS_HOME": home, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "YOLO_MLOPS_HOME": home,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
     steps_ms: dict[str, list[float]] = {"plain": [], "instrumented": []}
     wall_s: dict[str, list[float]] = {"plain": [], "instrumented": []}
     for repeat in range(args.repeats):
         order = ("plain", "instrumented") if repeat % 2 == 0 else ("instrumented", "plain")
         for mode in order:
             out = Path(tempfile.mkdtemp(prefix=f"bench-ddp-{mode}-"))
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS),
-                       __file__, "--rank-child", mode, "--out", str(out), "--steps", str(args.steps),
-                       "--imgsz", str(args.imgsz), "--batch", str(args.batch), "--workers", str(args.workers)]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(RANKS),
+                __file__,
+                "--rank-child",
+                mode,
+                "--out",
+                str(out),
+                "--steps",
+                str(args.steps),
+                "--imgsz",
+                str(args.imgsz),
+                "--batch",
+                str(args.batch),
+                "--workers",
+                str(args.workers),
+            ]
             started = time.perf_counter()
             subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wall = time.perf_counter() - started
             median, count = job_step_ms(out, mode)
             steps_ms[mode].append(median)
             wall_s[mode].append(wall)
-            print(f"repeat {repeat + 1} {mode:<12} median step {median:8.2f} ms over {count} steps "
-                  f"(slower rank); whole command {wall:6.1f} s", flush=True)
+            print(
+                f"repeat {repeat + 1} {mode:<12} median step {median:8.2f} ms over {count} steps "
+                f"(slower rank); whole command {wall:6.1f} s",
+                flush=True,
+            )
     ratios = [i / p for i, p in zip(steps_ms["instrumented"], steps_ms["plain"], strict=True)]
     plain, instrumented = statistics.median(steps_ms["plain"]), statistics.median(steps_ms["instrumented"])
     print(f"median step: plain {plain:.2f} ms, instrumented {instrumented:.2f} ms")
-    print(f"ratio instrumented/plain: {statistics.median(ratios):.4f} (per-repeat ratios "
-          f"{', '.join(f'{r:.4f}' for r in ratios)})")
-    print(f"whole command: plain {statistics.median(wall_s['plain']):.1f} s, instrumented "
-          f"{statistics.median(wall_s['instrumented']):.1f} s (medians)")
+    print(
+        f"ratio instrumented/plain: {statistics.median(ratios):.4f} (per-repeat ratios "
+        f"{', '.join(f'{r:.4f}' for r in ratios)})"
+    )
+    print(
+        f"whole command: plain {statistics.median(wall_s['plain']):.1f} s, instrumented "
+        f"{statistics.median(wall_s['instrumented']):.1f} s (medians)"
+    )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,15 @@ from yolo_mlops.render import markdown_table
 from yolo_mlops.trends.fleet_stats import FleetSettings, slow_machines
 
 
-def simulate(machines: int, runs: int, slower: float = 1.0, noise: float = 0.08, seeds: int = 1000,
-             settings: FleetSettings | None = None, seed: int = 0) -> float:
+def simulate(
+    machines: int,
+    runs: int,
+    slower: float = 1.0,
+    noise: float = 0.08,
+    seeds: int = 1000,
+    settings: FleetSettings | None = None,
+    seed: int = 0,
+) -> float:
     """The share of simulated workloads the test flags. Each run's step time is log-normal around 100 ms with
     `noise` (sd of the log); with `slower` == 1 no machine differs and the share is the false-alarm rate (any
     machine flagged), else machine 0 is `slower` times slower and the share is the power (it, and only it)."""
@@ -27,8 +34,10 @@ def simulate(machines: int, runs: int, slower: float = 1.0, noise: float = 0.08,
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(seeds):
-        logs = {f"m{i}": math.log(100.0 * (slower if i == 0 else 1.0)) + rng.normal(0.0, noise, runs)
-                for i in range(machines)}
+        logs = {
+            f"m{i}": math.log(100.0 * (slower if i == 0 else 1.0)) + rng.normal(0.0, noise, runs)
+            for i in range(machines)
+        }
         found = [machine for machine, *_ in slow_machines(logs, settings.max_pvalue, settings.min_effect)]
         hits += bool(found) if slower == 1.0 else found == ["m0"]
     return hits / seeds
@@ -40,12 +49,24 @@ def simulation_table(false_seeds: int = 4000, power_seeds: int = 1000) -> str:
         for max_pvalue in (0.01, 0.05):
             settings = FleetSettings(max_pvalue=max_pvalue)
             false = simulate(machines, runs, seeds=false_seeds, settings=settings, seed=1)
-            found = [simulate(machines, runs, slower, seeds=power_seeds, settings=settings, seed=2)
-                     for slower in (1.1, 1.2, 1.3)]
-            rows.append((f"{machines} x {runs}", max_pvalue, f"{100 * false:.1f}%",
-                         *(f"{100 * x:.0f}%" for x in found)))
-    return markdown_table(["machines x runs", "max p", "flagged, no slow machine", "10% slower found",
-                           "20% slower found", "30% slower found"], rows)
+            found = [
+                simulate(machines, runs, slower, seeds=power_seeds, settings=settings, seed=2)
+                for slower in (1.1, 1.2, 1.3)
+            ]
+            rows.append(
+                (f"{machines} x {runs}", max_pvalue, f"{100 * false:.1f}%", *(f"{100 * x:.0f}%" for x in found))
+            )
+    return markdown_table(
+        [
+            "machines x runs",
+            "max p",
+            "flagged, no slow machine",
+            "10% slower found",
+            "20% slower found",
+            "30% slower found",
+        ],
+        rows,
+    )
 
 
 def main() -> int:

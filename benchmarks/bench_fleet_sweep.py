@@ -33,14 +33,33 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from local_fleet import POOL, local_fleet  # noqa: E402
 
-TINY = {"imgsz": 64, "batch": 4, "max_steps": 6, "workers": 0, "device": "cpu", "synthetic_images": 24,
-        "val": False, "profiler": {"wait": 0, "warmup": 1, "active": 1}}
+TINY = {
+    "imgsz": 64,
+    "batch": 4,
+    "max_steps": 6,
+    "workers": 0,
+    "device": "cpu",
+    "synthetic_images": 24,
+    "val": False,
+    "profiler": {"wait": 0, "warmup": 1, "active": 1},
+}
 MACHINES = ("bench-a", "bench-b")
 
 
 def _sweep(fleet, config: Path, experiment: str, exclusive: bool) -> tuple[float, str]:
-    args = ["sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "4", "--config", str(config),
-            "--experiment", experiment]
+    args = [
+        "sweep",
+        "--pool",
+        POOL,
+        "--variants",
+        "batch_2",
+        "--repeats",
+        "4",
+        "--config",
+        str(config),
+        "--experiment",
+        experiment,
+    ]
     if exclusive:
         args += ["--isolation", "exclusive"]
     t0 = time.perf_counter()
@@ -48,8 +67,11 @@ def _sweep(fleet, config: Path, experiment: str, exclusive: bool) -> tuple[float
     if proc.wait(3600) != 0:
         raise SystemExit(f"sweep failed:\n{log.read_text(errors='replace')[-4000:]}")
     wall = time.perf_counter() - t0
-    parent = next(line.split()[3].rstrip(":") for line in log.read_text(errors="replace").splitlines()
-                  if line.startswith("MLflow parent run "))
+    parent = next(
+        line.split()[3].rstrip(":")
+        for line in log.read_text(errors="replace").splitlines()
+        if line.startswith("MLflow parent run ")
+    )
     return wall, parent
 
 
@@ -63,8 +85,12 @@ def _child_step_ms(fleet, parent_id: str) -> list[float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
-                        help="one core per machine (default), or both machines on every core")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one core per machine (default), or both machines on every core",
+    )
     args = parser.parse_args()
     walls: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
     steps: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
@@ -88,11 +114,15 @@ def main() -> int:
     print("|---|---|---|")
     print(f"| side by side | {side:.1f} | {step_side:.1f} |")
     print(f"| exclusive (one at a time) | {excl:.1f} | {step_excl:.1f} |")
-    print(f"| ratio | {excl / side:.2f}x faster side by side | {step_side / step_excl:.2f}x child step time "
-          "side by side |")
-    print(f"\n{args.repeats} interleaved repeats each, {'one core per machine' if args.pin else 'shared cores'}; "
-          f"walls side by side {[round(w, 1) for w in walls['side-by-side']]}, "
-          f"exclusive {[round(w, 1) for w in walls['exclusive']]}")
+    print(
+        f"| ratio | {excl / side:.2f}x faster side by side | {step_side / step_excl:.2f}x child step time "
+        "side by side |"
+    )
+    print(
+        f"\n{args.repeats} interleaved repeats each, {'one core per machine' if args.pin else 'shared cores'}; "
+        f"walls side by side {[round(w, 1) for w in walls['side-by-side']]}, "
+        f"exclusive {[round(w, 1) for w in walls['exclusive']]}"
+    )
     return 0
 
 

@@ -80,6 +80,7 @@ T0_MS = 1_700_000_000_000
 
 # ---- servers ------------------------------------------------------------------------------------------------
 
+
 def _pg_bindir() -> Path:
     found = shutil.which("pg_ctl")
     if found and shutil.which("initdb"):
@@ -117,30 +118,72 @@ class Servers:
         pwfile = base / "pwfile"
         pwfile.write_text(secrets.token_urlsafe(16) + "\n")
         pwfile.chmod(0o644)
-        subprocess.run([*self.as_user, str(self.bindir / "initdb"), "-D", str(data), "-U", "postgres", "--pwfile",
-                        str(pwfile), "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8",
-                        "--no-sync"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                *self.as_user,
+                str(self.bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--pwfile",
+                str(pwfile),
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self.port = free_port()
-        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t",
-                        "60", "-o", f"-p {self.port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
-                        "start"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                *self.as_user,
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-p {self.port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self.data = data
         self.db_password = secrets.token_urlsafe(16)
-        env = base_env() | {"PATH": f"{self.bindir}{os.pathsep}{base_env()['PATH']}", "PGHOST": str(sock),
-                            "PGPORT": str(self.port), "POSTGRES_USER": "postgres",
-                            "MLFLOW_DB_PASSWORD": self.db_password, "PREFECT_DB_PASSWORD": secrets.token_urlsafe(16)}
-        subprocess.run(["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True,
-                       capture_output=True)
+        env = base_env() | {
+            "PATH": f"{self.bindir}{os.pathsep}{base_env()['PATH']}",
+            "PGHOST": str(sock),
+            "PGPORT": str(self.port),
+            "POSTGRES_USER": "postgres",
+            "MLFLOW_DB_PASSWORD": self.db_password,
+            "PREFECT_DB_PASSWORD": secrets.token_urlsafe(16),
+        }
+        subprocess.run(
+            ["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True, capture_output=True
+        )
         self.db_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow"
         auth_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow_auth"
         port = free_port()
         self.password = secrets.token_urlsafe(16)
         artifacts = base / "artifacts"
         artifacts.mkdir()
-        env = base_env() | {"MLFLOW_BACKEND_STORE_URI": self.db_url, "MLFLOW_AUTH_DATABASE_URI": auth_url,
-                            "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts), "MLFLOW_AUTH_ADMIN_PASSWORD": self.password,
-                            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16), "MLFLOW_HOST": "127.0.0.1",
-                            "MLFLOW_PORT": str(port), "MLFLOW_WORKERS": "2"}
+        env = base_env() | {
+            "MLFLOW_BACKEND_STORE_URI": self.db_url,
+            "MLFLOW_AUTH_DATABASE_URI": auth_url,
+            "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
+            "MLFLOW_AUTH_ADMIN_PASSWORD": self.password,
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+            "MLFLOW_HOST": "127.0.0.1",
+            "MLFLOW_PORT": str(port),
+            "MLFLOW_WORKERS": "2",
+        }
         self.mlflow_log = base / "mlflow.log"
         self.mlflow_proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], self.mlflow_log, env)
         self.url = f"http://127.0.0.1:{port}"
@@ -148,17 +191,23 @@ class Servers:
             raise SystemExit(f"mlflow server did not come up:\n{self.mlflow_log.read_text()[-3000:]}")
 
     def client_env(self) -> dict[str, str]:
-        return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": "admin",
-                "MLFLOW_TRACKING_PASSWORD": self.password}
+        return {
+            "MLFLOW_TRACKING_URI": self.url,
+            "MLFLOW_TRACKING_USERNAME": "admin",
+            "MLFLOW_TRACKING_PASSWORD": self.password,
+        }
 
     def stop(self) -> None:
         if self.mlflow_proc is not None:
             stop(self.mlflow_proc)
-        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
-                        "stop"], capture_output=True)
+        subprocess.run(
+            [*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+        )
 
 
 # ---- filling --------------------------------------------------------------------------------------------------
+
 
 class Filler:
     """Run rows for the 160 series, inserted through MLflow's table models in batches."""
@@ -177,20 +226,39 @@ class Filler:
         self.engine = create_engine(db_url)
         self.experiment_id, self.artifact_location = experiment_id, artifact_location
         yaml_path = home / "datasets" / "synthetic-0123456789" / "data.yaml"
-        env = Environment(python="3.11.7", platform="Linux", hostname="node-0", machine="node-0", cpu_count=16,
-                          torch="2.14.1+cpu", torch_cuda=None, cudnn=None, ultralytics="8.4.190", mlflow="3.17.2",
-                          prefect="3.9.1", device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0,
-                          nvidia_driver=None, git_commit="0" * 40, git_dirty=False)
+        env = Environment(
+            python="3.11.7",
+            platform="Linux",
+            hostname="node-0",
+            machine="node-0",
+            cpu_count=16,
+            torch="2.14.1+cpu",
+            torch_cuda=None,
+            cudnn=None,
+            ultralytics="8.4.190",
+            mlflow="3.17.2",
+            prefect="3.9.1",
+            device_type="cpu",
+            device_name="AMD EPYC 9654",
+            gpu_count=0,
+            nvidia_driver=None,
+            git_commit="0" * 40,
+            git_dirty=False,
+        )
         self.series: list[tuple[str, dict[str, str], dict[str, str], str]] = []  # key, params, tags, machine
         for w in range(WORKLOADS):
-            spec = build_run_spec({"batch": w + 1, "device": "cpu", "experiment": EXPERIMENT,
-                                   "run_kind": "benchmark"})
+            spec = build_run_spec({"batch": w + 1, "device": "cpu", "experiment": EXPERIMENT, "run_kind": "benchmark"})
             plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="cpu", output_dir=home, steps_expected=60)
             for m in range(MACHINES):
                 machine_env = dataclasses.replace(env, hostname=f"node-{m}", machine=f"node-{m}")
                 key = series_key(spec, machine_env, data_identity(yaml_path, True), "cpu")
-                tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cpu",
-                        names.DATASET: "synthetic", names.SERIES: key}
+                tags = {
+                    names.RUN_KIND: "benchmark",
+                    names.VARIANT: spec.variant,
+                    names.DEVICE_TYPE: "cpu",
+                    names.DATASET: "synthetic",
+                    names.SERIES: key,
+                }
                 self.series.append((key, run_params(spec, plan, machine_env), tags, f"node-{m}"))
         self.names = names
 
@@ -213,22 +281,44 @@ class Filler:
                 rng = np.random.default_rng(index)
                 run_id = _run_id(index)
                 begin = T0_MS + night * DAY_MS + s * 60_000
-                runs.append(dict(run_uuid=run_id, name=f"bench-{index}", source_type="LOCAL", source_name="",
-                                 entry_point_name="", user_id="bench", status="FINISHED", start_time=begin,
-                                 end_time=begin + 50_000, source_version="", lifecycle_stage="active",
-                                 artifact_uri=f"{self.artifact_location}/{run_id}/artifacts",
-                                 experiment_id=int(self.experiment_id)))
+                runs.append(
+                    dict(
+                        run_uuid=run_id,
+                        name=f"bench-{index}",
+                        source_type="LOCAL",
+                        source_name="",
+                        entry_point_name="",
+                        user_id="bench",
+                        status="FINISHED",
+                        start_time=begin,
+                        end_time=begin + 50_000,
+                        source_version="",
+                        lifecycle_stage="active",
+                        artifact_uri=f"{self.artifact_location}/{run_id}/artifacts",
+                        experiment_id=int(self.experiment_id),
+                    )
+                )
                 commit = f"{night // 7:040x}"
-                params += [dict(key=k, value=(commit if k == "env.git_commit" else v), run_uuid=run_id)
-                           for k, v in p.items()]
-                run_tags = {**t, names.BENCHMARK_NIGHT: f"night-{night}", "mlflow.runName": f"bench-{index}",
-                            "mlflow.user": "bench"}
+                params += [
+                    dict(key=k, value=(commit if k == "env.git_commit" else v), run_uuid=run_id) for k, v in p.items()
+                ]
+                run_tags = {
+                    **t,
+                    names.BENCHMARK_NIGHT: f"night-{night}",
+                    "mlflow.runName": f"bench-{index}",
+                    "mlflow.user": "bench",
+                }
                 tags += [dict(key=k, value=v, run_uuid=run_id) for k, v in run_tags.items()]
                 step = 50.0 * (1 + (s // MACHINES) / 10) * (1 + 0.02 * rng.standard_normal())
-                values = {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 1000.0 / step,
-                          names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal()}
-                metrics += [dict(key=k, value=float(v), timestamp=begin + 50_000, step=0, is_nan=False,
-                                 run_uuid=run_id) for k, v in values.items()]
+                values = {
+                    names.STEP_TIME_P50: step,
+                    names.IMAGES_PER_S: 1000.0 / step,
+                    names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
+                }
+                metrics += [
+                    dict(key=k, value=float(v), timestamp=begin + 50_000, step=0, is_nan=False, run_uuid=run_id)
+                    for k, v in values.items()
+                ]
             with self.engine.begin() as conn:
                 conn.execute(insert(m.SqlRun.__table__), runs)
                 conn.execute(insert(m.SqlParam.__table__), params)
@@ -259,10 +349,17 @@ def _run_id(index: int) -> str:
 
 # ---- timing ---------------------------------------------------------------------------------------------------
 
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Wall seconds and peak RSS (MiB) of the command, and its output; raises when it fails."""
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure", *cmd], env=env, cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--measure", *cmd],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     fields = dict(f.split("=") for f in proc.stdout.rsplit("MEASURED ", 1)[1].split())
@@ -284,10 +381,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 60_000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-cache-up-to", type=int, default=10_080,
-                        help="time `fleet` without the cache only up to this many runs (it reads them all)")
-    parser.add_argument("--no-fleet", action="store_true",
-                        help="time only `trends --series` and the nightly judging (no cache to build)")
+    parser.add_argument(
+        "--no-cache-up-to",
+        type=int,
+        default=10_080,
+        help="time `fleet` without the cache only up to this many runs (it reads them all)",
+    )
+    parser.add_argument(
+        "--no-fleet",
+        action="store_true",
+        help="time only `trends --series` and the nightly judging (no cache to build)",
+    )
     parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.judge:
@@ -303,8 +407,16 @@ def main() -> int:
         home = base / "home"
         # MLFLOW_HTTP_REQUEST_TIMEOUT: the project's default of 15 s per request (connection.HTTP_RETRY_DEFAULTS)
         # is shorter than a 1,000-run page of `search_runs` takes on 2 cores shared with other jobs
-        env = base_env() | servers.client_env() | {"YOLO_MLOPS_HOME": str(home), "YOLO_OFFLINE": "1",
-                                                   "MPLBACKEND": "Agg", "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"}
+        env = (
+            base_env()
+            | servers.client_env()
+            | {
+                "YOLO_MLOPS_HOME": str(home),
+                "YOLO_OFFLINE": "1",
+                "MPLBACKEND": "Agg",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "300",
+            }
+        )
         os.environ.update(servers.client_env())
         from mlflow.tracking import MlflowClient
 
@@ -323,8 +435,10 @@ def main() -> int:
             commands = {  # name -> (command, environment)
                 "trends --series": (cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]], env),
                 "nightly judging": ([sys.executable, str(Path(__file__).resolve()), "--judge", *suite], env),
-                "fleet, no cache": (cli + ["fleet", "--experiment", EXPERIMENT],
-                                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"}),
+                "fleet, no cache": (
+                    cli + ["fleet", "--experiment", EXPERIMENT],
+                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                ),
                 "fleet, cache": (cli + ["fleet", "--experiment", EXPERIMENT], env),
             }
             if size > args.no_cache_up_to or args.no_fleet:
@@ -343,8 +457,11 @@ def main() -> int:
             for name, values in times.items():
                 row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
                 results.append(row)
-                print(f"{size:>6} runs  {name:<16}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
-                      f"({', '.join(f'{v:.2f}' for v in values)})", flush=True)
+                print(
+                    f"{size:>6} runs  {name:<16}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+                    f"({', '.join(f'{v:.2f}' for v in values)})",
+                    flush=True,
+                )
         help_times = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
         print(f"--help: median {statistics.median(help_times):.2f} s")
         print("\n| runs | command | median s | peak RSS MiB |\n|---|---|---|---|")

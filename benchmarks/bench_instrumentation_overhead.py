@@ -33,9 +33,19 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
     home = data_home()
     configure_ultralytics(home)
     dataset = synthetic_dataset(home / "datasets", train_images=steps * batch)
-    spec = build_run_spec({"imgsz": imgsz, "batch": batch, "epochs": 1, "max_steps": steps, "workers": workers,
-                           "device": device, "val": False, "profiler": WINDOW,
-                           "train_args": {"close_mosaic": 0}})
+    spec = build_run_spec(
+        {
+            "imgsz": imgsz,
+            "batch": batch,
+            "epochs": 1,
+            "max_steps": steps,
+            "workers": workers,
+            "device": device,
+            "val": False,
+            "profiler": WINDOW,
+            "train_args": {"close_mosaic": 0},
+        }
+    )
     ends: list[int] = []
 
     def record_end(trainer) -> None:
@@ -93,20 +103,44 @@ def main() -> None:
         for repeat in range(args.repeats):
             for mode in ("plain", "instrumented") if repeat % 2 == 0 else ("instrumented", "plain"):
                 out = Path(tmp) / f"{mode}-{repeat}.json"
-                subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out),
-                                "--steps", str(args.steps), "--imgsz", str(args.imgsz), "--batch", str(args.batch),
-                                "--device", args.device, "--workers", str(args.workers)],
-                               check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        mode,
+                        "--out",
+                        str(out),
+                        "--steps",
+                        str(args.steps),
+                        "--imgsz",
+                        str(args.imgsz),
+                        "--batch",
+                        str(args.batch),
+                        "--device",
+                        args.device,
+                        "--workers",
+                        str(args.workers),
+                    ],
+                    check=True,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 row = json.loads(out.read_text())
                 results[mode].append(row["median_ms"])
-                print(f"repeat {repeat} {mode:<12} median step {row['median_ms']:8.2f} ms over {row['steps']} steps",
-                      flush=True)
+                print(
+                    f"repeat {repeat} {mode:<12} median step {row['median_ms']:8.2f} ms over {row['steps']} steps",
+                    flush=True,
+                )
     plain, inst = statistics.median(results["plain"]), statistics.median(results["instrumented"])
     ratios = [i / p for i, p in zip(results["instrumented"], results["plain"], strict=True)]
     print(f"\nplain        median of medians {plain:8.2f} ms")
     print(f"instrumented median of medians {inst:8.2f} ms")
-    print(f"ratio instrumented/plain: {inst / plain:.4f} (per-repeat ratios {', '.join(f'{r:.3f}' for r in ratios)})"
-          f"  goal <= 1.03")
+    print(
+        f"ratio instrumented/plain: {inst / plain:.4f} (per-repeat ratios {', '.join(f'{r:.3f}' for r in ratios)})"
+        f"  goal <= 1.03"
+    )
 
 
 if __name__ == "__main__":

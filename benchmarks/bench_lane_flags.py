@@ -35,8 +35,9 @@ from test_blocks import simulate  # noqa: E402
 def blocks_at(revision: str):
     """`yolo_mlops/sweeps/blocks.py` as it was at a git revision, imported as a module of its own."""
     root = Path(__file__).resolve().parent.parent
-    text = subprocess.run(["git", "show", f"{revision}:yolo_mlops/sweeps/blocks.py"], cwd=root, check=True,
-                          capture_output=True, text=True).stdout
+    text = subprocess.run(
+        ["git", "show", f"{revision}:yolo_mlops/sweeps/blocks.py"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
     path = Path(tempfile.mkdtemp(prefix="blocks-")) / "blocks_before.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("blocks_before", path)
@@ -47,14 +48,14 @@ def blocks_at(revision: str):
     return module
 
 
-def flag_rate(lanes: int, per_lane: int, sims: int, lane_true: dict[str, float] | None = None,
-              seed: int = 0, rule=blocks) -> tuple[float, float]:
+def flag_rate(
+    lanes: int, per_lane: int, sims: int, lane_true: dict[str, float] | None = None, seed: int = 0, rule=blocks
+) -> tuple[float, float]:
     """(share of sweeps with any lane flagged, share flagging lane "1" and no other: with two lanes, both)."""
     rng = np.random.default_rng([seed, lanes, per_lane])
     any_flag = only_one = 0
     for i in range(sims):
-        cmp = rule.compare_paired(*simulate(rng, (per_lane,) * lanes, 1.0, lane_true=lane_true), resamples=50,
-                                    seed=i)
+        cmp = rule.compare_paired(*simulate(rng, (per_lane,) * lanes, 1.0, lane_true=lane_true), resamples=50, seed=i)
         flagged = [lane.lane for lane in cmp.lanes if lane.disagrees]
         any_flag += bool(flagged)
         only_one += flagged == (["0", "1"] if lanes == 2 else ["1"])
@@ -63,8 +64,15 @@ def flag_rate(lanes: int, per_lane: int, sims: int, lane_true: dict[str, float] 
 
 def _any_flag(rule, layout: tuple[int, ...], sims: int) -> float:
     rng = np.random.default_rng([5, len(layout)])
-    return sum(any(lane.disagrees for lane in rule.compare_paired(*simulate(rng, layout, 1.0), resamples=200,
-                                                                  seed=i).lanes) for i in range(sims)) / sims
+    return (
+        sum(
+            any(
+                lane.disagrees for lane in rule.compare_paired(*simulate(rng, layout, 1.0), resamples=200, seed=i).lanes
+            )
+            for i in range(sims)
+        )
+        / sims
+    )
 
 
 def main() -> int:
@@ -75,17 +83,26 @@ def main() -> int:
     t0 = time.perf_counter()
     if args.before:
         rule = blocks_at(args.before)
-        rows = [[f"{lanes} x {per_lane}" if len(set(layout)) == 1 else "x".join(map(str, layout)),
-                 fmt(100 * _any_flag(rule, layout, args.sims), ".1f")]
-                for layout in ((1, 1), (1, 1, 1), (1, 1, 1, 1), (2, 2, 1), (3, 3), (1,))
-                for lanes, per_lane in [(len(layout), layout[0])]]
-        print(markdown_table(["layout (lanes x blocks)", f"% of sweeps with a lane flagged, rule of {args.before}"],
-                             rows))
+        rows = [
+            [
+                f"{lanes} x {per_lane}" if len(set(layout)) == 1 else "x".join(map(str, layout)),
+                fmt(100 * _any_flag(rule, layout, args.sims), ".1f"),
+            ]
+            for layout in ((1, 1), (1, 1, 1), (1, 1, 1, 1), (2, 2, 1), (3, 3), (1,))
+            for lanes, per_lane in [(len(layout), layout[0])]
+        ]
+        print(
+            markdown_table(["layout (lanes x blocks)", f"% of sweeps with a lane flagged, rule of {args.before}"], rows)
+        )
         return 0
     rows = []
     for per_lane in (1, 2, 3):
-        rows.append([f"{per_lane} block{'s' * (per_lane > 1)} a lane",
-                     *(fmt(100 * flag_rate(lanes, per_lane, args.sims)[0], ".1f") for lanes in range(1, 9))])
+        rows.append(
+            [
+                f"{per_lane} block{'s' * (per_lane > 1)} a lane",
+                *(fmt(100 * flag_rate(lanes, per_lane, args.sims)[0], ".1f") for lanes in range(1, 9)),
+            ]
+        )
     print(f"### Sweeps with any lane flagged, no lane effect ({args.sims} sweeps a cell)\n")
     print(markdown_table(["layout", *(f"{n} lane{'s' * (n > 1)}" for n in range(1, 9))], rows) + "\n")
     rows = []

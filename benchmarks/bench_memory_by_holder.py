@@ -30,9 +30,17 @@ def small(device):
     import torch
     from torch import nn
 
-    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-                          nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(64, 10)).to(device)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    ).to(device)
     x, y = torch.randn(8, 3, 32, 32, device=device), torch.randint(0, 10, (8,), device=device)
     return model, torch.optim.Adam(model.parameters(), lr=1e-3), lambda: nn.functional.cross_entropy(model(x), y)
 
@@ -102,9 +110,10 @@ def main() -> None:
     if device != "cpu":
         torch.cuda.set_device(torch.device(device))  # the split reads the current CUDA device
     dev = torch.device(device)
-    builders = {"small": ("small conv + Adam", lambda: small(dev)),
-                "yolo11n": (f"yolo11n {args.imgsz}px batch {args.batch} + SGD", lambda: yolo11n(
-                    dev, args.imgsz, args.batch))}
+    builders = {
+        "small": ("small conv + Adam", lambda: small(dev)),
+        "yolo11n": (f"yolo11n {args.imgsz}px batch {args.batch} + SGD", lambda: yolo11n(dev, args.imgsz, args.batch)),
+    }
     arms = dict(builders[m.strip()] for m in args.models.split(",") if m.strip())
     split: dict[str, list[float]] = {name: [] for name in arms}
     whole: dict[str, list[float]] = {name: [] for name in arms}
@@ -115,14 +124,23 @@ def main() -> None:
                 s, w, last[name] = window(build, Path(tmp) / f"{r}_{len(split[name])}_{abs(hash(name))}", device)
                 split[name].append(s)
                 whole[name].append(w)
-    summary = {name: {"split_s_median": statistics.median(split[name]), "split_s": split[name],
-                      "window_s_median": statistics.median(whole[name]), "last": last[name]} for name in arms}
+    summary = {
+        name: {
+            "split_s_median": statistics.median(split[name]),
+            "split_s": split[name],
+            "window_s_median": statistics.median(whole[name]),
+            "last": last[name],
+        }
+        for name in arms
+    }
     if args.result:
         args.result.write_text(json.dumps(summary, indent=2))
     for name in arms:
         runs = [round(s, 3) for s in split[name]]
-        print(f"{name}: split median {statistics.median(split[name]):.3f} s (runs {runs}),"
-              f" whole window median {statistics.median(whole[name]):.2f} s; {last[name]}")
+        print(
+            f"{name}: split median {statistics.median(split[name]):.3f} s (runs {runs}),"
+            f" whole window median {statistics.median(whole[name]):.2f} s; {last[name]}"
+        )
 
 
 if __name__ == "__main__":

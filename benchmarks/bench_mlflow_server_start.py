@@ -56,10 +56,26 @@ def one_start(jobs: bool, idle_s: float, work: Path) -> tuple[float, int, float]
     port = _free_port()
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="true" if jobs else "false")
     started = time.perf_counter()
-    proc = subprocess.Popen([MLFLOW, "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{work / f'{port}.db'}",
-                             "--artifacts-destination", str(work / f"{port}-artifacts"), "--workers", "1"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            MLFLOW,
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{work / f'{port}.db'}",
+            "--artifacts-destination",
+            str(work / f"{port}-artifacts"),
+            "--workers",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     root = psutil.Process(proc.pid)
     cpu: dict[int, float] = {}
     try:
@@ -94,17 +110,22 @@ def main() -> None:
     results: dict[bool, list[tuple[float, int, float]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            for jobs in ((True, False) if repeat % 2 == 0 else (False, True)):
+            for jobs in (True, False) if repeat % 2 == 0 else (False, True):
                 results[jobs].append(one_start(jobs, args.idle_s, Path(tmp)))
                 health, procs, cpu = results[jobs][-1]
-                print(f"repeat {repeat}: jobs {'on ' if jobs else 'off'}  /health after {health:5.1f} s  "
-                      f"{procs:2d} processes  {cpu:5.1f} CPU s", flush=True)
+                print(
+                    f"repeat {repeat}: jobs {'on ' if jobs else 'off'}  /health after {health:5.1f} s  "
+                    f"{procs:2d} processes  {cpu:5.1f} CPU s",
+                    flush=True,
+                )
     print(f"\n| job execution | median s to /health | processes | median CPU s (start + {args.idle_s:.0f} s idle) |")
     print("|---|---|---|---|")
     for jobs in (True, False):
         healths, proc_counts, cpus = zip(*results[jobs], strict=True)
-        print(f"| {'on (MLflow default)' if jobs else 'off'} | {statistics.median(healths):.1f} | "
-              f"{max(proc_counts)} | {statistics.median(cpus):.1f} |")
+        print(
+            f"| {'on (MLflow default)' if jobs else 'off'} | {statistics.median(healths):.1f} | "
+            f"{max(proc_counts)} | {statistics.median(cpus):.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,7 @@ def one_repeat(path: Path) -> dict[str, float]:
         if event.ph == "X" and event.dur is not None:
             by_category[event.cat] = by_category.get(event.cat, 0.0) + event.dur
     passed = time.perf_counter()
-    return {"gunzip": gunzipped - start, "decode": decoded - gunzipped, "pass": passed - decoded,
-            "events": len(events)}
+    return {"gunzip": gunzipped - start, "decode": decoded - gunzipped, "pass": passed - decoded, "events": len(events)}
 
 
 def interpreter_with_msgspec() -> float:
@@ -73,8 +72,10 @@ def main() -> None:
     for name in TRACES:
         med = {key: statistics.median(s[key] for s in samples[name]) for key in ("gunzip", "decode", "pass")}
         total = start_s + sum(med.values())
-        print(f"| {name} | {samples[name][0]['events']:,} | {med['gunzip']:.3f} | {med['decode']:.3f} | "
-              f"{med['pass']:.4f} | {total:.3f} |")
+        print(
+            f"| {name} | {samples[name][0]['events']:,} | {med['gunzip']:.3f} | {med['decode']:.3f} | "
+            f"{med['pass']:.4f} | {total:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ def sampler_cpu_pct(mode: Mode, rate_hz: float, seconds: float) -> dict[str, obj
         time.sleep(seconds)
     wall_s = time.perf_counter() - wall_start
     return {
-        "mode": mode, "rate_hz": rate_hz, "effective_hz": sampler.polls / wall_s,
+        "mode": mode,
+        "rate_hz": rate_hz,
+        "effective_hz": sampler.polls / wall_s,
         "cpu_pct_of_one_core": 100.0 * sampler.thread_cpu_s / wall_s,
         "cpu_us_per_poll": 1e6 * sampler.thread_cpu_s / max(sampler.polls, 1),
         "polls": sampler.polls,
@@ -52,9 +54,14 @@ def _make_training():
 
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, 10),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
     )
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
     images = torch.randn(16, 3, 64, 64)
@@ -105,7 +112,7 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
     split: dict[str, list[int]] = {"with_poll": [], "with_no_poll": [], "control_poll": [], "control_no_poll": []}
     interval_ns = int(1e9 / rate_hz)
     for repeat in range(repeats):
-        order = conditions[repeat % 3:] + conditions[:repeat % 3]
+        order = conditions[repeat % 3 :] + conditions[: repeat % 3]
         for condition in order:
             if condition == "with":
                 with NvmlSampler(FakeNvmlBackend(FakeScript(mode="utilization")), interval_s=1.0 / rate_hz) as sampler:
@@ -126,7 +133,9 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
         return _quartiles([a / b for a, b in zip(times[condition], times["without"], strict=True)])
 
     return {
-        "rate_hz": rate_hz, "repeats": repeats, "steps_per_block": steps,
+        "rate_hz": rate_hz,
+        "repeats": repeats,
+        "steps_per_block": steps,
         "median_step_ms_without": 1e3 * statistics.median(wall["without"]),
         "median_step_ms_with": 1e3 * statistics.median(wall["with"]),
         "wall_ratio_with_sampler": ratios(wall, "with"),

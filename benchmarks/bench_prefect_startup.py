@@ -37,11 +37,16 @@ SPIN = "while True: pass"
 
 
 def start_once(database: Path) -> float:
-    env = {**os.environ, "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{database}",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{database}",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
     env.pop("PREFECT_API_URL", None)
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=900,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=900, check=True
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -59,8 +64,11 @@ def main() -> None:
             for repeat in range(args.repeats):
                 times["new-db"].append(start_once(Path(tmp) / f"new-{repeat}.db"))
                 times["reused-db"].append(start_once(reused))
-                print(f"repeat {repeat + 1}: new-db {times['new-db'][-1]:.1f} s, "
-                      f"reused-db {times['reused-db'][-1]:.1f} s", flush=True)
+                print(
+                    f"repeat {repeat + 1}: new-db {times['new-db'][-1]:.1f} s, "
+                    f"reused-db {times['reused-db'][-1]:.1f} s",
+                    flush=True,
+                )
     finally:
         for burner in burners:
             burner.kill()

@@ -25,16 +25,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_trace_analysis import write_big_trace  # noqa: E402
 
 # run the command and report its own and its largest child's peak RSS (the workers are its children)
-_RUN = ("import resource, runpy, sys; sys.argv = ['yolo-mlops', *sys.argv[1:]];\n"
-        "try:\n    runpy.run_module('yolo_mlops.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-        "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)")
+_RUN = (
+    "import resource, runpy, sys; sys.argv = ['yolo-mlops', *sys.argv[1:]];\n"
+    "try:\n    runpy.run_module('yolo_mlops.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+    " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
+)
 
 
 def timed(args: list[str]) -> tuple[float, int, int]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _RUN, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+    )
     seconds = time.perf_counter() - started
     line = next((x for x in done.stderr.splitlines() if x.startswith("RSS ")), None)
     if done.returncode not in (0, None) or line is None:
@@ -52,13 +55,15 @@ def main() -> None:
     cores = os.cpu_count() or 1
     folder = Path(tempfile.mkdtemp(prefix="bench-rank-traces-"))
     for rank in range(args.ranks):
-        write_big_trace(folder / f"rank{rank}.pt.trace.json.gz", args.events, seed=rank, rank=rank,
-                        world_size=args.ranks)
+        write_big_trace(
+            folder / f"rank{rank}.pt.trace.json.gz", args.events, seed=rank, rank=rank, world_size=args.ranks
+        )
     files = sorted(folder.glob("*.json.gz"))
     mib = sum(f.stat().st_size for f in files) / 2**20
     print(f"{args.ranks} rank traces of {args.events} events, {mib:.0f} MiB gzipped in all; {cores} cores")
     singles, together, single_rss, own_rss, worker_rss = [], [], [], [], []
     for repeat in range(args.repeats):
+
         def alone() -> None:
             results = [timed(["analyze", str(f), "--format", "json"]) for f in files]
             singles.append(sum(r[0] for r in results))
@@ -70,15 +75,19 @@ def main() -> None:
             own_rss.append(own)
             worker_rss.append(child)
 
-        for step in ((alone, all_ranks) if repeat % 2 == 0 else (all_ranks, alone)):
+        for step in (alone, all_ranks) if repeat % 2 == 0 else (all_ranks, alone):
             step()
         print(f"repeat {repeat + 1}: each alone {singles[-1]:.2f} s in all, together {together[-1]:.2f} s")
     alone_s, together_s = statistics.median(singles), statistics.median(together)
     bound = alone_s / cores
-    print(f"sum of single-trace times {alone_s:.2f} s, / {cores} cores = {bound:.2f} s; together {together_s:.2f} s: "
-          f"{together_s / bound:.2f} x the bound (goal <= 1.2)")
-    print(f"peak RSS: one trace alone {statistics.median(single_rss)} MiB; together: the command "
-          f"{statistics.median(own_rss)} MiB, its largest worker {statistics.median(worker_rss)} MiB")
+    print(
+        f"sum of single-trace times {alone_s:.2f} s, / {cores} cores = {bound:.2f} s; together {together_s:.2f} s: "
+        f"{together_s / bound:.2f} x the bound (goal <= 1.2)"
+    )
+    print(
+        f"peak RSS: one trace alone {statistics.median(single_rss)} MiB; together: the command "
+        f"{statistics.median(own_rss)} MiB, its largest worker {statistics.median(worker_rss)} MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,14 @@ GOAL_S = 2.0
 
 def _isolate() -> None:
     home = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    os.environ.update(YOLO_MLOPS_HOME=str(home / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-                      PREFECT_HOME=str(home / "prefect"), PREFECT_LOGGING_LEVEL="WARNING", YOLO_OFFLINE="1",
-                      PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    os.environ.update(
+        YOLO_MLOPS_HOME=str(home / "home"),
+        MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+        PREFECT_HOME=str(home / "prefect"),
+        PREFECT_LOGGING_LEVEL="WARNING",
+        YOLO_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
     os.environ.pop("PREFECT_API_URL", None)
 
 
@@ -60,8 +65,9 @@ def _task_durations(flow_run_id: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--children", type=int, default=6)
-    parser.add_argument("--write-docs", action="store_true",
-                        help="replace '## Sweep orchestration' in docs/benchmarks.md")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="replace '## Sweep orchestration' in docs/benchmarks.md"
+    )
     args = parser.parse_args()
     _isolate()
     from prefect.client.orchestration import get_client
@@ -84,12 +90,18 @@ def main() -> int:
                 return original(*a, **kw)
             finally:
                 spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+
         setattr(module, name, wrapper)
 
     import yolo_mlops.flows.sweep as sweep_module
 
-    for label, name in (("collect", "collect"), ("compare", "compare"), ("markdown", "markdown"),
-                        ("log_report", "log_report"), ("plan", "plan_sweep")):
+    for label, name in (
+        ("collect", "collect"),
+        ("compare", "compare"),
+        ("markdown", "markdown"),
+        ("log_report", "log_report"),
+        ("plan", "plan_sweep"),
+    ):
         timed(sweeps, name, label)
     timed(gpu_lock, "check_limit", "check_limit")
 
@@ -102,8 +114,17 @@ def main() -> int:
     timed(sweep_module, "create_table_artifact", "prefect_artifacts")
     timed(sweep_module, "create_markdown_artifact", "prefect_artifacts")
 
-    base = RunSpec(imgsz=64, batch=4, max_steps=6, workers=0, device="cpu", synthetic_images=16, val=False,
-                   experiment="bench-sweep", profiler=ProfilerSettings(wait=0, warmup=1, active=1))
+    base = RunSpec(
+        imgsz=64,
+        batch=4,
+        max_steps=6,
+        workers=0,
+        device="cpu",
+        synthetic_images=16,
+        val=False,
+        experiment="bench-sweep",
+        profiler=ProfilerSettings(wait=0, warmup=1, active=1),
+    )
     with prefect_test_harness(server_startup_timeout=180):
         with get_client(sync_client=True) as client:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="bench-slot", limit=1))
@@ -114,10 +135,16 @@ def main() -> int:
         for child in result.children:
             tasks = _task_durations(child["flow_run_id"])
             train = tasks.get("train", float("nan"))
-            rows.append({"wall": child["wall_s"], "acquire": child["acquire_s"], "train": train,
-                         "overhead": child["wall_s"] - train,
-                         "pipeline": sum(tasks.get(k, 0.0) for k in ("prepare", "analyze", "track")),
-                         **{k: tasks.get(k, float("nan")) for k in ("prepare", "analyze", "track")}})
+            rows.append(
+                {
+                    "wall": child["wall_s"],
+                    "acquire": child["acquire_s"],
+                    "train": train,
+                    "overhead": child["wall_s"] - train,
+                    "pipeline": sum(tasks.get(k, 0.0) for k in ("prepare", "analyze", "track")),
+                    **{k: tasks.get(k, float("nan")) for k in ("prepare", "analyze", "track")},
+                }
+            )
     first, steady = rows[0], rows[1:] or rows
     med = {k: statistics.median(r[k] for r in steady) for k in steady[0]}
     med["engine"] = med["overhead"] - med["pipeline"]
@@ -132,8 +159,7 @@ def main() -> int:
         f"runs {args.children} baseline repeats of YOLO11n (imgsz 64, batch 4, 6 steps, synthetic data, CPU) "
         "under a concurrency limit of 1. Medians over children 2..n (the first pays for cold imports).",
         "",
-        "Command: `.venv/bin/python benchmarks/bench_sweep_overhead.py --children "
-        f"{args.children} --write-docs`",
+        f"Command: `.venv/bin/python benchmarks/bench_sweep_overhead.py --children {args.children} --write-docs`",
         "",
         f"Machine: {os.cpu_count()} shared vCPUs ({platform.processor() or platform.machine()}, other jobs "
         f"running, load average {os.getloadavg()[0]:.1f}), Python {platform.python_version()}, "
@@ -159,7 +185,7 @@ def main() -> int:
         f"artifacts): {sweep_level:.2f} s once per sweep: "
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
         + f", rest (flow engine start, parent run creation; not broken down further) "
-          f"{sweep_level - sum(spent.values()):.2f}.",
+        f"{sweep_level - sum(spent.values()):.2f}.",
         "",
         f"Goal (<= {GOAL_S:.0f} s overhead per child on CPU): **{verdict}** ({med['overhead']:.2f} s).",
     ]

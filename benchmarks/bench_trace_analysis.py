@@ -195,8 +195,11 @@ def compare_with_hta(repeats: int) -> tuple[list[dict], float]:
                 results[name]["hta"].append(run_child(hta_python, HTA_CHILD, dirs[name]))
                 results[name]["cli"].append(run_cli("analyze", str(dirs[name] / name), "--format", "json"))
                 results[name]["ours"].append(run_child(sys.executable, OURS_CHILD, dirs[name] / name, "--load"))
-                print(f"  repeat {rep + 1}/{repeats} {name}: hta {results[name]['hta'][-1].wall_s:.2f}s, "
-                      f"yolo-mlops analyze {results[name]['cli'][-1].wall_s:.3f}s", file=sys.stderr)
+                print(
+                    f"  repeat {rep + 1}/{repeats} {name}: hta {results[name]['hta'][-1].wall_s:.2f}s, "
+                    f"yolo-mlops analyze {results[name]['cli'][-1].wall_s:.3f}s",
+                    file=sys.stderr,
+                )
     for name in FIXTURES:
         rows.append({"trace": name, **{tool: summarise(runs) for tool, runs in results[name].items()}})
     return rows, statistics.median(floors)
@@ -206,14 +209,18 @@ def write_big_trace(path: Path, events: int, seed: int = 0, rank: int = 0, world
     """A Kineto-shaped trace: ProfilerSteps of cpu_op + cudaLaunchKernel + kernel triples, memory events; its
     distributedInfo names `rank` of `world_size`."""
     rng = random.Random(seed)
-    kernels = [f"void at::native::vectorized_elementwise_kernel<4, at::native::Functor{i}<float>, "
-               f"at::detail::Array<char*, 3> >(int, at::native::Functor{i}<float>, at::detail::Array<char*, 3>)"
-               for i in range(300)]
+    kernels = [
+        f"void at::native::vectorized_elementwise_kernel<4, at::native::Functor{i}<float>, "
+        f"at::detail::Array<char*, 3> >(int, at::native::Functor{i}<float>, at::detail::Array<char*, 3>)"
+        for i in range(300)
+    ]
     ops = [f"aten::op{i}" for i in range(200)]
     per_step = 10_000
     with gzip.open(path, "wt", compresslevel=1) as out:
-        out.write(f'{{"schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {rank}, '
-                  f'"world_size": {world_size}}},\n')
+        out.write(
+            f'{{"schemaVersion": 1, "distributedInfo": {{"backend": "nccl", "rank": {rank}, '
+            f'"world_size": {world_size}}},\n'
+        )
         out.write('"deviceProperties": [{"id": 0, "name": "Synthetic GPU", "totalGlobalMem": 34359738368}],\n')
         out.write('"traceEvents": [\n')
         written, t, gpu_t, corr, step = 0, 1.0e9, 1.0e9, 0, 0
@@ -229,25 +236,89 @@ def write_big_trace(path: Path, events: int, seed: int = 0, rank: int = 0, world
             step_start, n = t, 0
             while n < per_step - 5 and written < events - 1:
                 corr += 1
-                emit({"ph": "X", "cat": "cpu_op", "name": rng.choice(ops), "pid": 1, "tid": 1, "ts": t, "dur": 8.5,
-                      "args": {"External id": corr, "Record function id": 0, "Ev Idx": corr}})
-                emit({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 1,
-                      "dur": 4.2, "args": {"External id": corr, "cbid": 211, "correlation": corr}})
+                emit(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": rng.choice(ops),
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t,
+                        "dur": 8.5,
+                        "args": {"External id": corr, "Record function id": 0, "Ev Idx": corr},
+                    }
+                )
+                emit(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t + 1,
+                        "dur": 4.2,
+                        "args": {"External id": corr, "cbid": 211, "correlation": corr},
+                    }
+                )
                 gpu_t = max(gpu_t, t + 5)
                 dur = rng.uniform(2, 20)
-                emit({"ph": "X", "cat": "kernel", "name": rng.choice(kernels), "pid": 0, "tid": 7, "ts": gpu_t,
-                      "dur": dur, "args": {"External id": corr, "queued": 0, "device": 0, "context": 1, "stream": 7,
-                                           "correlation": corr, "registers per thread": 30, "shared memory": 0,
-                                           "grid": [4, 106, 1], "block": [128, 1, 1]}})
-                emit({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
-                      "ts": t + 2, "args": {"Device Type": 1, "Device Id": 0, "Addr": corr, "Bytes": 512,
-                                            "Total Allocated": 2**30 + rng.randint(0, 2**20),
-                                            "Total Reserved": 2**31}})
+                emit(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": rng.choice(kernels),
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": gpu_t,
+                        "dur": dur,
+                        "args": {
+                            "External id": corr,
+                            "queued": 0,
+                            "device": 0,
+                            "context": 1,
+                            "stream": 7,
+                            "correlation": corr,
+                            "registers per thread": 30,
+                            "shared memory": 0,
+                            "grid": [4, 106, 1],
+                            "block": [128, 1, 1],
+                        },
+                    }
+                )
+                emit(
+                    {
+                        "ph": "i",
+                        "cat": "cpu_instant_event",
+                        "s": "t",
+                        "name": "[memory]",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": t + 2,
+                        "args": {
+                            "Device Type": 1,
+                            "Device Id": 0,
+                            "Addr": corr,
+                            "Bytes": 512,
+                            "Total Allocated": 2**30 + rng.randint(0, 2**20),
+                            "Total Reserved": 2**31,
+                        },
+                    }
+                )
                 gpu_t += dur
                 t += 10
                 n += 4
-            emit({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                  "ts": step_start, "dur": t - step_start, "args": {"External id": 0}})
+            emit(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{step}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": step_start,
+                    "dur": t - step_start,
+                    "args": {"External id": 0},
+                }
+            )
             step += 1
             t += 5
         out.write('\n], "traceName": "synthetic", "displayTimeUnit": "ms"}\n')
@@ -267,8 +338,15 @@ def big_trace_runs(events: int, repeats: int, with_hta: bool) -> list[dict]:
                 hta = summarise([run_child(str(ensure_hta_venv()), HTA_CHILD, trace_dir)])
             with gzip.open(path, "rb") as fh:
                 json_mib = sum(len(chunk) for chunk in iter(lambda: fh.read(1 << 22), b"")) / 2**20
-            rows.append({"events": n, "json_mib": json_mib, "gz_mib": path.stat().st_size / 2**20,
-                         "ours": summarise(runs), "hta": hta})
+            rows.append(
+                {
+                    "events": n,
+                    "json_mib": json_mib,
+                    "gz_mib": path.stat().st_size / 2**20,
+                    "ours": summarise(runs),
+                    "hta": hta,
+                }
+            )
             print(f"  {n} events: {rows[-1]['ours']}", file=sys.stderr)
     return rows
 
@@ -345,8 +423,13 @@ def analyze_run(path: Path) -> FloorRun:
     with tempfile.NamedTemporaryFile(suffix=".json") as rss_file:
         env["BENCH_RSS_FILE"] = rss_file.name
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", ANALYZE_WITH_RSS, str(path)], stdout=subprocess.DEVNULL, check=True,
-                       env=env, cwd=str(REPO))
+        subprocess.run(
+            [sys.executable, "-c", ANALYZE_WITH_RSS, str(path)],
+            stdout=subprocess.DEVNULL,
+            check=True,
+            env=env,
+            cwd=str(REPO),
+        )
         wall = time.perf_counter() - start
         rss = json.loads(Path(rss_file.name).read_text())
     return FloorRun(wall, rss["self"], rss["children"])
@@ -372,23 +455,35 @@ def floor_runs(sizes: list[int], repeats: int, folder: Path) -> list[dict]:
             order = ("gunzip", "analyze") if rep % 2 == 0 else ("analyze", "gunzip")
             for what in order:
                 runs[key][what].append(gunzip_run(path) if what == "gunzip" else analyze_run(path))
-            print(f"  repeat {rep + 1}/{repeats} {key}: analyze {runs[key]['analyze'][-1].wall_s:.2f}s, "
-                  f"gunzip {runs[key]['gunzip'][-1]:.2f}s", file=sys.stderr)
+            print(
+                f"  repeat {rep + 1}/{repeats} {key}: analyze {runs[key]['analyze'][-1].wall_s:.2f}s, "
+                f"gunzip {runs[key]['gunzip'][-1]:.2f}s",
+                file=sys.stderr,
+            )
     rows = []
     for (n, form), path in files.items():
         analyze, gunzip = runs[(n, form)]["analyze"], runs[(n, form)]["gunzip"]
         with gzip.open(path, "rb") as fh:
             json_mib = sum(len(chunk) for chunk in iter(lambda: fh.read(1 << 22), b"")) / 2**20
-        row = {"events": n, "form": form, "json_mib": json_mib, "gz_mib": path.stat().st_size / 2**20,
-               "analyze_s": statistics.median(r.wall_s for r in analyze),
-               "gunzip_s": statistics.median(gunzip),
-               "ratio": statistics.median(a.wall_s / g for a, g in zip(analyze, gunzip, strict=True)),
-               "rss_mib": statistics.median(r.rss_mib for r in analyze),
-               "children_rss_mib": statistics.median(r.children_rss_mib for r in analyze)}
+        row = {
+            "events": n,
+            "form": form,
+            "json_mib": json_mib,
+            "gz_mib": path.stat().st_size / 2**20,
+            "analyze_s": statistics.median(r.wall_s for r in analyze),
+            "gunzip_s": statistics.median(gunzip),
+            "ratio": statistics.median(a.wall_s / g for a, g in zip(analyze, gunzip, strict=True)),
+            "rss_mib": statistics.median(r.rss_mib for r in analyze),
+            "children_rss_mib": statistics.median(r.children_rss_mib for r in analyze),
+        }
         if form == "indexed members":
-            floor = subprocess.run([sys.executable, "-c", FLOOR_CHILD, str(files[(n, "one gzip stream")]), str(path)],
-                                   capture_output=True, check=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                                   cwd=str(REPO))
+            floor = subprocess.run(
+                [sys.executable, "-c", FLOOR_CHILD, str(files[(n, "one gzip stream")]), str(path)],
+                capture_output=True,
+                check=True,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                cwd=str(REPO),
+            )
             row["floor"] = json.loads(floor.stdout.decode().strip().splitlines()[-1])
         rows.append(row)
     return rows
@@ -415,13 +510,33 @@ def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float
         f"Command: `{command}`",
         "",
         markdown_table(
-            ("events", "form", "JSON MiB (gz MiB)", "analyze s", "gunzip s", "analyze / gunzip",
-             "peak RSS MiB (reader process)", "MiB per M events", "µs per event"),
-            [(f"{r['events']:,}", r["form"], f"{r['json_mib']:.0f} ({r['gz_mib']:.0f})", f"{r['analyze_s']:.2f}",
-              f"{r['gunzip_s']:.2f}", f"{r['ratio']:.2f}x",
-              f"{r['rss_mib']:.0f}" + (f" (+{r['children_rss_mib']:.0f})" if r["form"] == "indexed members" else ""),
-              f"{_total_rss(r) / (r['events'] / 1e6):.0f}",
-              f"{r['analyze_s'] / r['events'] * 1e6:.2f}") for r in rows]),
+            (
+                "events",
+                "form",
+                "JSON MiB (gz MiB)",
+                "analyze s",
+                "gunzip s",
+                "analyze / gunzip",
+                "peak RSS MiB (reader process)",
+                "MiB per M events",
+                "µs per event",
+            ),
+            [
+                (
+                    f"{r['events']:,}",
+                    r["form"],
+                    f"{r['json_mib']:.0f} ({r['gz_mib']:.0f})",
+                    f"{r['analyze_s']:.2f}",
+                    f"{r['gunzip_s']:.2f}",
+                    f"{r['ratio']:.2f}x",
+                    f"{r['rss_mib']:.0f}"
+                    + (f" (+{r['children_rss_mib']:.0f})" if r["form"] == "indexed members" else ""),
+                    f"{_total_rss(r) / (r['events'] / 1e6):.0f}",
+                    f"{r['analyze_s'] / r['events'] * 1e6:.2f}",
+                )
+                for r in rows
+            ],
+        ),
         "",
         "The reader process of the indexed form is forked from the analyzing one: its peak RSS includes pages it",
         "shares with its parent, so parent + reader over-counts the memory both use together.",
@@ -430,17 +545,40 @@ def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float
         "in one thread per core; msgspec's typed decode of the events alone (no columns), summed over the members:",
         "",
         markdown_table(
-            ("events", "zlib, 1 thread s", "zlib, threads over members s", "threads", "decode alone s",
-             "gzip -dc s (above)"),
-            [(f"{r['events']:,}", f"{r['floor']['zlib_1_thread_s']:.2f}", f"{r['floor']['zlib_members_threads_s']:.2f}",
-              str(r["floor"]["threads"]), f"{r['floor']['decode_s']:.2f}", f"{r['gunzip_s']:.2f}")
-             for r in rows if "floor" in r]),
+            (
+                "events",
+                "zlib, 1 thread s",
+                "zlib, threads over members s",
+                "threads",
+                "decode alone s",
+                "gzip -dc s (above)",
+            ),
+            [
+                (
+                    f"{r['events']:,}",
+                    f"{r['floor']['zlib_1_thread_s']:.2f}",
+                    f"{r['floor']['zlib_members_threads_s']:.2f}",
+                    str(r["floor"]["threads"]),
+                    f"{r['floor']['decode_s']:.2f}",
+                    f"{r['gunzip_s']:.2f}",
+                )
+                for r in rows
+                if "floor" in r
+            ],
+        ),
     ]
     return "\n".join(lines) + "\n"
 
 
-def render(compare: list[dict], big: list[dict], repeats: int, command: str, help_s: float,
-           load: tuple[float, float], floor_s: float) -> str:
+def render(
+    compare: list[dict],
+    big: list[dict],
+    repeats: int,
+    command: str,
+    help_s: float,
+    load: tuple[float, float],
+    floor_s: float,
+) -> str:
     lines = [
         SECTION,
         "",
@@ -452,15 +590,31 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         f"Machine: {len(os.sched_getaffinity(0))} CPU cores available (shared with other jobs; 1-minute load "
         f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), Python {platform.python_version()}.",
         "",
-        "Command (repository root; HTA is installed into `.bench-venv-hta` on first run): "
-        f"`{command}`",
+        f"Command (repository root; HTA is installed into `.bench-venv-hta` on first run): `{command}`",
         "",
         markdown_table(
-            ("trace", "HTA process s", "`yolo-mlops analyze` process s", "speed-up (goal >= 10x)",
-             "10x budget s (HTA / 10)", "HTA peak RSS MiB", "analyze peak RSS MiB"),
-            [(row["trace"], f"{row['hta']['wall_s']:.2f}", f"{row['cli']['wall_s']:.3f}",
-              f"{row['hta']['wall_s'] / row['cli']['wall_s']:.1f}x", f"{row['hta']['wall_s'] / 10:.3f}",
-              f"{row['hta']['rss_mib']:.0f}", f"{row['cli']['rss_mib']:.0f}") for row in compare]),
+            (
+                "trace",
+                "HTA process s",
+                "`yolo-mlops analyze` process s",
+                "speed-up (goal >= 10x)",
+                "10x budget s (HTA / 10)",
+                "HTA peak RSS MiB",
+                "analyze peak RSS MiB",
+            ),
+            [
+                (
+                    row["trace"],
+                    f"{row['hta']['wall_s']:.2f}",
+                    f"{row['cli']['wall_s']:.3f}",
+                    f"{row['hta']['wall_s'] / row['cli']['wall_s']:.1f}x",
+                    f"{row['hta']['wall_s'] / 10:.3f}",
+                    f"{row['hta']['rss_mib']:.0f}",
+                    f"{row['cli']['rss_mib']:.0f}",
+                )
+                for row in compare
+            ],
+        ),
     ]
     lines += [
         "",
@@ -474,12 +628,30 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "load = the parser alone (`load_traces`: gunzip + msgspec decode + columns), the floor of any analysis.",
         "",
         markdown_table(
-            ("trace", "HTA in-process s", "ours in-process s", "speed-up", "gunzip s", "ours / gunzip", "load s",
-             "load / gunzip"),
-            [(row["trace"], f"{row['hta']['inner_s']:.2f}", f"{row['ours']['inner_s']:.3f}",
-              f"{row['hta']['inner_s'] / row['ours']['inner_s']:.1f}x", f"{row['ours']['gunzip_s']:.3f}",
-              f"{row['ours']['inner_s'] / row['ours']['gunzip_s']:.1f}x", f"{row['ours']['load_s']:.3f}",
-              f"{row['ours']['load_s'] / row['ours']['gunzip_s']:.1f}x") for row in compare]),
+            (
+                "trace",
+                "HTA in-process s",
+                "ours in-process s",
+                "speed-up",
+                "gunzip s",
+                "ours / gunzip",
+                "load s",
+                "load / gunzip",
+            ),
+            [
+                (
+                    row["trace"],
+                    f"{row['hta']['inner_s']:.2f}",
+                    f"{row['ours']['inner_s']:.3f}",
+                    f"{row['hta']['inner_s'] / row['ours']['inner_s']:.1f}x",
+                    f"{row['ours']['gunzip_s']:.3f}",
+                    f"{row['ours']['inner_s'] / row['ours']['gunzip_s']:.1f}x",
+                    f"{row['ours']['load_s']:.3f}",
+                    f"{row['ours']['load_s'] / row['ours']['gunzip_s']:.1f}x",
+                )
+                for row in compare
+            ],
+        ),
     ]
     if not big:
         return "\n".join(lines) + "\n"
@@ -489,18 +661,37 @@ def render(compare: list[dict], big: list[dict], repeats: int, command: str, hel
         "HTA only with --hta-generated, on the smaller one, once):",
         "",
         markdown_table(
-            ("events", "JSON MiB (gz MiB)", "ours wall s", "ours in-process s", "ours peak RSS MiB", "HTA wall s",
-             "HTA peak RSS MiB"),
-            [(f"{row['events']:,}", f"{row['json_mib']:.0f} ({row['gz_mib']:.0f})", f"{row['ours']['wall_s']:.2f}",
-              f"{row['ours']['inner_s']:.2f}", f"{row['ours']['rss_mib']:.0f}",
-              f"{row['hta']['wall_s']:.2f}" if row.get("hta") else "-",
-              f"{row['hta']['rss_mib']:.0f}" if row.get("hta") else "-") for row in big]),
+            (
+                "events",
+                "JSON MiB (gz MiB)",
+                "ours wall s",
+                "ours in-process s",
+                "ours peak RSS MiB",
+                "HTA wall s",
+                "HTA peak RSS MiB",
+            ),
+            [
+                (
+                    f"{row['events']:,}",
+                    f"{row['json_mib']:.0f} ({row['gz_mib']:.0f})",
+                    f"{row['ours']['wall_s']:.2f}",
+                    f"{row['ours']['inner_s']:.2f}",
+                    f"{row['ours']['rss_mib']:.0f}",
+                    f"{row['hta']['wall_s']:.2f}" if row.get("hta") else "-",
+                    f"{row['hta']['rss_mib']:.0f}" if row.get("hta") else "-",
+                )
+                for row in big
+            ],
+        ),
     ]
     if len(big) == 2:
         (small, large) = big
         per_event = (large["ours"]["rss_mib"] - small["ours"]["rss_mib"]) * 2**20 / (large["events"] - small["events"])
-        lines += ["", f"Memory grows by ~{per_event:.0f} bytes per event (the columns), not with the JSON size: the "
-                      "parser streams the file and keeps no per-event Python object."]
+        lines += [
+            "",
+            f"Memory grows by ~{per_event:.0f} bytes per event (the columns), not with the JSON size: the "
+            "parser streams the file and keeps no per-event Python object.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -522,10 +713,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--big-events", type=int, default=1_000_000, help="0: skip the generated traces")
-    parser.add_argument("--hta-generated", action="store_true",
-                        help="also run HTA (once) on the smaller generated trace: slow and memory-hungry")
-    parser.add_argument("--floor-events", default="",
-                        help="comma-separated event counts: measure those traces against gunzip (and nothing else)")
+    parser.add_argument(
+        "--hta-generated",
+        action="store_true",
+        help="also run HTA (once) on the smaller generated trace: slow and memory-hungry",
+    )
+    parser.add_argument(
+        "--floor-events",
+        default="",
+        help="comma-separated event counts: measure those traces against gunzip (and nothing else)",
+    )
     parser.add_argument("--write-docs", action="store_true", help=f"update '{SECTION}' in {DOCS}")
     args = parser.parse_args()
     if args.repeats < 1:

@@ -77,7 +77,7 @@ def main() -> None:
     events: dict[str, list[int]] = {name: [] for name in writers}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            for name in writers[i % 3:] + writers[: i % 3]:
+            for name in writers[i % 3 :] + writers[: i % 3]:
                 prof = profiled_cycle(args.steps, args.imgsz, args.batch)  # a cycle's trace is saved only once
                 folder = Path(tmp) / f"{name}-{i}"
                 folder.mkdir()
@@ -93,14 +93,18 @@ def main() -> None:
                 sizes[name].append(path.stat().st_size)
                 events[name].append(len(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]))
     base = statistics.median(times["torch"])
-    print(f"{args.steps} profiled steps of YOLO11n (imgsz {args.imgsz}, batch {args.batch}, shapes and memory "
-          f"recorded), {args.repeats} interleaved repeats, a fresh cycle each, torch {torch.__version__}")
+    print(
+        f"{args.steps} profiled steps of YOLO11n (imgsz {args.imgsz}, batch {args.batch}, shapes and memory "
+        f"recorded), {args.repeats} interleaved repeats, a fresh cycle each, torch {torch.__version__}"
+    )
     print("| writer | median s | ratio | median events | median file MB |")
     print("|---|---|---|---|---|")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"| {name} | {median:.3f} | {median / base:.2f} | {statistics.median(events[name]):,.0f} | "
-              f"{statistics.median(sizes[name]) / 1e6:.2f} |")
+        print(
+            f"| {name} | {median:.3f} | {median / base:.2f} | {statistics.median(events[name]):,.0f} | "
+            f"{statistics.median(sizes[name]) / 1e6:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -43,10 +43,25 @@ def _populate(db_dir: Path) -> None:
     from yolo_mlops.tracking import connection, run_end, writes
 
     mlflow = connection.client()
-    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", machine="node-1", cpu_count=64,
-                      torch="2.14.1+cu130", torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2",
-                      prefect="3.9.1", device_type="cuda", device_name="NVIDIA H200", gpu_count=8,
-                      nvidia_driver="580.65.06", git_commit="a" * 40, git_dirty=False)
+    env = Environment(
+        python="3.11.7",
+        platform="Linux",
+        hostname="node-1",
+        machine="node-1",
+        cpu_count=64,
+        torch="2.14.1+cu130",
+        torch_cuda="13.0",
+        cudnn="92400",
+        ultralytics="8.4.190",
+        mlflow="3.17.2",
+        prefect="3.9.1",
+        device_type="cuda",
+        device_name="NVIDIA H200",
+        gpu_count=8,
+        nvidia_driver="580.65.06",
+        git_commit="a" * 40,
+        git_dirty=False,
+    )
     rng = np.random.default_rng(0)
     yaml_path = db_dir / "datasets" / "synthetic-0123456789" / "data.yaml"
     start = time.perf_counter()
@@ -56,16 +71,24 @@ def _populate(db_dir: Path) -> None:
             spec = build_run_spec({"batch": s + 1, "device": "0", "experiment": EXPERIMENT, "run_kind": "benchmark"})
             plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="0", output_dir=db_dir, steps_expected=60)
             key = series_key(spec, run_env, data_identity(yaml_path, True), "0")
-            tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cuda",
-                    names.DATASET: "synthetic", names.SERIES: key}
+            tags = {
+                names.RUN_KIND: "benchmark",
+                names.VARIANT: spec.variant,
+                names.DEVICE_TYPE: "cuda",
+                names.DATASET: "synthetic",
+                names.SERIES: key,
+            }
             shift = 1.10 if (s % 2 == 0 and run >= SHIFT_AT) else 1.0
             step = 50.0 * (1 + s / 10) * shift * (1 + 0.02 * rng.standard_normal())
-            metrics = {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 1000.0 * (s + 1) / step,
-                       names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
-                       "gpu/sm_util_pct_mean": 80 + rng.standard_normal(),
-                       "gpu/dram_bw_util_pct_mean": 40 + rng.standard_normal(),
-                       "gpu/mem_used_gib_max": 10 + 0.01 * rng.standard_normal(),
-                       "gpu/energy_per_image_j": 2 + 0.02 * rng.standard_normal()}
+            metrics = {
+                names.STEP_TIME_P50: step,
+                names.IMAGES_PER_S: 1000.0 * (s + 1) / step,
+                names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
+                "gpu/sm_util_pct_mean": 80 + rng.standard_normal(),
+                "gpu/dram_bw_util_pct_mean": 40 + rng.standard_normal(),
+                "gpu/mem_used_gib_max": 10 + 0.01 * rng.standard_normal(),
+                "gpu/energy_per_image_j": 2 + 0.02 * rng.standard_normal(),
+            }
             run_id = writes.create_run(mlflow, EXPERIMENT, None, tags, run_params(spec, plan, run_env))
             writes.log_values(mlflow, run_id, metrics=metrics)
             run_end.end_run(mlflow, run_id, "FINISHED")
@@ -98,8 +121,12 @@ def main() -> int:
     home.mkdir(parents=True, exist_ok=True)
     # the history cache off: `cli` and `query` read every page from MLflow each time, as before the cache
     # (benchmarks/bench_history_scale.py times the cache)
-    os.environ.update(YOLO_MLOPS_HOME=str(home / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-                      YOLO_OFFLINE="1", YOLO_MLOPS_HISTORY_CACHE="0")
+    os.environ.update(
+        YOLO_MLOPS_HOME=str(home / "home"),
+        MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
+        YOLO_OFFLINE="1",
+        YOLO_MLOPS_HISTORY_CACHE="0",
+    )
     from yolo_mlops.tracking import connection, queries
 
     if queries.find_experiment_id(connection.client(), EXPERIMENT) is None:
@@ -109,8 +136,12 @@ def main() -> int:
     cli, query, detect = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "yolo_mlops.cli", "trends", "--experiment", EXPERIMENT],
-                             capture_output=True, text=True, env=os.environ.copy())
+        out = subprocess.run(
+            [sys.executable, "-m", "yolo_mlops.cli", "trends", "--experiment", EXPERIMENT],
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        )
         cli.append(time.perf_counter() - t0)
         if out.returncode != 0:
             print(out.stderr, file=sys.stderr)
@@ -120,10 +151,14 @@ def main() -> int:
         detect.append(d)
     assert runs == SERIES * RUNS and runs > page, f"read {runs} runs (page size {page})"
     print(out.stdout.splitlines()[0])
-    print(f"runs read: {runs} ({-(-runs // page)} pages of {page}); series whose step-time shift at run "
-          f"{SHIFT_AT} was found exactly: {shifted}/{SERIES // 2} planted")
-    print(f"median of {args.repeats}: cli {statistics.median(cli):.2f} s, query {statistics.median(query):.2f} s, "
-          f"detect {statistics.median(detect):.2f} s (cli runs: {', '.join(f'{c:.2f}' for c in cli)})")
+    print(
+        f"runs read: {runs} ({-(-runs // page)} pages of {page}); series whose step-time shift at run "
+        f"{SHIFT_AT} was found exactly: {shifted}/{SERIES // 2} planted"
+    )
+    print(
+        f"median of {args.repeats}: cli {statistics.median(cli):.2f} s, query {statistics.median(query):.2f} s, "
+        f"detect {statistics.median(detect):.2f} s (cli runs: {', '.join(f'{c:.2f}' for c in cli)})"
+    )
     return 0
 
 

@@ -28,8 +28,11 @@ def _arms():
 
     def ultralytics_val_false():
         """The project's trainer with ultralytics' own validate/final_eval: what val=False did before."""
-        return type("UltralyticsValFalse", (project(),), {"validate": BaseTrainer.validate,
-                                                          "final_eval": BaseTrainer.final_eval})
+        return type(
+            "UltralyticsValFalse",
+            (project(),),
+            {"validate": BaseTrainer.validate, "final_eval": BaseTrainer.final_eval},
+        )
 
     return {"val: false (no validation pass)": project, "ultralytics val=False": ultralytics_val_false}
 
@@ -51,10 +54,19 @@ def main() -> None:
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.run import pipeline, training
 
-    spec = build_run_spec({"imgsz": args.imgsz, "batch": args.batch, "max_steps": args.max_steps, "workers": 0,
-                           "device": "cpu", "synthetic_images": args.images, "val": False,
-                           "experiment": "bench-val-false",
-                           "profiler": {"wait": 1, "warmup": 1, "active": 2}})
+    spec = build_run_spec(
+        {
+            "imgsz": args.imgsz,
+            "batch": args.batch,
+            "max_steps": args.max_steps,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": args.images,
+            "val": False,
+            "experiment": "bench-val-false",
+            "profiler": {"wait": 1, "warmup": 1, "active": 2},
+        }
+    )
     arms = _arms()
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     val_metrics: dict[str, set[str]] = {name: set() for name in arms}
@@ -69,8 +81,10 @@ def main() -> None:
                 seconds[name].append(time.perf_counter() - start)
             val_metrics[name] |= set(outcome.val_metrics)
 
-    print(f"YOLO11n, imgsz {args.imgsz}, batch {args.batch}, {args.max_steps} steps, {args.images} training and "
-          f"{max(4, args.images // 4)} validation images, CPU; medians of {args.repeats} interleaved repeats")
+    print(
+        f"YOLO11n, imgsz {args.imgsz}, batch {args.batch}, {args.max_steps} steps, {args.images} training and "
+        f"{max(4, args.images // 4)} validation images, CPU; medians of {args.repeats} interleaved repeats"
+    )
     print("| arm | median s (whole run) | ratio | val/* metrics logged |")
     print("|---|---|---|---|")
     base = statistics.median(seconds[next(iter(arms))])

@@ -50,10 +50,21 @@ HOUR_MS = 3_600_000
 
 def records(values, nights_of: int = NIGHT, start_night: int = 0) -> list[HistoryRun]:
     """One step-time value per run, 3 runs a night, an hour apart: what `trends.history` reads from MLflow."""
-    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                       series="s", label="sim", metrics={names.STEP_TIME_P50: float(v)}, versions={},
-                       night=f"n{start_night + i // nights_of}", profiled_steps=5, step_time_ms=float(v))
-            for i, v in enumerate(values)]
+    return [
+        HistoryRun(
+            run_id=f"run{i:04d}",
+            experiment_id="1",
+            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+            series="s",
+            label="sim",
+            metrics={names.STEP_TIME_P50: float(v)},
+            versions={},
+            night=f"n{start_night + i // nights_of}",
+            profiled_steps=5,
+            step_time_ms=float(v),
+        )
+        for i, v in enumerate(values)
+    ]
 
 
 def opens_regression(z: np.ndarray, first: int) -> bool:
@@ -66,9 +77,10 @@ def opens_regression(z: np.ndarray, first: int) -> bool:
 def confirmed(z: np.ndarray, first: int, night: int = NIGHT) -> bool:
     """`confirm.judge` after the confirmation runs z[first + night:]: the regression holds."""
     runs = records(z)
-    tonight = {r.run_id for r in runs[first:first + night]}
-    return confirm.judge(trend.series_trend(runs), tonight, {r.run_id for r in runs[first + night:]},
-                         (names.STEP_TIME_P50,))[1].confirmed
+    tonight = {r.run_id for r in runs[first : first + night]}
+    return confirm.judge(
+        trend.series_trend(runs), tonight, {r.run_id for r in runs[first + night :]}, (names.STEP_TIME_P50,)
+    )[1].confirmed
 
 
 def bench_false_alerts(series: int, nights: int = 20) -> str:
@@ -81,14 +93,21 @@ def bench_false_alerts(series: int, nights: int = 20) -> str:
             for night in range(nights):
                 first = HISTORY + night * NIGHT
                 total += 1
-                if opens_regression(z[:first + NIGHT], first):
+                if opens_regression(z[: first + NIGHT], first):
                     raw += 1
-                    again = np.r_[z[:first + NIGHT], 100 + noise(rng, CONFIRM, heavy)]
+                    again = np.r_[z[: first + NIGHT], 100 + noise(rng, CONFIRM, heavy)]
                     alerts += confirmed(again, first)
-        rows.append(["Student t(3)" if heavy else "Gaussian", total, fmt(1000 * raw / total, ".2f"),
-                     fmt(1000 * alerts / total, ".2f")])
-    return markdown_table(["noise", "series-nights", "alerts / 1,000 without confirmation",
-                           "... with confirmation (3 runs)"], rows)
+        rows.append(
+            [
+                "Student t(3)" if heavy else "Gaussian",
+                total,
+                fmt(1000 * raw / total, ".2f"),
+                fmt(1000 * alerts / total, ".2f"),
+            ]
+        )
+    return markdown_table(
+        ["noise", "series-nights", "alerts / 1,000 without confirmation", "... with confirmation (3 runs)"], rows
+    )
 
 
 def bench_steps(seeds: int) -> str:
@@ -102,21 +121,29 @@ def bench_steps(seeds: int) -> str:
             rng = np.random.default_rng(s)
             z = 100 + rng.standard_normal(HISTORY + night + CONFIRM)
             z[HISTORY:] += sd
-            if opens_regression(z[:HISTORY + night], HISTORY):
+            if opens_regression(z[: HISTORY + night], HISTORY):
                 opened += 1
                 alerted += confirmed(z, HISTORY, night)
         label = f"{sd:g} sd, " + (f"repeats='auto' ({night} runs tonight)" if night != NIGHT else "3 runs tonight")
         rows.append([label, fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
-    return markdown_table(["step (noise 1%, 60 runs before)", "% opened tonight",
-                           "% alerted tonight with 3 confirmation runs"], rows)
+    return markdown_table(
+        ["step (noise 1%, 60 runs before)", "% opened tonight", "% alerted tonight with 3 confirmation runs"], rows
+    )
 
 
 # a night's watched metrics (name, level, noise sd): CPU runs log 3, GPU runs 7; images/s is images over the
 # step times (it moves with step time), the others have noise of their own
-NIGHT_METRICS_CPU = ((names.STEP_TIME_P50, 100.0, 1.0), (names.IMAGES_PER_S, 40.0, None),
-                     (names.DATA_WAIT_PCT, 5.0, 0.5))
-NIGHT_METRICS_GPU = NIGHT_METRICS_CPU + ((names.GPU_SM_UTIL_MEAN, 80.0, 1.0), (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0),
-                                         (names.GPU_MEM_USED_MAX, 6.0, 0.01), (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02))
+NIGHT_METRICS_CPU = (
+    (names.STEP_TIME_P50, 100.0, 1.0),
+    (names.IMAGES_PER_S, 40.0, None),
+    (names.DATA_WAIT_PCT, 5.0, 0.5),
+)
+NIGHT_METRICS_GPU = NIGHT_METRICS_CPU + (
+    (names.GPU_SM_UTIL_MEAN, 80.0, 1.0),
+    (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0),
+    (names.GPU_MEM_USED_MAX, 6.0, 0.01),
+    (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02),
+)
 
 
 def _metric_values(rng, n: int, heavy: bool, metrics) -> dict[str, np.ndarray]:
@@ -131,10 +158,21 @@ def _metric_values(rng, n: int, heavy: bool, metrics) -> dict[str, np.ndarray]:
 
 def _night_records(values: dict[str, np.ndarray], nights_of: int = NIGHT) -> list[HistoryRun]:
     n = len(next(iter(values.values())))
-    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                       series="s", label="sim", metrics={k: float(v[i]) for k, v in values.items()},
-                       versions={"commit": f"c{max(0, (i - HISTORY) // nights_of + 1)}"}, night=f"n{i // nights_of}",
-                       profiled_steps=5, step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(n)]
+    return [
+        HistoryRun(
+            run_id=f"run{i:04d}",
+            experiment_id="1",
+            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+            series="s",
+            label="sim",
+            metrics={k: float(v[i]) for k, v in values.items()},
+            versions={"commit": f"c{max(0, (i - HISTORY) // nights_of + 1)}"},
+            night=f"n{i // nights_of}",
+            profiled_steps=5,
+            step_time_ms=float(values[names.STEP_TIME_P50][i]),
+        )
+        for i in range(n)
+    ]
 
 
 def bench_night(series: int, nights: int = 20) -> str:
@@ -152,32 +190,55 @@ def bench_night(series: int, nights: int = 20) -> str:
                 for night in range(nights):
                     first = HISTORY + night * NIGHT
                     total += 1
-                    runs = _night_records({k: v[:first + NIGHT] for k, v in values.items()})
+                    runs = _night_records({k: v[: first + NIGHT] for k, v in values.items()})
                     tonight = {r.run_id for r in runs[first:]}
                     v = trend.verdict(trend.series_trend(runs), tonight)
                     if v.status != "regression":
                         continue
                     raw += 1
                     again = _metric_values(rng, CONFIRM, heavy, metrics)
-                    both = {k: np.r_[values[k][:first + NIGHT], again[k]] for k in values}
+                    both = {k: np.r_[values[k][: first + NIGHT], again[k]] for k in values}
                     runs = _night_records(both)
-                    extra = {r.run_id for r in runs[first + NIGHT:]}
-                    for r in runs[first + NIGHT:]:  # the confirmation runs ran tonight's commit
+                    extra = {r.run_id for r in runs[first + NIGHT :]}
+                    for r in runs[first + NIGHT :]:  # the confirmation runs ran tonight's commit
                         r.versions["commit"] = runs[first].versions["commit"]
-                    alerts += confirm.judge(trend.series_trend(runs), tonight, extra,
-                                            confirm.needs_confirmation(v))[1].confirmed
-            rows.append([label, "Student t(3)" if heavy else "Gaussian", total, fmt(1000 * raw / total, ".2f"),
-                         fmt(1000 * alerts / total, ".2f")])
-    return markdown_table(["runs", "noise", "series-nights", "regressions opened / 1,000 (no confirmation)",
-                           "alerts / 1,000 with 3 confirmation runs"], rows)
+                    alerts += confirm.judge(trend.series_trend(runs), tonight, extra, confirm.needs_confirmation(v))[
+                        1
+                    ].confirmed
+            rows.append(
+                [
+                    label,
+                    "Student t(3)" if heavy else "Gaussian",
+                    total,
+                    fmt(1000 * raw / total, ".2f"),
+                    fmt(1000 * alerts / total, ".2f"),
+                ]
+            )
+    return markdown_table(
+        [
+            "runs",
+            "noise",
+            "series-nights",
+            "regressions opened / 1,000 (no confirmation)",
+            "alerts / 1,000 with 3 confirmation runs",
+        ],
+        rows,
+    )
 
 
 # correlated watched metrics: (name, level, run noise sd, correlation with step time's run noise); images/s is
 # derived from step time as above
-FAMILY_CPU = ((names.STEP_TIME_P50, 100.0, 1.0, 1.0), (names.IMAGES_PER_S, 40.0, None, None),
-              (names.DATA_WAIT_PCT, 5.0, 0.5, 0.5))
-FAMILY_GPU = FAMILY_CPU + ((names.GPU_SM_UTIL_MEAN, 80.0, 1.0, -0.6), (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0, -0.6),
-                           (names.GPU_MEM_USED_MAX, 6.0, 0.01, 0.0), (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02, 0.6))
+FAMILY_CPU = (
+    (names.STEP_TIME_P50, 100.0, 1.0, 1.0),
+    (names.IMAGES_PER_S, 40.0, None, None),
+    (names.DATA_WAIT_PCT, 5.0, 0.5, 0.5),
+)
+FAMILY_GPU = FAMILY_CPU + (
+    (names.GPU_SM_UTIL_MEAN, 80.0, 1.0, -0.6),
+    (names.GPU_DRAM_BW_UTIL_MEAN, 40.0, 1.0, -0.6),
+    (names.GPU_MEM_USED_MAX, 6.0, 0.01, 0.0),
+    (names.GPU_ENERGY_PER_IMAGE, 2.0, 0.02, 0.6),
+)
 NEW_COMMIT_SHARE, NEW_TORCH_SHARE = 0.3, 0.05  # nights whose runs carry a new commit / a new torch
 
 
@@ -198,10 +259,21 @@ def _family_values(rng, n: int, metrics, night_sd: float, night_offsets: np.ndar
 
 def _family_records(values: dict[str, np.ndarray], versions: list[dict[str, str]]) -> list[HistoryRun]:
     n = len(versions)
-    return [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                       series="s", label="sim", metrics={k: float(v[i]) for k, v in values.items()},
-                       versions=dict(versions[i]), night=f"n{i // NIGHT}", profiled_steps=5,
-                       step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(n)]
+    return [
+        HistoryRun(
+            run_id=f"run{i:04d}",
+            experiment_id="1",
+            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+            series="s",
+            label="sim",
+            metrics={k: float(v[i]) for k, v in values.items()},
+            versions=dict(versions[i]),
+            night=f"n{i // NIGHT}",
+            profiled_steps=5,
+            step_time_ms=float(values[names.STEP_TIME_P50][i]),
+        )
+        for i in range(n)
+    ]
 
 
 def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (0.0, 0.5, 1.0)) -> str:
@@ -214,8 +286,7 @@ def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (
     for label, metrics in (("CPU (3 metrics)", FAMILY_CPU), ("GPU (7 metrics)", FAMILY_GPU)):
         for night_sd in night_sds:
             total = 0
-            counts = {"opened": 0, "opened_family": 0, "alerts": 0, "alerts_family": 0, "drift_family": 0,
-                      "tests": 0}
+            counts = {"opened": 0, "opened_family": 0, "alerts": 0, "alerts_family": 0, "drift_family": 0, "tests": 0}
             for s in range(series):
                 rng = np.random.default_rng([80_000 + s, len(metrics), int(100 * night_sd)])
                 n_nights = HISTORY // NIGHT + nights
@@ -229,7 +300,9 @@ def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (
                 for night in range(nights):
                     first = HISTORY + night * NIGHT
                     total += 1
-                    runs = _family_records({k: v[:first + NIGHT] for k, v in values.items()}, versions[:first + NIGHT])
+                    runs = _family_records(
+                        {k: v[: first + NIGHT] for k, v in values.items()}, versions[: first + NIGHT]
+                    )
                     tonight = {r.run_id for r in runs[first:]}
                     series_trend = trend.series_trend(runs)
                     raw = trend.verdict(series_trend, tonight)
@@ -240,19 +313,41 @@ def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (
                         if v.status != "regression":
                             continue
                         counts["opened" + key] += 1
-                        again = _family_values(rng, CONFIRM, metrics, night_sd, offsets[first:first + CONFIRM])
-                        both = {k: np.r_[values[k][:first + NIGHT], again[k]] for k in values}
-                        runs_c = _family_records(both, versions[:first + NIGHT] + [versions[first]] * CONFIRM)
-                        extra = {r.run_id for r in runs_c[first + NIGHT:]}
-                        counts["alerts" + key] += confirm.judge(trend.series_trend(runs_c), tonight, extra,
-                                                                confirm.needs_confirmation(v))[1].confirmed
+                        again = _family_values(rng, CONFIRM, metrics, night_sd, offsets[first : first + CONFIRM])
+                        both = {k: np.r_[values[k][: first + NIGHT], again[k]] for k in values}
+                        runs_c = _family_records(both, versions[: first + NIGHT] + [versions[first]] * CONFIRM)
+                        extra = {r.run_id for r in runs_c[first + NIGHT :]}
+                        counts["alerts" + key] += confirm.judge(
+                            trend.series_trend(runs_c), tonight, extra, confirm.needs_confirmation(v)
+                        )[1].confirmed
             per = {k: fmt(1000 * v / total, ".2f") for k, v in counts.items() if k != "tests"}
-            rows.append([label, f"{night_sd:g}", total, fmt(counts["tests"] / total, ".1f"), per["opened"],
-                         per["opened_family"], per["alerts"], per["alerts_family"], per["drift_family"]])
-    return markdown_table(["runs", "night effect sd", "series-nights", "tests a night", "regressions opened / 1,000, "
-                           "each test at its level", "... Holm over the night", "alerts / 1,000 (3 confirmation "
-                           "runs), each test at its level", "... Holm over the night", "drift verdicts / 1,000, "
-                           "Holm over the night"], rows)
+            rows.append(
+                [
+                    label,
+                    f"{night_sd:g}",
+                    total,
+                    fmt(counts["tests"] / total, ".1f"),
+                    per["opened"],
+                    per["opened_family"],
+                    per["alerts"],
+                    per["alerts_family"],
+                    per["drift_family"],
+                ]
+            )
+    return markdown_table(
+        [
+            "runs",
+            "night effect sd",
+            "series-nights",
+            "tests a night",
+            "regressions opened / 1,000, each test at its level",
+            "... Holm over the night",
+            "alerts / 1,000 (3 confirmation runs), each test at its level",
+            "... Holm over the night",
+            "drift verdicts / 1,000, Holm over the night",
+        ],
+        rows,
+    )
 
 
 # (label, tonight's level, the confirmation runs' level, noise sd of the confirmation runs), in % of the level
@@ -274,19 +369,26 @@ def bench_confirmation(seeds: int) -> str:
         opened = held = 0
         for s in range(seeds):
             rng = np.random.default_rng(90_000 + s)
-            z = np.r_[100 + rng.standard_normal(30), 100 + night_pct + rng.standard_normal(NIGHT),
-                      100 + again_pct + again_sd * rng.standard_normal(CONFIRM)]
-            if opens_regression(z[:30 + NIGHT], 30):
+            z = np.r_[
+                100 + rng.standard_normal(30),
+                100 + night_pct + rng.standard_normal(NIGHT),
+                100 + again_pct + again_sd * rng.standard_normal(CONFIRM),
+            ]
+            if opens_regression(z[: 30 + NIGHT], 30):
                 opened += 1
                 held += confirmed(z, 30)
         rows.append([label, opened, fmt(100 * held / max(opened, 1), ".1f")])
-    table = markdown_table(["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)",
-                            "nights opened", "% confirmed"], rows)
+    table = markdown_table(
+        ["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)", "nights opened", "% confirmed"],
+        rows,
+    )
     rng, draws = np.random.default_rng(1), 20_000
     calibration = []
     for before in (30, 60):  # the test alone, confirmation runs drawn from the baseline level
-        held = sum(confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= 0.01
-                   for _ in range(draws))
+        held = sum(
+            confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= 0.01
+            for _ in range(draws)
+        )
         calibration.append(f"{100 * held / draws:.2f}% with {before} runs before")
     return table + f"\n\nThe one-sided test at 1% on {draws:,} fresh draws: " + ", ".join(calibration)
 
@@ -298,26 +400,36 @@ def bench_suspected_then_established(seeds: int, nights: int = 4) -> str:
     for s in range(seeds):
         rng = np.random.default_rng(70_000 + s)
         z = np.r_[100 + rng.standard_normal(30), 105 + rng.standard_normal(NIGHT + nights * (NIGHT + CONFIRM))]
-        runs = records(z[:30 + NIGHT])
+        runs = records(z[: 30 + NIGHT])
         suspected = {r.run_id for r in runs[30:]}
         found = None
         for night in range(1, nights + 1):
             first = 30 + NIGHT + (night - 1) * (NIGHT + CONFIRM)
-            history = [replace(r, verdicts={names.trend_metric_tag(names.STEP_TIME_P50): "suspected"})
-                       if r.run_id in suspected else r for r in records(z[:first + NIGHT + CONFIRM])]
-            tonight = {r.run_id for r in history[first:first + NIGHT]}
-            v = trend.verdict(trend.series_trend(history[:first + NIGHT]), tonight)
+            history = [
+                replace(r, verdicts={names.trend_metric_tag(names.STEP_TIME_P50): "suspected"})
+                if r.run_id in suspected
+                else r
+                for r in records(z[: first + NIGHT + CONFIRM])
+            ]
+            tonight = {r.run_id for r in history[first : first + NIGHT]}
+            v = trend.verdict(trend.series_trend(history[: first + NIGHT]), tonight)
             if v.status != "regression":
                 break
-            verdict, c = confirm.judge(trend.series_trend(history), tonight,
-                                       {r.run_id for r in history[first + NIGHT:]}, (names.STEP_TIME_P50,))
+            verdict, c = confirm.judge(
+                trend.series_trend(history),
+                tonight,
+                {r.run_id for r in history[first + NIGHT :]},
+                (names.STEP_TIME_P50,),
+            )
             if c.confirmed:
                 found = night
                 break
             suspected |= {r.run_id for r in history[first:]}
         alerted_by.append(found or 0)
-    rows = [[f"night {n} after the dismissed one", fmt(100 * sum(1 for a in alerted_by if a and a <= n) / seeds,
-                                                          ".1f")] for n in range(1, nights + 1)]
+    rows = [
+        [f"night {n} after the dismissed one", fmt(100 * sum(1 for a in alerted_by if a and a <= n) / seeds, ".1f")]
+        for n in range(1, nights + 1)
+    ]
     return markdown_table(["lasting +5 sd step dismissed on its first night", "% alerted by then"], rows)
 
 
@@ -332,9 +444,14 @@ def bench_drifts(seeds: int, n: int = 200) -> str:
             for end in range(12, n + 1, NIGHT):
                 a = drift.analyze(z[:end])
                 new_steps = [c for c in a.steps if c.index >= end - NIGHT]
-                new_drift = a.drift is not None and not any(  # trend.verdict's rule: not shown by earlier histories
-                    (p := drift.analyze(z[:end - NIGHT - back]).drift) is not None and not a.drift.slope_differs(p)
-                    for back in drift.LOOKBACK_RUNS if end - NIGHT - back >= drift.MIN_DRIFT_POINTS)
+                new_drift = (
+                    a.drift is not None
+                    and not any(  # trend.verdict's rule: not shown by earlier histories
+                        (p := drift.analyze(z[: end - NIGHT - back]).drift) is not None and not a.drift.slope_differs(p)
+                        for back in drift.LOOKBACK_RUNS
+                        if end - NIGHT - back >= drift.MIN_DRIFT_POINTS
+                    )
+                )
                 count += len(new_steps[-1:]) + new_drift
                 if (new_steps or new_drift) and first_at is None:
                     first_at = end
@@ -343,11 +460,25 @@ def bench_drifts(seeds: int, n: int = 200) -> str:
             events.append(count)
             delays.append(first_at if first_at is not None else float("nan"))
         found = [d for d in delays if d == d]
-        rows.append([f"+{total:g}% over {n} runs", fmt(100 * sum(e == 1 for e in events) / seeds, ".0f"),
-                     fmt(statistics.mean(events), ".2f"), fmt(100 * final_one / seeds, ".0f"),
-                     fmt(statistics.median(found), ".0f") if found else "-"])
-    return markdown_table(["drift (noise 1%)", "% with exactly 1 event, nightly", "mean events",
-                           "% one drift and no change point at the end", "median runs until the first event"], rows)
+        rows.append(
+            [
+                f"+{total:g}% over {n} runs",
+                fmt(100 * sum(e == 1 for e in events) / seeds, ".0f"),
+                fmt(statistics.mean(events), ".2f"),
+                fmt(100 * final_one / seeds, ".0f"),
+                fmt(statistics.median(found), ".0f") if found else "-",
+            ]
+        )
+    return markdown_table(
+        [
+            "drift (noise 1%)",
+            "% with exactly 1 event, nightly",
+            "mean events",
+            "% one drift and no change point at the end",
+            "median runs until the first event",
+        ],
+        rows,
+    )
 
 
 def bench_power(seeds: int) -> str:
@@ -357,8 +488,18 @@ def bench_power(seeds: int) -> str:
         sims = [power.simulate(1.0, m, k, f * d, seeds) for f in (0.8, 1.0, 1.2)]
         heavy = power.simulate(1.0, m, k, d, seeds, heavy_tails=True)
         rows.append([m, k, fmt(d, ".2f"), *(fmt(100 * x, ".0f") for x in sims), fmt(100 * heavy, ".0f")])
-    return markdown_table(["runs before", "runs tonight", "predicted shift (noise sd)", "% found at 0.8x",
-                           "% at 1.0x (target 90)", "% at 1.2x", "% at 1.0x, t(3) noise"], rows)
+    return markdown_table(
+        [
+            "runs before",
+            "runs tonight",
+            "predicted shift (noise sd)",
+            "% found at 0.8x",
+            "% at 1.0x (target 90)",
+            "% at 1.2x",
+            "% at 1.0x, t(3) noise",
+        ],
+        rows,
+    )
 
 
 def bench_candidates(seeds: int) -> str:
@@ -372,13 +513,24 @@ def bench_candidates(seeds: int) -> str:
             labels = [{"torch": "a"}] * before + [{"torch": "b"}] * after
             moved += candidates.check_boundaries(z, labels)[0].moved
             blind += any(abs(c.index - before) <= 1 for c in changepoint.detect(z))
-        rows.append([f"{before} vs {after} runs, {shift_sd:g} sd", fmt(100 * moved / seeds, ".0f"),
-                     fmt(100 * blind / seeds, ".0f")])
-    false = sum(candidates.check_boundaries(100 + np.random.default_rng(s).standard_normal(12),
-                                            [{"t": "a"}] * 6 + [{"t": "b"}] * 6)[0].moved for s in range(10 * seeds))
+        rows.append(
+            [
+                f"{before} vs {after} runs, {shift_sd:g} sd",
+                fmt(100 * moved / seeds, ".0f"),
+                fmt(100 * blind / seeds, ".0f"),
+            ]
+        )
+    false = sum(
+        candidates.check_boundaries(
+            100 + np.random.default_rng(s).standard_normal(12), [{"t": "a"}] * 6 + [{"t": "b"}] * 6
+        )[0].moved
+        for s in range(10 * seeds)
+    )
     rows.append(["6 vs 6 runs, no shift (false alarms)", fmt(100 * false / (10 * seeds), ".2f"), "-"])
-    return markdown_table(["version boundary", "% reported by the direct test (p <= 0.01)",
-                           "% found by the blind search (p <= 0.001)"], rows)
+    return markdown_table(
+        ["version boundary", "% reported by the direct test (p <= 0.01)", "% found by the blind search (p <= 0.001)"],
+        rows,
+    )
 
 
 def bench_speed(repeats: int = 5) -> str:
@@ -403,21 +555,33 @@ def main() -> int:
     parser.add_argument("--confirm-seeds", type=int, default=2000, help="seeds per confirmation case")
     parser.add_argument("--night-series", type=int, default=100, help="series (20 nights each) per row of 'night'")
     parser.add_argument("--family-series", type=int, default=100, help="series (20 nights each) per row of 'family'")
-    parser.add_argument("--sections", help="comma-separated: speed, false, steps, night, family, confirmation, "
-                        "suspected, drifts, power, candidates (default: all)")
+    parser.add_argument(
+        "--sections",
+        help="comma-separated: speed, false, steps, night, family, confirmation, "
+        "suspected, drifts, power, candidates (default: all)",
+    )
     args = parser.parse_args()
     sections = {
         "speed": ("Speed", bench_speed),
         "false": ("False alerts on stationary histories", lambda: bench_false_alerts(args.series)),
         "steps": ("Steps alerted within one night", lambda: bench_steps(args.seeds)),
-        "night": ("False alerts per series-night, every watched metric and a new commit every night",
-                  lambda: bench_night(args.night_series)),
-        "family": ("False events per series-night, the night's tests as one family (correlated metrics, version "
-                   "changes on some nights, a night-level random effect)", lambda: bench_family(args.family_series)),
-        "confirmation": ("Confirmation runs at tonight's level, worse, after a load shift, back at baseline",
-                         lambda: bench_confirmation(args.confirm_seeds)),
-        "suspected": ("A lasting step dismissed on its first night",
-                      lambda: bench_suspected_then_established(args.seeds)),
+        "night": (
+            "False alerts per series-night, every watched metric and a new commit every night",
+            lambda: bench_night(args.night_series),
+        ),
+        "family": (
+            "False events per series-night, the night's tests as one family (correlated metrics, version "
+            "changes on some nights, a night-level random effect)",
+            lambda: bench_family(args.family_series),
+        ),
+        "confirmation": (
+            "Confirmation runs at tonight's level, worse, after a load shift, back at baseline",
+            lambda: bench_confirmation(args.confirm_seeds),
+        ),
+        "suspected": (
+            "A lasting step dismissed on its first night",
+            lambda: bench_suspected_then_established(args.seeds),
+        ),
         "drifts": ("Drifts", lambda: bench_drifts(args.drift_seeds)),
         "power": ("Minimum detectable shift against simulation", lambda: bench_power(args.seeds)),
         "candidates": ("Known changes: direct test against the blind search", lambda: bench_candidates(args.seeds)),

@@ -49,16 +49,61 @@ TRACE_CAP = 15 * 2**20  # the GPU machine returns files up to 16 MiB
 
 # Modules the steps import; the environment step imports each once, so a missing wheel shows up first.
 CHECKED_IMPORTS = (
-    "torch", "torchvision", "pynvml", "ultralytics", "mlflow", "prefect", "pydantic", "msgspec", "ijson",
-    "sqlalchemy", "alembic", "yolo_mlops.run.pipeline", "yolo_mlops.flows.profile_training",
-    "yolo_mlops.flows.sweep", "yolo_mlops.analysis", "yolo_mlops.nvml.real", "yolo_mlops.cli",
+    "torch",
+    "torchvision",
+    "pynvml",
+    "ultralytics",
+    "mlflow",
+    "prefect",
+    "pydantic",
+    "msgspec",
+    "ijson",
+    "sqlalchemy",
+    "alembic",
+    "yolo_mlops.run.pipeline",
+    "yolo_mlops.flows.profile_training",
+    "yolo_mlops.flows.sweep",
+    "yolo_mlops.analysis",
+    "yolo_mlops.nvml.real",
+    "yolo_mlops.cli",
 )
 # Versions recorded from the host (most come with the GPU machine, the rest from the carried wheelhouse).
 RECORDED_VERSIONS = (
-    "torch", "torchvision", "triton", "numpy", "pandas", "scipy", "matplotlib", "pillow", "opencv-python-headless",
-    "nvidia-ml-py", "pyarrow", "typing-extensions", "anyio", "httpx", "click", "typer", "rich", "pyyaml",
-    "requests", "pytest", "pytest-timeout", "setuptools", "pip", "ultralytics", "mlflow-skinny", "prefect",
-    "pydantic", "pydantic-core", "sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "msgspec", "ijson",
+    "torch",
+    "torchvision",
+    "triton",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "pillow",
+    "opencv-python-headless",
+    "nvidia-ml-py",
+    "pyarrow",
+    "typing-extensions",
+    "anyio",
+    "httpx",
+    "click",
+    "typer",
+    "rich",
+    "pyyaml",
+    "requests",
+    "pytest",
+    "pytest-timeout",
+    "setuptools",
+    "pip",
+    "ultralytics",
+    "mlflow-skinny",
+    "prefect",
+    "pydantic",
+    "pydantic-core",
+    "sqlalchemy",
+    "alembic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "msgspec",
+    "ijson",
     "polars",
 )
 
@@ -91,6 +136,7 @@ class Step:
 # The run
 # ---------------------------------------------------------------------------------------------------------
 
+
 class Checks:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -106,10 +152,16 @@ class Checks:
         self.host: dict = {}
         self.log = self.out / "checks.log"
         self.log.write_text("")
-        self.env = {**os.environ, "YOLO_MLOPS_HOME": str(self.work / "home"),
-                    "MLFLOW_TRACKING_URI": f"sqlite:///{self.work / 'home' / 'mlflow.db'}",
-                    "YOLO_OFFLINE": "1", "PREFECT_HOME": str(self.work / "prefect"),
-                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+        self.env = {
+            **os.environ,
+            "YOLO_MLOPS_HOME": str(self.work / "home"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{self.work / 'home' / 'mlflow.db'}",
+            "YOLO_OFFLINE": "1",
+            "PREFECT_HOME": str(self.work / "prefect"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PYTHONUNBUFFERED": "1",
+            "MPLBACKEND": "Agg",
+        }
         self.env.pop("PREFECT_API_URL", None)  # a throwaway Prefect server, never someone's real one
 
     def left(self) -> float:
@@ -179,15 +231,25 @@ class Checks:
             run.note = "; ".join(notes)
         else:
             run.status = "failed"
-            run.note = (f"options not offered by the script: {missing}" if missing
-                        else f"dry-run check exited {rc}: {_last_line(output)}")
+            run.note = (
+                f"options not offered by the script: {missing}"
+                if missing
+                else f"dry-run check exited {rc}: {_last_line(output)}"
+            )
         return run
 
     def _spawn(self, label: str, command: list[str], limit: float) -> tuple[int | None, float, str]:
         t = time.monotonic()
         with tempfile.TemporaryFile("w+b") as buf:
-            proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=buf, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=buf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 rc: int | None = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -228,6 +290,7 @@ class Checks:
 # Steps
 # ---------------------------------------------------------------------------------------------------------
 
+
 def _tiny(ch: Checks) -> bool:
     return ch.mode == "cpu-rehearsal"
 
@@ -247,10 +310,24 @@ def judge_env(ch: Checks, run: StepRun, output: str) -> None:
 
 
 def cmd_smoke(ch: Checks) -> list[str]:
-    size = ["--imgsz", "64", "--batch", "4", "--steps", "16", "--workers", "0"] if _tiny(ch) else \
-        ["--imgsz", "640", "--batch", "16", "--steps", "30", "--workers", "4"]
-    return [ch.py, str(BENCH / "gpu_smoke.py"), *size, "--device", ch.device, "--result", str(ch.work / "smoke.json"),
-            "--copy-trace", str(ch.out / "trace"), "--tables", str(ch.out / "key_averages.txt")]
+    size = (
+        ["--imgsz", "64", "--batch", "4", "--steps", "16", "--workers", "0"]
+        if _tiny(ch)
+        else ["--imgsz", "640", "--batch", "16", "--steps", "30", "--workers", "4"]
+    )
+    return [
+        ch.py,
+        str(BENCH / "gpu_smoke.py"),
+        *size,
+        "--device",
+        ch.device,
+        "--result",
+        str(ch.work / "smoke.json"),
+        "--copy-trace",
+        str(ch.out / "trace"),
+        "--tables",
+        str(ch.out / "key_averages.txt"),
+    ]
 
 
 def cmd_ddp(ch: Checks) -> list[str]:
@@ -277,9 +354,15 @@ def judge_smoke(ch: Checks, run: StepRun, output: str, result_file: str = "smoke
     status = run.result.get("status")
     run.status = status if status in ("passed", "failed") else "error"
     failed = [c["name"] for c in run.result.get("checks", []) if c["ok"] is False]
-    run.note = f"failed checks: {failed}" if failed else (
-        f"{status or 'no result'}; nvml backend {run.result.get('nvml_backend')}" if run.result
-        else f"no result written (exit {run.rc}): {_last_line(output)}")
+    run.note = (
+        f"failed checks: {failed}"
+        if failed
+        else (
+            f"{status or 'no result'}; nvml backend {run.result.get('nvml_backend')}"
+            if run.result
+            else f"no result written (exit {run.rc}): {_last_line(output)}"
+        )
+    )
 
 
 def cmd_nvml_tests(ch: Checks) -> list[str]:
@@ -288,8 +371,10 @@ def cmd_nvml_tests(ch: Checks) -> list[str]:
 
 # The diagnosis tests that only a GPU can run: a planted `.item()` every step must be the sync finding, and
 # the CUDA allocator snapshot must cover the profiled window (their CPU siblings in the files run too).
-DIAGNOSIS_GPU_TESTS = ("tests/analysis/test_planted_bottlenecks.py::test_sync_every_step_is_the_sync_finding",
-                       "tests/analysis/test_cuda_memory_snapshot.py")
+DIAGNOSIS_GPU_TESTS = (
+    "tests/analysis/test_planted_bottlenecks.py::test_sync_every_step_is_the_sync_finding",
+    "tests/analysis/test_cuda_memory_snapshot.py",
+)
 
 
 def cmd_diagnosis_tests(ch: Checks) -> list[str]:
@@ -304,14 +389,19 @@ def judge_pytest(ch: Checks, run: StepRun, output: str) -> None:
 
 
 def cmd_overhead(ch: Checks) -> list[str]:
-    size = ["--imgsz", "64", "--batch", "4", "--workers", "0", "--repeats", "1", "--steps", "12"] if _tiny(ch) else \
-        ["--imgsz", "640", "--batch", "16", "--workers", "4", "--repeats", "3", "--steps", "40"]
+    size = (
+        ["--imgsz", "64", "--batch", "4", "--workers", "0", "--repeats", "1", "--steps", "12"]
+        if _tiny(ch)
+        else ["--imgsz", "640", "--batch", "16", "--workers", "4", "--repeats", "3", "--steps", "40"]
+    )
     return [ch.py, str(BENCH / "bench_instrumentation_overhead.py"), "--device", ch.device, *size]
 
 
 def judge_overhead(ch: Checks, run: StepRun, output: str) -> None:
-    repeats = [{"repeat": int(r), "mode": m, "median_ms": float(ms), "steps": int(n)} for r, m, ms, n in re.findall(
-        r"repeat (\d+) (\w+)\s+median step\s+([\d.]+) ms over (\d+) steps", output)]
+    repeats = [
+        {"repeat": int(r), "mode": m, "median_ms": float(ms), "steps": int(n)}
+        for r, m, ms, n in re.findall(r"repeat (\d+) (\w+)\s+median step\s+([\d.]+) ms over (\d+) steps", output)
+    ]
     found = re.search(r"ratio instrumented/plain: ([\d.]+) \(per-repeat ratios ([^)]*)\)", output)
     run.result = {"repeats": repeats, "goal": OVERHEAD_GOAL}
     if run.rc != 0 or not found:
@@ -329,8 +419,19 @@ def judge_overhead(ch: Checks, run: StepRun, output: str) -> None:
 
 def cmd_memory_by_holder(ch: Checks) -> list[str]:
     size = ["--imgsz", "64", "--batch", "4"] if _tiny(ch) else ["--imgsz", "640", "--batch", "16"]
-    return [ch.py, str(BENCH / "bench_memory_by_holder.py"), "--device", ch.device, "--models", "yolo11n",
-            "--repeats", "1", *size, "--result", str(ch.work / "memory_by_holder.json")]
+    return [
+        ch.py,
+        str(BENCH / "bench_memory_by_holder.py"),
+        "--device",
+        ch.device,
+        "--models",
+        "yolo11n",
+        "--repeats",
+        "1",
+        *size,
+        "--result",
+        str(ch.work / "memory_by_holder.json"),
+    ]
 
 
 def judge_memory_by_holder(ch: Checks, run: StepRun, output: str) -> None:
@@ -347,19 +448,61 @@ def judge_memory_by_holder(ch: Checks, run: StepRun, output: str) -> None:
     held = {k.removeprefix("memory/peak_").removesuffix("_mib"): v for k, v in split.items() if k.startswith("memory/")}
     ok = split.get("device") == want and held.get("parameter", 0) > 0 and held.get("total", 0) > 0
     run.status = ("ran" if _tiny(ch) else "passed") if ok else "failed"
-    run.note = (f"{split.get('device')} peak MiB " + ", ".join(f"{k} {v}" for k, v in held.items())
-                + f"; split took {arm.get('split_s_median', float('nan')):.2f} s")
+    run.note = (
+        f"{split.get('device')} peak MiB "
+        + ", ".join(f"{k} {v}" for k, v in held.items())
+        + f"; split took {arm.get('split_s_median', float('nan')):.2f} s"
+    )
 
 
 def _sweep_cmd(ch: Checks, variants: str, name: str, warmup: int) -> list[str]:
     if _tiny(ch):
-        size = ["--imgsz", "64", "--batch", "4", "--workers", "0", "--images", "32", "--repeats", "1",
-                "--max-steps", "8", "--warmup-steps", "1"]
+        size = [
+            "--imgsz",
+            "64",
+            "--batch",
+            "4",
+            "--workers",
+            "0",
+            "--images",
+            "32",
+            "--repeats",
+            "1",
+            "--max-steps",
+            "8",
+            "--warmup-steps",
+            "1",
+        ]
     else:
-        size = ["--imgsz", "640", "--batch", "16", "--workers", "8", "--images", "640", "--repeats", "2",
-                "--max-steps", "40", "--warmup-steps", str(warmup)]
-    return [ch.py, str(BENCH / "gpu_sweep.py"), "--variants", variants, *size, "--device", ch.device,
-            "--experiment", name.replace("_", "-"), "--result", str(ch.work / f"{name}.json")]
+        size = [
+            "--imgsz",
+            "640",
+            "--batch",
+            "16",
+            "--workers",
+            "8",
+            "--images",
+            "640",
+            "--repeats",
+            "2",
+            "--max-steps",
+            "40",
+            "--warmup-steps",
+            str(warmup),
+        ]
+    return [
+        ch.py,
+        str(BENCH / "gpu_sweep.py"),
+        "--variants",
+        variants,
+        *size,
+        "--device",
+        ch.device,
+        "--experiment",
+        name.replace("_", "-"),
+        "--result",
+        str(ch.work / f"{name}.json"),
+    ]
 
 
 def cmd_sweep(ch: Checks) -> list[str]:
@@ -397,6 +540,7 @@ def judge_sweep(name: str) -> Callable[[Checks, StepRun, str], None]:
         else:
             run.status = "failed"
             run.note = f"exit {run.rc}: {_last_line(output)}"
+
     return judge
 
 
@@ -422,10 +566,15 @@ def judge_trace_analysis(ch: Checks, run: StepRun, output: str) -> None:
     ranks = report.get("ranks") or [{}]
     gpu = ranks[0].get("gpu") or {}
     run.result = {
-        "whole_process_s": run.seconds, "hta": "not carried to the GPU machine (size); no HTA comparison",
-        "device_name": ranks[0].get("device_name"), "event_count": ranks[0].get("event_count"),
-        "gpu": gpu, "kernel_types": ranks[0].get("kernel_types"), "step_time": ranks[0].get("step_time"),
-        "top_kernels": (ranks[0].get("top_kernels") or [])[:5], "idle_breakdown": ranks[0].get("idle_breakdown"),
+        "whole_process_s": run.seconds,
+        "hta": "not carried to the GPU machine (size); no HTA comparison",
+        "device_name": ranks[0].get("device_name"),
+        "event_count": ranks[0].get("event_count"),
+        "gpu": gpu,
+        "kernel_types": ranks[0].get("kernel_types"),
+        "step_time": ranks[0].get("step_time"),
+        "top_kernels": (ranks[0].get("top_kernels") or [])[:5],
+        "idle_breakdown": ranks[0].get("idle_breakdown"),
     }
     cuda = ch.device != "cpu"
     kernels = gpu.get("kernel_count") or 0
@@ -436,25 +585,32 @@ def judge_trace_analysis(ch: Checks, run: StepRun, output: str) -> None:
     else:
         run.status = "passed"
         idle = gpu.get("idle_pct", float("nan"))
-        run.note = (f"{kernels} kernels, GPU idle {idle:.1f}%, {run.seconds} s whole process" if gpu
-                    else f"no GPU section (device {ch.device}); {run.seconds} s")
+        run.note = (
+            f"{kernels} kernels, GPU idle {idle:.1f}%, {run.seconds} s whole process"
+            if gpu
+            else f"no GPU section (device {ch.device}); {run.seconds} s"
+        )
 
 
 def dry_script(script: str, *extra: str) -> Callable[[Checks], list[str]]:
     """Dry-run check: the step's own command with --dry-run (imports, config, plan; no CUDA call)."""
+
     def build(ch: Checks) -> list[str]:
         command = next(s for s in STEPS if s.name == script).command(ch)
         assert isinstance(command, list)
         return [*command, "--dry-run", *extra]
+
     return build
 
 
 def dry_help(step_name: str) -> Callable[[Checks], list[str]]:
     """Dry-run check for a script without a dry-run mode: --help must offer every option the step passes."""
+
     def build(ch: Checks) -> list[str]:
         command = next(s for s in STEPS if s.name == step_name).command(ch)
         assert isinstance(command, list)
         return [*command[:2], "--help"]
+
     return build
 
 
@@ -470,17 +626,29 @@ STEPS: list[Step] = [
     Step("environment", False, 120, 20, cmd_env, judge_env),
     Step("gpu_smoke", True, 180, 120, cmd_smoke, judge_smoke, dry_script("gpu_smoke")),
     Step("gpu_ddp", True, 120, 40, cmd_ddp, judge_ddp, dry_script("gpu_ddp")),
-    Step("nvml_tests", True, 90, 30, cmd_nvml_tests, judge_pytest,
-         lambda ch: [*cmd_nvml_tests(ch), "--collect-only"]),
+    Step("nvml_tests", True, 90, 30, cmd_nvml_tests, judge_pytest, lambda ch: [*cmd_nvml_tests(ch), "--collect-only"]),
     Step("instrumentation_overhead", True, 150, 60, cmd_overhead, judge_overhead, dry_help("instrumentation_overhead")),
     Step("gpu_sweep", True, 200, 60, cmd_sweep, judge_sweep("gpu_sweep"), dry_script("gpu_sweep")),
     Step("trace_analysis", False, 60, 20, cmd_trace_analysis, judge_trace_analysis, dry_trace_analysis),
-    Step("memory_by_holder", True, 60, 20, cmd_memory_by_holder, judge_memory_by_holder,
-         dry_help("memory_by_holder")),
-    Step("diagnosis_tests", True, 120, 40, cmd_diagnosis_tests, judge_pytest,
-         lambda ch: [*cmd_diagnosis_tests(ch), "--collect-only"]),
-    Step("gpu_sweep_devices", True, 150, 30, cmd_sweep_devices, judge_sweep("gpu_sweep_devices"),
-         dry_script("gpu_sweep_devices")),
+    Step("memory_by_holder", True, 60, 20, cmd_memory_by_holder, judge_memory_by_holder, dry_help("memory_by_holder")),
+    Step(
+        "diagnosis_tests",
+        True,
+        120,
+        40,
+        cmd_diagnosis_tests,
+        judge_pytest,
+        lambda ch: [*cmd_diagnosis_tests(ch), "--collect-only"],
+    ),
+    Step(
+        "gpu_sweep_devices",
+        True,
+        150,
+        30,
+        cmd_sweep_devices,
+        judge_sweep("gpu_sweep_devices"),
+        dry_script("gpu_sweep_devices"),
+    ),
     # the same script as gpu_sweep, whose --dry-run covers its imports and plan: only its arguments are parsed
     Step("gpu_sweep_compile", True, 240, 0, cmd_sweep_compile, judge_sweep("gpu_sweep_compile")),
 ]
@@ -490,14 +658,21 @@ STEPS: list[Step] = [
 # The environment report (run as a child: `gpu_checks.py --env-report PATH`)
 # ---------------------------------------------------------------------------------------------------------
 
+
 def env_report(path: Path) -> int:
     import importlib
     import platform
     from importlib import metadata
 
-    report: dict = {"python": platform.python_version(), "executable": sys.executable,
-                    "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "pythonpath": os.environ.get("PYTHONPATH", ""), "versions": {}, "imports": {}}
+    report: dict = {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "pythonpath": os.environ.get("PYTHONPATH", ""),
+        "versions": {},
+        "imports": {},
+    }
     for name in RECORDED_VERSIONS:
         try:
             report["versions"][name] = metadata.version(name)
@@ -523,8 +698,10 @@ def env_report(path: Path) -> int:
     failed = [m for m, r in report["imports"].items() if not r["ok"]]
     for module in failed:
         print(f"import {module} failed: {report['imports'][module]['error']}")
-    print(f"python {report['python']}; {len(CHECKED_IMPORTS) - len(failed)}/{len(CHECKED_IMPORTS)} imports ok; "
-          f"{len(report['requirement_conflicts'])} version conflicts with the host")
+    print(
+        f"python {report['python']}; {len(CHECKED_IMPORTS) - len(failed)}/{len(CHECKED_IMPORTS)} imports ok; "
+        f"{len(report['requirement_conflicts'])} version conflicts with the host"
+    )
     return 1 if failed else 0
 
 
@@ -533,8 +710,9 @@ def _nvidia_smi() -> dict | None:
         return None
     fields = "name,driver_version,memory.total,compute_cap,clocks.max.sm,power.limit,pci.bus_id"
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": str(exc)}
     names = fields.split(",")
@@ -568,34 +746,54 @@ def _requirements(target: str) -> tuple[list[str], list[str]]:
 # Output helpers
 # ---------------------------------------------------------------------------------------------------------
 
+
 def markdown(data: dict) -> str:
     host = data.get("host") or {}
     smi = (host.get("nvidia_smi") or {}).get("gpus") or [{}]
     versions = host.get("versions") or {}
-    lines = [f"# GPU checks: {data['mode']}", "",
-             f"device {smi[0].get('name', 'none')} (driver {smi[0].get('driver_version', '-')}), "
-             f"python {host.get('python')}, torch {versions.get('torch')} (CUDA {host.get('torch_cuda_build')}), "
-             f"ultralytics {versions.get('ultralytics')}, mlflow {versions.get('mlflow-skinny')}, "
-             f"prefect {versions.get('prefect')}; {data['elapsed_s']} s of a {data['budget_s']} s budget", ""]
+    lines = [
+        f"# GPU checks: {data['mode']}",
+        "",
+        f"device {smi[0].get('name', 'none')} (driver {smi[0].get('driver_version', '-')}), "
+        f"python {host.get('python')}, torch {versions.get('torch')} (CUDA {host.get('torch_cuda_build')}), "
+        f"ultralytics {versions.get('ultralytics')}, mlflow {versions.get('mlflow-skinny')}, "
+        f"prefect {versions.get('prefect')}; {data['elapsed_s']} s of a {data['budget_s']} s budget",
+        "",
+    ]
     if data["mode"] != "gpu":
-        lines += ["**Not a GPU measurement**: " + ("the dry run stops before the first CUDA step "
-                  f"({data['stopped_before']})." if data["mode"] == "dry-run" else
-                  "a CPU rehearsal of the plumbing; no GPU figure comes from it."), ""]
+        lines += [
+            "**Not a GPU measurement**: "
+            + (
+                f"the dry run stops before the first CUDA step ({data['stopped_before']})."
+                if data["mode"] == "dry-run"
+                else "a CPU rehearsal of the plumbing; no GPU figure comes from it."
+            ),
+            "",
+        ]
     lines += ["| step | status | s | note |", "|---|---|---|---|"]
     for s in data["steps"]:
-        lines.append(f"| {s['name']} | {s['status']} | {s['seconds'] if s['seconds'] is not None else '-'} | "
-                     f"{s['note'].replace('|', '/')} |")
+        lines.append(
+            f"| {s['name']} | {s['status']} | {s['seconds'] if s['seconds'] is not None else '-'} | "
+            f"{s['note'].replace('|', '/')} |"
+        )
     for s in data["steps"]:
         result = s.get("result") or {}
         if s["name"] == "gpu_smoke" and result.get("checks"):
             lines += ["", "## gpu_smoke checks", ""]
-            lines += [f"- {'ok' if c['ok'] else 'n/a' if c['ok'] is None else 'FAIL'} {c['name']}: {c['value']} "
-                      f"(expect {c['expect']})" for c in result["checks"]]
+            lines += [
+                f"- {'ok' if c['ok'] else 'n/a' if c['ok'] is None else 'FAIL'} {c['name']}: {c['value']} "
+                f"(expect {c['expect']})"
+                for c in result["checks"]
+            ]
         if s["name"].startswith("gpu_sweep") and result.get("markdown"):
             lines += ["", f"## {s['name']}", "", result["markdown"]]
         if s["name"] == "instrumentation_overhead" and result.get("ratio") is not None:
-            lines += ["", "## instrumentation overhead", "",
-                      f"ratio {result['ratio']:.4f} (per repeat {result.get('per_repeat')}), goal <= {OVERHEAD_GOAL}"]
+            lines += [
+                "",
+                "## instrumentation overhead",
+                "",
+                f"ratio {result['ratio']:.4f} (per repeat {result.get('per_repeat')}), goal <= {OVERHEAD_GOAL}",
+            ]
     conflicts = host.get("requirement_conflicts") or []
     if conflicts:
         lines += ["", "## version conflicts between the wheelhouse and the host", ""] + [f"- {c}" for c in conflicts]
@@ -603,8 +801,15 @@ def markdown(data: dict) -> str:
 
 
 def _install_info() -> dict:
-    return {k: os.environ.get(v) for k, v in (("target", "GPU_CHECKS_TARGET"), ("wheels", "GPU_CHECKS_WHEELS"),
-                                              ("seconds", "GPU_CHECKS_INSTALL_S"), ("note", "GPU_CHECKS_INSTALL_NOTE"))}
+    return {
+        k: os.environ.get(v)
+        for k, v in (
+            ("target", "GPU_CHECKS_TARGET"),
+            ("wheels", "GPU_CHECKS_WHEELS"),
+            ("seconds", "GPU_CHECKS_INSTALL_S"),
+            ("note", "GPU_CHECKS_INSTALL_NOTE"),
+        )
+    }
 
 
 _PROGRESS = re.compile(r"━|\d+(\.\d+)?it/s|\x1b\[K")
@@ -620,7 +825,7 @@ def _capped(text: str, cap: int) -> str:
     if len(text) <= cap:
         return text
     head = text[: cap // 10]
-    return f"{head}\n[... {len(text) - cap} characters left out ...]\n{text[-(cap - len(head)):]}"
+    return f"{head}\n[... {len(text) - cap} characters left out ...]\n{text[-(cap - len(head)) :]}"
 
 
 def _last_line(text: str, n: int = 1) -> str:
@@ -676,6 +881,7 @@ def _atomic(path: Path, text: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check-output"))
@@ -706,18 +912,25 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if ch.mode == "dry-run" and step.cuda and not stopped:
             stopped = True
-            print(f"gpu_checks: dry run stops before the first CUDA step ({step.name}); "
-                  "checking the remaining steps' commands without running them", flush=True)
+            print(
+                f"gpu_checks: dry run stops before the first CUDA step ({step.name}); "
+                "checking the remaining steps' commands without running them",
+                flush=True,
+            )
         if stopped:
             run = ch.validate_step(step)
         else:
             # a dry run only checks the later steps' commands, so they reserve none of the budget
-            later = [s for s in STEPS[i + 1:] if not only or s.name in only]
+            later = [s for s in STEPS[i + 1 :] if not only or s.name in only]
             reserve = 0 if ch.mode == "dry-run" else sum(s.reserve_s for s in later)
             run = ch.run_step(step, reserve)
         ch.write()
-        print(f"[{run.name}] {run.status}" + (f" in {run.seconds} s" if run.seconds is not None else "")
-              + (f": {run.note}" if run.note else ""), flush=True)
+        print(
+            f"[{run.name}] {run.status}"
+            + (f" in {run.seconds} s" if run.seconds is not None else "")
+            + (f": {run.note}" if run.note else ""),
+            flush=True,
+        )
     ch.write()
     print()
     print((ch.out / "summary.md").read_text())

@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--result", type=Path, help="write the checks and metrics here as JSON")
     parser.add_argument("--copy-trace", type=Path, help="copy the run's gzipped Chrome trace into this folder")
     parser.add_argument("--tables", type=Path, help="write the key_averages tables (text) to this file")
-    parser.add_argument("--ddp-backend", choices=["nccl", "gloo"],
-                        help="train as a one-rank data-parallel job over this backend")
+    parser.add_argument(
+        "--ddp-backend", choices=["nccl", "gloo"], help="train as a one-rank data-parallel job over this backend"
+    )
     parser.add_argument("--dry-run", action="store_true", help="imports and config only; no CUDA call")
     return parser
 
@@ -50,12 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
 def run_spec(args: argparse.Namespace):
     from yolo_mlops.config import build_run_spec
 
-    return build_run_spec({
-        "imgsz": args.imgsz, "batch": args.batch, "epochs": 10, "max_steps": args.steps, "device": args.device,
-        "workers": args.workers, "synthetic_images": args.batch * 8, "run_kind": "smoke", "val": False,
-        "profiler": {"skip_first": 5, "wait": 2, "warmup": 3, "active": 5},
-        **({"ddp": {"backend": args.ddp_backend}} if args.ddp_backend else {}),
-    })
+    return build_run_spec(
+        {
+            "imgsz": args.imgsz,
+            "batch": args.batch,
+            "epochs": 10,
+            "max_steps": args.steps,
+            "device": args.device,
+            "workers": args.workers,
+            "synthetic_images": args.batch * 8,
+            "run_kind": "smoke",
+            "val": False,
+            "profiler": {"skip_first": 5, "wait": 2, "warmup": 3, "active": 5},
+            **({"ddp": {"backend": args.ddp_backend}} if args.ddp_backend else {}),
+        }
+    )
 
 
 def check(name: str, ok: bool | None, value, expect: str) -> dict:
@@ -88,13 +98,25 @@ def evidence(torch, device: str, outcome, result) -> list[dict]:
         check("trace files", len(outcome.trace_files) > 0, len(outcome.trace_files), ">= 1"),
         check("CUDA kernel events in the trace", len(kernels) > 0 if cuda else None, len(kernels), "> 0 on a GPU"),
         check("kernel time in the trace (ms)", kernel_ms > 0 if cuda else None, round(kernel_ms, 3), "> 0 on a GPU"),
-        check("key_averages_self_device table", device_table is not None if cuda else None,
-              sorted(tables), "present on a GPU"),
+        check(
+            "key_averages_self_device table",
+            device_table is not None if cuda else None,
+            sorted(tables),
+            "present on a GPU",
+        ),
         check("self device time in key_averages (ms)", (device_ms or 0) > 0 if cuda else None, device_ms, "> 0"),
-        check("NVML backend is real", backend in ("gpm", "samples", "utilization") if cuda else None, backend,
-              "gpm | samples | utilization on a GPU"),
-        check("GPM on Hopper or newer", (backend == "gpm") if hopper else None, backend,
-              "gpm when compute capability >= 9.0"),
+        check(
+            "NVML backend is real",
+            backend in ("gpm", "samples", "utilization") if cuda else None,
+            backend,
+            "gpm | samples | utilization on a GPU",
+        ),
+        check(
+            "GPM on Hopper or newer",
+            (backend == "gpm") if hopper else None,
+            backend,
+            "gpm when compute capability >= 9.0",
+        ),
         in_range(m, util_key, 0.01, 100.0, cuda),
         in_range(m, "gpu/dram_bw_util_pct_mean", 0.0, 100.0, cuda and backend == "gpm"),
         in_range(m, "gpu/mem_used_gib_max", 0.05, (total_gib or 0) * 1.01, cuda),
@@ -124,12 +146,21 @@ def ddp_evidence(device: str, backend: str, outcome, result, params: dict[str, s
     return [
         check("one rank's outcome", len(outcome.ranks) == 1, len(outcome.ranks), "1"),
         check("distributedInfo backend", info.get("backend") == backend, info.get("backend"), backend),
-        check("distributedInfo rank, world size", (info.get("rank"), info.get("world_size")) == (0, 1),
-              [info.get("rank"), info.get("world_size")], "[0, 1]"),
-        check("ddp.backend_used param", params.get("ddp.backend_used") == backend, params.get("ddp.backend_used"),
-              backend),
-        check("DDP wrapped the model", "ddp.applied.find_unused_parameters" in params,
-              sorted(k for k in params if k.startswith("ddp.applied.")), "ddp.applied.* params"),
+        check(
+            "distributedInfo rank, world size",
+            (info.get("rank"), info.get("world_size")) == (0, 1),
+            [info.get("rank"), info.get("world_size")],
+            "[0, 1]",
+        ),
+        check(
+            "ddp.backend_used param", params.get("ddp.backend_used") == backend, params.get("ddp.backend_used"), backend
+        ),
+        check(
+            "DDP wrapped the model",
+            "ddp.applied.find_unused_parameters" in params,
+            sorted(k for k in params if k.startswith("ddp.applied.")),
+            "ddp.applied.* params",
+        ),
         in_range(m, "rank0/comm/collective_pct", 1e-6, 100.0),
         in_range(m, "rank0/gpu/mem_used_gib_max", 0.05, 1e4, cuda),
         in_range(m, "rank0/gpu/power_w_mean", 20.0, 1500.0, cuda),
@@ -146,9 +177,17 @@ def main() -> int:
     from yolo_mlops.tracking import connection, run_end
 
     spec = run_spec(args)
-    record: dict = {"step": "gpu_ddp" if args.ddp_backend else "gpu_smoke", "device_arg": args.device, "spec": {
-        "model": spec.model, "imgsz": spec.imgsz, "batch": spec.batch, "max_steps": spec.max_steps,
-        "workers": spec.workers}}
+    record: dict = {
+        "step": "gpu_ddp" if args.ddp_backend else "gpu_smoke",
+        "device_arg": args.device,
+        "spec": {
+            "model": spec.model,
+            "imgsz": spec.imgsz,
+            "batch": spec.batch,
+            "max_steps": spec.max_steps,
+            "workers": spec.workers,
+        },
+    }
     if args.dry_run:
         record["status"] = "dry-run"
         print("gpu_smoke: dry-run - imports and run config ok; no CUDA call made")
@@ -171,18 +210,25 @@ def main() -> int:
         checks += ddp_evidence(args.device, args.ddp_backend, outcome, result, params)
     failed = [c for c in checks if c["ok"] is False]
     cuda = args.device != "cpu"
-    record.update({
-        "status": "failed" if failed else "passed",
-        "device": torch.cuda.get_device_name(int(args.device)) if cuda else "cpu",
-        "capability": list(torch.cuda.get_device_capability(int(args.device))) if cuda else None,
-        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-        "mlflow_run_id": result.run_id, "nvml_backend": outcome.nvml.backend, "nvml_notes": outcome.nvml.reasons,
-        "checks": checks,
-        "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
-        "findings": [{"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
-                     for f in result.findings],
-        "applied": outcome.applied.tags(),
-    })
+    record.update(
+        {
+            "status": "failed" if failed else "passed",
+            "device": torch.cuda.get_device_name(int(args.device)) if cuda else "cpu",
+            "capability": list(torch.cuda.get_device_capability(int(args.device))) if cuda else None,
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "mlflow_run_id": result.run_id,
+            "nvml_backend": outcome.nvml.backend,
+            "nvml_notes": outcome.nvml.reasons,
+            "checks": checks,
+            "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
+            "findings": [
+                {"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
+                for f in result.findings
+            ],
+            "applied": outcome.applied.tags(),
+        }
+    )
     if outcome.trace_files:
         record["trace_source"] = str(outcome.trace_files[0])
     if args.copy_trace and outcome.trace_files:

@@ -44,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=60)
     parser.add_argument("--warmup-steps", type=int, default=15, help="steps discarded per child (compile!)")
     parser.add_argument("--device", default="0", help="a CUDA index such as 0, or cpu for a rehearsal")
-    parser.add_argument("--devices", help="run through the lanes of `sweep --devices` (e.g. 0 or 0,1): each "
-                        "device's children in a worker process, blocks paired within a device")
+    parser.add_argument(
+        "--devices",
+        help="run through the lanes of `sweep --devices` (e.g. 0 or 0,1): each "
+        "device's children in a worker process, blocks paired within a device",
+    )
     parser.add_argument("--experiment", default="gpu-sweep")
     parser.add_argument("--result", type=Path, help="write the comparison (table, children) here as JSON")
     parser.add_argument("--dry-run", action="store_true", help="imports and the sweep plan only; no CUDA call")
@@ -63,19 +66,35 @@ def main() -> int:
     from yolo_mlops.run.environment import cuda_indices, machine_name
     from yolo_mlops.sweeps.plan import check_devices
 
-    base = RunSpec(model="yolo11n.yaml", imgsz=args.imgsz, batch=args.batch, workers=args.workers,
-                   synthetic_images=args.images, max_steps=args.max_steps, epochs=1, val=False,
-                   device=args.device, experiment=args.experiment,
-                   # profiler window after the discarded warm-up: its steps are excluded from timing anyway
-                   profiler=ProfilerSettings(skip_first=args.warmup_steps, wait=1, warmup=1, active=3))
+    base = RunSpec(
+        model="yolo11n.yaml",
+        imgsz=args.imgsz,
+        batch=args.batch,
+        workers=args.workers,
+        synthetic_images=args.images,
+        max_steps=args.max_steps,
+        epochs=1,
+        val=False,
+        device=args.device,
+        experiment=args.experiment,
+        # profiler window after the discarded warm-up: its steps are excluded from timing anyway
+        profiler=ProfilerSettings(skip_first=args.warmup_steps, wait=1, warmup=1, active=3),
+    )
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     devices = args.devices.split(",") if args.devices else None
     cuda = args.device != "cpu" if devices is None else devices != ["cpu"]
     lane_devices = devices if devices is not None else [args.device]
     limits = [gpu_lock.machine_limit(machine_name(), cuda_indices(d)[0]) for d in lane_devices] if cuda else []
     limit = None if devices is not None or not limits else limits[0]  # lanes take their own
-    record: dict = {"step": "gpu_sweep", "variants": names, "repeats": args.repeats, "max_steps": args.max_steps,
-                    "warmup_steps": args.warmup_steps, "concurrency_limit": limit, "devices": devices}
+    record: dict = {
+        "step": "gpu_sweep",
+        "variants": names,
+        "repeats": args.repeats,
+        "max_steps": args.max_steps,
+        "warmup_steps": args.warmup_steps,
+        "concurrency_limit": limit,
+        "devices": devices,
+    }
     if args.dry_run:
         if devices is not None:  # devices are checked against this machine only when the sweep runs
             check_devices(devices, local=False)
@@ -85,12 +104,16 @@ def main() -> int:
         return _finish(args, record, 0)
     if cuda and not torch.cuda.is_available():
         record["status"] = "no-cuda"
-        print("gpu_sweep: no CUDA device visible to torch "
-              f"(torch {torch.__version__}, CUDA build {torch.version.cuda})")
+        print(
+            f"gpu_sweep: no CUDA device visible to torch (torch {torch.__version__}, CUDA build {torch.version.cuda})"
+        )
         return _finish(args, record, 2)
     where = torch.cuda.get_device_name(cuda_indices(args.device)[0]) if cuda else "cpu"
-    print(f"device {where}, torch {torch.__version__}; variants: baseline, " + ", ".join(names)
-          + f"; {args.repeats} repeats, interleaved; limit {limit}")
+    print(
+        f"device {where}, torch {torch.__version__}; variants: baseline, "
+        + ", ".join(names)
+        + f"; {args.repeats} repeats, interleaved; limit {limit}"
+    )
 
     shared = bool(os.environ.get("PREFECT_API_URL"))
     harness: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
@@ -102,20 +125,37 @@ def main() -> int:
         if not shared:  # throwaway server; on a real server the limits must already exist (strict)
             for name in limits:
                 _create_limit(name)
-        result = sweep(base=base, variants=names, repeats=args.repeats, order="interleaved",
-                       warmup_steps=args.warmup_steps, concurrency_limit=limit, devices=devices)
+        result = sweep(
+            base=base,
+            variants=names,
+            repeats=args.repeats,
+            order="interleaved",
+            warmup_steps=args.warmup_steps,
+            concurrency_limit=limit,
+            devices=devices,
+        )
     print()
     print(result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id} ({result.run_url})")
     for child in result.children:
         if child["status"] != "ok":
             print(f"  failed child {child['variant']} r{child['repeat']}: {child['error']}")
-    record.update(status="ran", device=where, parent_run_id=result.parent_run_id, best=result.best_variant,
-                  best_evidence=result.best_evidence, failed_children=result.failed_children,
-                  total_children=result.total_children, skipped=result.skipped, table=result.table,
-                  markdown=result.markdown,
-                  children=[{k: c[k] for k in ("variant", "repeat", "lane", "block", "status", "wall_s", "error")}
-                            for c in result.children])
+    record.update(
+        status="ran",
+        device=where,
+        parent_run_id=result.parent_run_id,
+        best=result.best_variant,
+        best_evidence=result.best_evidence,
+        failed_children=result.failed_children,
+        total_children=result.total_children,
+        skipped=result.skipped,
+        table=result.table,
+        markdown=result.markdown,
+        children=[
+            {k: c[k] for k in ("variant", "repeat", "lane", "block", "status", "wall_s", "error")}
+            for c in result.children
+        ],
+    )
     return _finish(args, record, 0)
 
 

@@ -84,15 +84,18 @@ def run_ours(series: list[np.ndarray], **kw) -> tuple[float, list[list[int]]]:
 def groups(seeds: int) -> list[tuple[str, list[Planted], list[int]]]:
     """(name, series specs, seeds) — one series per (spec, seed)."""
     n = 200
-    one_shift = [Planted(n, noise, shifts=((at, mag),)) for noise in (1.0, 2.0) for mag in (2.0, 5.0, 10.0, 30.0)
-                 for at in (15, 100, 190)]
+    one_shift = [
+        Planted(n, noise, shifts=((at, mag),))
+        for noise in (1.0, 2.0)
+        for mag in (2.0, 5.0, 10.0, 30.0)
+        for at in (15, 100, 190)
+    ]
     s = list(range(seeds))
     return [
         ("stationary, Gaussian noise 1%", [Planted(n, 1.0)], list(range(10 * seeds))),
         ("stationary, Student t(3) noise 1%", [Planted(n, 1.0, heavy_tails=True)], list(range(4 * seeds))),
         ("one shift (2-30%, noise 1-2%, early/mid/late)", one_shift, s),
-        ("one shift >= 2.5 sd (subset of the above)", [p for p in one_shift
-                                                       if p.shifts[0][1] / p.noise_pct >= 2.5], s),
+        ("one shift >= 2.5 sd (subset of the above)", [p for p in one_shift if p.shifts[0][1] / p.noise_pct >= 2.5], s),
         ("two shifts (+10% at 70, -5% at 140, noise 1%)", [Planted(n, 1.0, shifts=((70, 10.0), (140, -5.0)))], s),
         ("lone outlier +30% (noise 1%)", [Planted(n, 1.0, spike=(100, 30.0))], s),
         ("linear drift +5% over 200 runs (noise 1%)", [Planted(n, 1.0, drift_pct=5.0)], s),
@@ -121,20 +124,34 @@ def main() -> int:
         _, f_otava = run_otava(otava, series)
         _, f_compat = run_ours(series, otava_compatible=True)
         _, f_ours = run_ours(series)
-        rows.append([
-            name, len(series),
-            "/".join(fmt(x, ".1f") for x in agreement(f_compat, f_otava)),
-            "/".join(fmt(x, ".1f") for x in agreement(f_ours, f_otava)),
-            " / ".join(str(sum(map(len, f))) for f in (f_otava, f_compat, f_ours)),
-            " / ".join(fmt(100 * sum(map(exact_within, found, truth)) / len(series), ".1f")
-                       for found in (f_otava, f_ours)),
-        ])
+        rows.append(
+            [
+                name,
+                len(series),
+                "/".join(fmt(x, ".1f") for x in agreement(f_compat, f_otava)),
+                "/".join(fmt(x, ".1f") for x in agreement(f_ours, f_otava)),
+                " / ".join(str(sum(map(len, f))) for f in (f_otava, f_compat, f_ours)),
+                " / ".join(
+                    fmt(100 * sum(map(exact_within, found, truth)) / len(series), ".1f") for found in (f_otava, f_ours)
+                ),
+            ]
+        )
         print(f"  {name}: done", file=sys.stderr, flush=True)
     print("### Agreement with Otava 0.8.0 and accuracy\n")
-    print(markdown_table(
-        ["series (200 runs each)", "series", "otava_compatible vs Otava: identical / +-1 (%)",
-         "default vs Otava: identical / +-1 (%)", "change points: Otava / compatible / default",
-         "exactly the planted points +-1 (%): Otava / default"], rows) + "\n")
+    print(
+        markdown_table(
+            [
+                "series (200 runs each)",
+                "series",
+                "otava_compatible vs Otava: identical / +-1 (%)",
+                "default vs Otava: identical / +-1 (%)",
+                "change points: Otava / compatible / default",
+                "exactly the planted points +-1 (%): Otava / default",
+            ],
+            rows,
+        )
+        + "\n"
+    )
 
     timing_sets = {
         "8 metrics x 1,000 runs (realistic)": history("realistic"),
@@ -153,12 +170,30 @@ def main() -> int:
             sec, found["ours"] = run_ours(series)
             t["ours"].append(sec)
         med = {k: statistics.median(v) for k, v in t.items()}
-        trows.append([name, fmt(med["otava"], ".3f"), fmt(med["compat"], ".3f"), fmt(med["ours"], ".3f"),
-                      fmt(med["otava"] / med["ours"], ".1f"),
-                      "/".join(fmt(x, ".0f") for x in agreement(found["compat"], found["otava"]))])
+        trows.append(
+            [
+                name,
+                fmt(med["otava"], ".3f"),
+                fmt(med["compat"], ".3f"),
+                fmt(med["ours"], ".3f"),
+                fmt(med["otava"] / med["ours"], ".1f"),
+                "/".join(fmt(x, ".0f") for x in agreement(found["compat"], found["otava"])),
+            ]
+        )
     print(f"### Timing (in-process, median of {args.repeats} interleaved repeats)\n")
-    print(markdown_table(["series", "Otava s", "ours, otava_compatible s", "ours, default s", "Otava / ours",
-                          "compatible vs Otava identical/+-1 (%)"], trows))
+    print(
+        markdown_table(
+            [
+                "series",
+                "Otava s",
+                "ours, otava_compatible s",
+                "ours, default s",
+                "Otava / ours",
+                "compatible vs Otava identical/+-1 (%)",
+            ],
+            trows,
+        )
+    )
     return 0
 
 

@@ -37,12 +37,18 @@ class RegressionDetected(RuntimeError):
 
 
 @task(cache_policy=NO_CACHE, persist_result=False)
-def judge_series(experiment: str, run_ids: list[str], suite: BenchmarkSuite, confirm_repeats: int = 0,
-                 confirmations: dict[str, list[str]] | None = None,
-                 suspects: dict[str, list[str]] | None = None) -> list[JudgedSeries]:
+def judge_series(
+    experiment: str,
+    run_ids: list[str],
+    suite: BenchmarkSuite,
+    confirm_repeats: int = 0,
+    confirmations: dict[str, list[str]] | None = None,
+    suspects: dict[str, list[str]] | None = None,
+) -> list[JudgedSeries]:
     settings = trends.DetectionSettings(max_pvalue=suite.max_pvalue, candidate_pvalue=suite.candidate_pvalue)
-    return nightly.judge_night(connection.client(), experiment, run_ids, settings, confirm_repeats,
-                               confirmations, suspects)
+    return nightly.judge_night(
+        connection.client(), experiment, run_ids, settings, confirm_repeats, confirmations, suspects
+    )
 
 
 @flow(name="benchmark", log_prints=True)
@@ -51,9 +57,15 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
     _run_rounds(suite, night, 0, nightly.first_round_counts(suite))
     if suite.repeats == "auto":  # then each configuration's series says how many more runs it needs
         _run_rounds(suite, night, 2, _repeats_needed(suite, night))
-    judged = [j for experiment, run_ids in night.runs_by_experiment.items()
-              for j in nightly.judge_confirmed(partial(judge_series, experiment, run_ids, suite), suite.confirm_repeats,
-                                               partial(_run_confirmation, night, suite.confirm_repeats))]
+    judged = [
+        j
+        for experiment, run_ids in night.runs_by_experiment.items()
+        for j in nightly.judge_confirmed(
+            partial(judge_series, experiment, run_ids, suite),
+            suite.confirm_repeats,
+            partial(_run_confirmation, night, suite.confirm_repeats),
+        )
+    ]
     night.add_notes(judged)
     regressions = [j for j in judged if j.status == "regression"]
     if suite.auto_bisect:
@@ -108,8 +120,10 @@ def _start_bisections(regressions: list[JudgedSeries], deployment: str) -> None:
         for target in {(t.good, t.bad): t for t in j.bisect}.values():  # one bisection per commit range
             try:
                 flow_run_id, where = trigger.start(target, deployment, j.machine)
-                j.notes.append(f"auto-bisect: started {deployment} run {flow_run_id} for "
-                               f"{target.good[:12]}..{target.bad[:12]} on {where}")
+                j.notes.append(
+                    f"auto-bisect: started {deployment} run {flow_run_id} for "
+                    f"{target.good[:12]}..{target.bad[:12]} on {where}"
+                )
             except ConfigError as exc:
                 j.notes.append(str(exc))
 
@@ -120,8 +134,14 @@ def _publish(judged: list[JudgedSeries], failures: list[str], experiments: list[
         for line in [*j.new_changes, *([j.confirmation] if j.confirmation else []), *j.notes]:
             print("  " + line)
     fleet_sections = [trends.fleet_section(connection.client(), experiment) for experiment in experiments]
-    create_markdown_artifact(nightly.markdown(judged, failures, fleet_sections), key="benchmark-trends",
-                             description="Verdict per series of tonight's benchmark runs")
+    create_markdown_artifact(
+        nightly.markdown(judged, failures, fleet_sections),
+        key="benchmark-trends",
+        description="Verdict per series of tonight's benchmark runs",
+    )
     for j in judged:
-        create_image_artifact(queries.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG),
-                              key=f"benchmark-series-{j.series}", description=f"{j.label}: history")
+        create_image_artifact(
+            queries.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG),
+            key=f"benchmark-series-{j.series}",
+            description=f"{j.label}: history",
+        )

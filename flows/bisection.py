@@ -38,17 +38,32 @@ def bisect(
     max_repeats: Annotated[int, Field(ge=2, le=100, description="runs a side before a step is inconclusive")] = 6,
     metric: str = names.STEP_TIME_P50,
     alpha: Annotated[float, Field(gt=0, lt=1, description="error bound of each decision")] = 0.01,
-    min_effect: Annotated[float, Field(ge=0, lt=1, description="smallest slowdown called a regression (0.05 = 5%)")
-                          ] = 0.05,
-    run_timeout_s: Annotated[float, Field(gt=0, description="a profiled run still going after this long is killed "
-                                          "and counts as a failed run")] = RUN_TIMEOUT_S,
+    min_effect: Annotated[
+        float, Field(ge=0, lt=1, description="smallest slowdown called a regression (0.05 = 5%)")
+    ] = 0.05,
+    run_timeout_s: Annotated[
+        float,
+        Field(gt=0, description="a profiled run still going after this long is killed and counts as a failed run"),
+    ] = RUN_TIMEOUT_S,
 ) -> BisectResult:
-    request = bisection.BisectRequest(good=good, bad=bad, repo=repo, series=series, run_id=run_id,
-                                      experiment=experiment, bisect_experiment=bisect_experiment, repeats=repeats,
-                                      max_repeats=max_repeats, metric=metric, alpha=alpha, min_effect=min_effect,
-                                      run_timeout_s=run_timeout_s)
+    request = bisection.BisectRequest(
+        good=good,
+        bad=bad,
+        repo=repo,
+        series=series,
+        run_id=run_id,
+        experiment=experiment,
+        bisect_experiment=bisect_experiment,
+        repeats=repeats,
+        max_repeats=max_repeats,
+        metric=metric,
+        alpha=alpha,
+        min_effect=min_effect,
+        run_timeout_s=run_timeout_s,
+    )
     plan = bisection.prepare(request)
     result = bisection.run(plan, hold=_hold_gpu)
-    create_markdown_artifact(result.report, key="bisect-report",
-                             description=f"bisect {plan.good.short}..{plan.bad.short}: {result.result}")
+    create_markdown_artifact(
+        result.report, key="bisect-report", description=f"bisect {plan.good.short}..{plan.bad.short}: {result.result}"
+    )
     return result

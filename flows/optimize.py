@@ -45,30 +45,55 @@ def optimize(
 ) -> OptimizeResult:
     plan = sweeps.plan_sweep(base, [], repeats, order, warmup_steps, concurrency_limit)  # validates the base
     gpu_lock.check_limit(plan.concurrency_limit)
-    profile_spec = build_run_spec(deep_merge(base.model_dump(mode="json"), {
-        "run_kind": "profile", "variant": "baseline", "run_name": base.run_name or "optimize-baseline",
-        "tags": {names.OPTIMIZE: "baseline-profile"}}))
+    profile_spec = build_run_spec(
+        deep_merge(
+            base.model_dump(mode="json"),
+            {
+                "run_kind": "profile",
+                "variant": "baseline",
+                "run_name": base.run_name or "optimize-baseline",
+                "tags": {names.OPTIMIZE: "baseline-profile"},
+            },
+        )
+    )
     with gpu_lock.hold(plan.concurrency_limit):
         profiled = profile_training(profile_spec, gpu_limit=None)  # the lock is held here
     findings = list(profiled.findings)
     recs = sweeps.recommendations(findings)
-    print(f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
-          + (f"; not swept: {recs.rejected}" if recs.rejected else ""))
+    print(
+        f"diagnosis of {profiled.run_id} recommends: {recs.variants or 'nothing'}"
+        + (f"; not swept: {recs.rejected}" if recs.rejected else "")
+    )
     result = None
     if recs.variants:
-        result = sweep(base=base, variants=recs.variants, repeats=repeats, order=order, warmup_steps=warmup_steps,
-                       concurrency_limit=plan.concurrency_limit,
-                       extra_tags={names.OPTIMIZE_PROFILE_RUN_ID: profiled.run_id,
-                                   names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants)})
+        result = sweep(
+            base=base,
+            variants=recs.variants,
+            repeats=repeats,
+            order=order,
+            warmup_steps=warmup_steps,
+            concurrency_limit=plan.concurrency_limit,
+            extra_tags={
+                names.OPTIMIZE_PROFILE_RUN_ID: profiled.run_id,
+                names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants),
+            },
+        )
     rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
         sweeps.log_recommendations(connection.client(), result.parent_run_id, rows, markdown)
     table = sweeps.json_rows(rows) or [{"variant": "-", "outcome": "no recommendations"}]
-    create_table_artifact(table, key="optimize-recommendations",
-                          description=f"recommendations of profile run {profiled.run_id}")
+    create_table_artifact(
+        table, key="optimize-recommendations", description=f"recommendations of profile run {profiled.run_id}"
+    )
     create_markdown_artifact(markdown, key="optimize-report", description=f"profile run {profiled.run_id}")
     print(markdown)
-    return OptimizeResult(profile_run_id=profiled.run_id, recommended=recs.variants, rows=rows, markdown=markdown,
-                          findings=findings,
-                          sweep_parent_run_id=result.parent_run_id if result else None,
-                          best_variant=result.best_variant if result else None, rejected=recs.rejected)
+    return OptimizeResult(
+        profile_run_id=profiled.run_id,
+        recommended=recs.variants,
+        rows=rows,
+        markdown=markdown,
+        findings=findings,
+        sweep_parent_run_id=result.parent_run_id if result else None,
+        best_variant=result.best_variant if result else None,
+        rejected=recs.rejected,
+    )

@@ -51,9 +51,13 @@ def profile_training(spec: RunSpec = RunSpec(), gpu_limit: str | None = gpu_lock
             outcome = train(prepared)
         analysis = analyze(prepared, outcome)
         result = track(prepared, outcome, analysis)
-    create_markdown_artifact(pipeline.summary_markdown(result, spec), key="profile-run-summary",
-                             description=f"MLflow run {result.run_id}")
+    create_markdown_artifact(
+        pipeline.summary_markdown(result, spec), key="profile-run-summary", description=f"MLflow run {result.run_id}"
+    )
     if result.report_markdown:
-        create_markdown_artifact(result.report_markdown, key="profile-run-report",
-                                 description=f"Trace analysis and findings of MLflow run {result.run_id}")
+        create_markdown_artifact(
+            result.report_markdown,
+            key="profile-run-report",
+            description=f"Trace analysis and findings of MLflow run {result.run_id}",
+        )
     return result

@@ -48,8 +48,9 @@ class SweepResult:
     children: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_child(plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, child: Child,
-              limit: str | None = None) -> ChildOutcome:
+def run_child(
+    plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, child: Child, limit: str | None = None
+) -> ChildOutcome:
     """One variant x repeat as the profile-training subflow, holding the device's concurrency slot."""
     outcome = ChildOutcome(child, "pending")
     spec = plan.child_spec(child, parent_run_id)
@@ -92,38 +93,65 @@ def sweep(
     repeats: Annotated[int, Field(ge=1, le=50)] = 3,
     order: Literal["interleaved", "blocked"] = "interleaved",
     warmup_steps: Annotated[int, Field(ge=0, description="steps discarded at the start of every child")] = 1,
-    concurrency_limit: Annotated[str | None, Field(
-        description="Prefect global concurrency limit each child holds; default gpu-<index> on a GPU, none on "
-                    "CPU; it must exist (strict)")] = None,
-    custom_variants: Annotated[dict[str, dict[str, Any]], Field(
-        description="ad-hoc variants: name -> RunSpec field changes, e.g. "
-                    "{'sgd': {'train_args': {'optimizer': 'SGD'}}}")] = {},  # noqa: B006
-    extra_tags: Annotated[dict[str, str], Field(description="extra tags for the parent MLflow run")] = {},  # noqa: B006
-    devices: Annotated[list[str] | None, Field(
-        description="run children side by side, one per device (CUDA indices), blocks paired within a device")
+    concurrency_limit: Annotated[
+        str | None,
+        Field(
+            description="Prefect global concurrency limit each child holds; default gpu-<index> on a GPU, none on "
+            "CPU; it must exist (strict)"
+        ),
     ] = None,
-    pool: Annotated[str | None, Field(
-        description="Prefect work pool: children run on its machines (one work queue per machine), each a run "
-                    "of the pool's profile-training deployment")] = None,
-    deployment: Annotated[str | None, Field(
-        description="the pool's profile-training deployment, when it has several")] = None,
-    isolation: Annotated[Literal["side-by-side", "exclusive"], Field(
-        description="exclusive: one child at a time over all devices/machines (no interference, slower)")
+    custom_variants: Annotated[
+        dict[str, dict[str, Any]],
+        Field(
+            description="ad-hoc variants: name -> RunSpec field changes, e.g. "
+            "{'sgd': {'train_args': {'optimizer': 'SGD'}}}"
+        ),
+    ] = {},  # noqa: B006
+    extra_tags: Annotated[dict[str, str], Field(description="extra tags for the parent MLflow run")] = {},  # noqa: B006
+    devices: Annotated[
+        list[str] | None,
+        Field(description="run children side by side, one per device (CUDA indices), blocks paired within a device"),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        Field(
+            description="Prefect work pool: children run on its machines (one work queue per machine), each a run "
+            "of the pool's profile-training deployment"
+        ),
+    ] = None,
+    deployment: Annotated[
+        str | None, Field(description="the pool's profile-training deployment, when it has several")
+    ] = None,
+    isolation: Annotated[
+        Literal["side-by-side", "exclusive"],
+        Field(description="exclusive: one child at a time over all devices/machines (no interference, slower)"),
     ] = "side-by-side",
-    lost_after_s: Annotated[float, Field(
-        gt=0, description="a pool machine whose worker has not polled for this long is lost: its child fails")
+    lost_after_s: Annotated[
+        float,
+        Field(gt=0, description="a pool machine whose worker has not polled for this long is lost: its child fails"),
     ] = remote.LOST_AFTER_S,
-    start_timeout_s: Annotated[float, Field(
-        gt=0, description="a child not running this long after its submission (pool) is cancelled and fails")
+    start_timeout_s: Annotated[
+        float,
+        Field(gt=0, description="a child not running this long after its submission (pool) is cancelled and fails"),
     ] = remote.START_TIMEOUT_S,
-    run_timeout_s: Annotated[float, Field(
-        gt=0, description="a child not finished this long after its start is cancelled and fails")
+    run_timeout_s: Annotated[
+        float, Field(gt=0, description="a child not finished this long after its start is cancelled and fails")
     ] = remote.RUN_TIMEOUT_S,
 ) -> SweepResult:
     target = remote.find_target(pool, deployment, lost_after_s) if pool is not None else None
-    plan = sweeps.plan_sweep(base, list(variants), repeats, order, warmup_steps, concurrency_limit, custom_variants,
-                             devices=devices, pool=pool, machines=target.machines if target else None,
-                             isolation=isolation)
+    plan = sweeps.plan_sweep(
+        base,
+        list(variants),
+        repeats,
+        order,
+        warmup_steps,
+        concurrency_limit,
+        custom_variants,
+        devices=devices,
+        pool=pool,
+        machines=target.machines if target else None,
+        isolation=isolation,
+    )
     if target is not None:
         for machine, why in sorted(target.idle.items()):
             print(f"machine {machine} of pool {pool} not used: {why}")
@@ -142,14 +170,19 @@ def sweep(
     tags = {**sweeps.parent_tags(plan), **extra_tags}
     if slots:
         tags[names.SWEEP_CONCURRENCY_SLOTS] = str(min(slots))
-    parent_id = writes.create_run(mlflow, base.experiment, base.run_name or "sweep", tags,
-                                    sweeps.parent_params(plan))
+    parent_id = writes.create_run(mlflow, base.experiment, base.run_name or "sweep", tags, sweeps.parent_params(plan))
     experiment_id = queries.experiment_of(mlflow, parent_id)
     with run_end.run_guard(mlflow, parent_id):
         dataset_yaml = dataset.yaml_path if dataset else None
-        outcomes = lanes.run_lanes(plan, parent_id, target, lanes.Waits(lost_after_s, start_timeout_s, run_timeout_s),
-                                   partial(run_child, plan, parent_id, dataset_yaml), run_lane,
-                                   {"plan": plan, "parent_run_id": parent_id, "dataset_yaml": dataset_yaml})
+        outcomes = lanes.run_lanes(
+            plan,
+            parent_id,
+            target,
+            lanes.Waits(lost_after_s, start_timeout_s, run_timeout_s),
+            partial(run_child, plan, parent_id, dataset_yaml),
+            run_lane,
+            {"plan": plan, "parent_run_id": parent_id, "dataset_yaml": dataset_yaml},
+        )
         lanes.end_lost_children(mlflow, outcomes)
         lanes.end_stopped_children(mlflow, parent_id, outcomes)
         records = sweeps.collect(mlflow, plan, parent_id, outcomes)
@@ -158,19 +191,45 @@ def sweep(
         sweeps.log_report(mlflow, parent_id, report, markdown)
     url = queries.run_url(parent_id, experiment_id)
     table = sweeps.prefect_table(report)
-    create_table_artifact(table, key="sweep-comparison",
-                          description=f"Sweep {parent_id}: speed-up vs baseline with bootstrap 95% CI")
-    create_markdown_artifact(markdown + f"\n\nMLflow parent run: [{url}]({url})", key="sweep-report",
-                             description=f"MLflow parent run {parent_id}")
-    print(f"sweep {parent_id}: best {report.best} - {report.best_evidence}; "
-          f"{report.failed_children}/{report.total_children} children failed")
+    create_table_artifact(
+        table, key="sweep-comparison", description=f"Sweep {parent_id}: speed-up vs baseline with bootstrap 95% CI"
+    )
+    create_markdown_artifact(
+        markdown + f"\n\nMLflow parent run: [{url}]({url})",
+        key="sweep-report",
+        description=f"MLflow parent run {parent_id}",
+    )
+    print(
+        f"sweep {parent_id}: best {report.best} - {report.best_evidence}; "
+        f"{report.failed_children}/{report.total_children} children failed"
+    )
     return SweepResult(
-        parent_run_id=parent_id, run_url=url, best_variant=report.best, best_evidence=report.best_evidence,
-        failed_children=report.failed_children, total_children=report.total_children, skipped=dict(plan.skipped),
-        rows=report.rows, table=table, markdown=markdown,
-        children=[{"variant": o.child.variant, "repeat": o.child.repeat, "position": o.child.position,
-                   "block": o.child.block, "lane": o.child.lane, "status": o.status, "run_id": o.run_id,
-                   "flow_run_id": o.flow_run_id, "error": o.error,
-                   "wall_s": o.wall_s, "acquire_s": o.acquire_s, "started": o.started, "ended": o.ended}
-                  for o in outcomes],
+        parent_run_id=parent_id,
+        run_url=url,
+        best_variant=report.best,
+        best_evidence=report.best_evidence,
+        failed_children=report.failed_children,
+        total_children=report.total_children,
+        skipped=dict(plan.skipped),
+        rows=report.rows,
+        table=table,
+        markdown=markdown,
+        children=[
+            {
+                "variant": o.child.variant,
+                "repeat": o.child.repeat,
+                "position": o.child.position,
+                "block": o.child.block,
+                "lane": o.child.lane,
+                "status": o.status,
+                "run_id": o.run_id,
+                "flow_run_id": o.flow_run_id,
+                "error": o.error,
+                "wall_s": o.wall_s,
+                "acquire_s": o.acquire_s,
+                "started": o.started,
+                "ended": o.ended,
+            }
+            for o in outcomes
+        ],
     )

@@ -74,8 +74,12 @@ setattr(socket.socket, "connect_ex", _connect_ex)  # noqa: B010
 # above the runs' noise), so each of their tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.
 # tests/test_quiet_core.py splits the cores itself: in the same unit, no other split runs beside it.
-TIMING = ("tests/bisect/test_bisect.py", "tests/sweeps/test_pool_sweep.py", "tests/trends/test_fleet.py",
-          "tests/trends/test_real_history.py")
+TIMING = (
+    "tests/bisect/test_bisect.py",
+    "tests/sweeps/test_pool_sweep.py",
+    "tests/trends/test_fleet.py",
+    "tests/trends/test_real_history.py",
+)
 QUIET = "quiet-core"
 SAME_WORKER = {
     QUIET: (*TIMING, "tests/test_quiet_core.py"),
@@ -86,10 +90,18 @@ SAME_WORKER = {
 # first four start together), so no long unit starts when the others are nearly done; every other module follows
 # in the usual order.
 LONGEST_FIRST = (
-    "machine-load-and-bounds", QUIET, "tests/gpu_checks/test_run_gpu_checks.py", "tests/trends/test_verdicts.py",
-    "tests/deploy", "tests/reliability/test_inputs.py", "tests/test_lint.py",
-    "tests/sweeps/test_lanes.py", "tests/sweeps/test_sweep_flow.py", "tests/analysis/test_planted_bottlenecks.py",
-    "tests/run/test_profile_flow.py", "tests/sweeps/test_optimize_flow.py",
+    "machine-load-and-bounds",
+    QUIET,
+    "tests/gpu_checks/test_run_gpu_checks.py",
+    "tests/trends/test_verdicts.py",
+    "tests/deploy",
+    "tests/reliability/test_inputs.py",
+    "tests/test_lint.py",
+    "tests/sweeps/test_lanes.py",
+    "tests/sweeps/test_sweep_flow.py",
+    "tests/analysis/test_planted_bottlenecks.py",
+    "tests/run/test_profile_flow.py",
+    "tests/sweeps/test_optimize_flow.py",
 )
 
 

@@ -73,8 +73,7 @@ def base_env() -> dict[str, str]:
 def start(cmd: list[str], log: Path, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen:
     """Start a server in its own process group, so teardown stops its children too."""
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen, grace: float = 5) -> None:

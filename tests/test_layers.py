@@ -24,8 +24,10 @@ ROOTS = {ROOT_PACKAGE: REPO / "yolo_mlops", "yolo_mlops.flows": REPO / "flows"}
 # Lowest first. A module belongs to the layer of its longest matching prefix; it may import its own layer
 # (when that adds no cycle) and any layer below, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("contracts", ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names",
-                   "yolo_mlops.render")),
+    (
+        "contracts",
+        ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names", "yolo_mlops.render"),
+    ),
     ("measurement", ("yolo_mlops.nvml", "yolo_mlops.profiling")),
     ("analysis", ("yolo_mlops.analysis",)),
     ("tracking", ("yolo_mlops.tracking",)),
@@ -63,7 +65,8 @@ def module_files() -> dict[str, Path]:
 def _type_checking_only(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
@@ -217,8 +220,9 @@ def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
         for target, line in sorted(imported.items()):
             low, high = layer_of(importer), layer_of(target)
             if high > low and (importer, target) not in EXCEPTIONS:
-                upward.append(f"{importer} (layer {LAYERS[low][0]}) imports {target} (layer {LAYERS[high][0]}) "
-                              f"at line {line}")
+                upward.append(
+                    f"{importer} (layer {LAYERS[low][0]}) imports {target} (layer {LAYERS[high][0]}) at line {line}"
+                )
     return upward
 
 
@@ -229,8 +233,16 @@ def test_no_import_from_a_lower_layer_into_a_higher_one():
 
 def unit_of(module: str) -> str:
     """The LAYERS prefix a module belongs to (its package, or a top-level module of the contracts)."""
-    return max((prefix for _, prefixes in LAYERS for prefix in prefixes
-                if module == prefix or module.startswith(prefix + ".")), key=len, default=ROOT_PACKAGE)
+    return max(
+        (
+            prefix
+            for _, prefixes in LAYERS
+            for prefix in prefixes
+            if module == prefix or module.startswith(prefix + ".")
+        ),
+        key=len,
+        default=ROOT_PACKAGE,
+    )
 
 
 def sideways_imports(graph: dict[str, dict[str, int]]) -> list[str]:
@@ -240,8 +252,10 @@ def sideways_imports(graph: dict[str, dict[str, int]]) -> list[str]:
         for target, line in sorted(imported.items()):
             pair = (unit_of(importer), unit_of(target))
             if layer_of(importer) == layer_of(target) and pair[0] != pair[1] and pair not in SIDEWAYS:
-                sideways.append(f"{importer} imports {target} at line {line}: {pair[0]} -> {pair[1]} is not a "
-                                "direction SIDEWAYS allows")
+                sideways.append(
+                    f"{importer} imports {target} at line {line}: {pair[0]} -> {pair[1]} is not a "
+                    "direction SIDEWAYS allows"
+                )
     return sideways
 
 
@@ -250,23 +264,41 @@ def test_no_import_against_the_direction_inside_a_layer():
     assert not sideways, "imports inside a layer against its direction:\n" + "\n".join(sideways)
 
 
-@pytest.mark.parametrize("check, graph, expected", [
-    ("upward", {"yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
-                "yolo_mlops.names": {"yolo_mlops.tracking.writes": 5}, "yolo_mlops.run.pipeline": {}}, [
-        "yolo_mlops.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
-        "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host (layer analysis) "
-        "at line 29"]),
-    ("sideways", {"yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
-                  "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3},
-                  "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
-                  "yolo_mlops.names": {"yolo_mlops.config.params": 9}}, [
-        "yolo_mlops.flows.sweep imports yolo_mlops.cli.run at line 3: yolo_mlops.flows -> yolo_mlops.cli is not a "
-        "direction SIDEWAYS allows",
-        "yolo_mlops.names imports yolo_mlops.config.params at line 9: yolo_mlops.names -> yolo_mlops.config is not a "
-        "direction SIDEWAYS allows",
-        "yolo_mlops.trends.nightly imports yolo_mlops.bisect.runner at line 7: yolo_mlops.trends -> yolo_mlops.bisect "
-        "is not a direction SIDEWAYS allows"]),
-])
+@pytest.mark.parametrize(
+    "check, graph, expected",
+    [
+        (
+            "upward",
+            {
+                "yolo_mlops.profiling.torch_profiler": {"yolo_mlops.analysis.host": 29, "yolo_mlops.labels": 30},
+                "yolo_mlops.names": {"yolo_mlops.tracking.writes": 5},
+                "yolo_mlops.run.pipeline": {},
+            },
+            [
+                "yolo_mlops.names (layer contracts) imports yolo_mlops.tracking.writes (layer tracking) at line 5",
+                "yolo_mlops.profiling.torch_profiler (layer measurement) imports yolo_mlops.analysis.host "
+                "(layer analysis) at line 29",
+            ],
+        ),
+        (
+            "sideways",
+            {
+                "yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
+                "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3},
+                "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
+                "yolo_mlops.names": {"yolo_mlops.config.params": 9},
+            },
+            [
+                "yolo_mlops.flows.sweep imports yolo_mlops.cli.run at line 3: yolo_mlops.flows -> yolo_mlops.cli "
+                "is not a direction SIDEWAYS allows",
+                "yolo_mlops.names imports yolo_mlops.config.params at line 9: yolo_mlops.names -> "
+                "yolo_mlops.config is not a direction SIDEWAYS allows",
+                "yolo_mlops.trends.nightly imports yolo_mlops.bisect.runner at line 7: yolo_mlops.trends -> "
+                "yolo_mlops.bisect is not a direction SIDEWAYS allows",
+            ],
+        ),
+    ],
+)
 def test_a_planted_violation_is_reported(check: str, graph: dict[str, dict[str, int]], expected: list[str]):
     assert {"upward": upward_imports, "sideways": sideways_imports}[check](graph) == expected
 
@@ -280,8 +312,9 @@ def test_sideways_directions_are_still_used():
 def test_names_is_a_leaf():
     """The MLflow names import nothing at all, so every layer can use them and they pull in nothing with them."""
     tree = ast.parse((REPO / "yolo_mlops" / "names.py").read_text())
-    imports = [node for node in _imports(tree)
-               if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    imports = [
+        node for node in _imports(tree) if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+    ]
     assert not imports, [ast.unparse(node) for node in imports]
 
 
@@ -306,39 +339,53 @@ def test_every_package_is_installed():
     assert sorted(listed) == sorted(packages)
 
 
-@pytest.mark.parametrize("modules, absent", [
-    # the contracts load neither torch nor MLflow (names imports nothing, so nothing else loads with it)
-    (["yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names"], ["torch", "mlflow"]),
-    # the modules that check a spec or read settings back without training never load torch
-    (["yolo_mlops.run.preflight", "yolo_mlops.sweeps.collect"], ["torch"]),
-    # `yolo-mlops analyze`: the analysis alone, without torch, MLflow or pydantic
-    (["yolo_mlops.analysis", "yolo_mlops.cli.analyze"], ["torch", "mlflow", "pydantic"]),
-])
+@pytest.mark.parametrize(
+    "modules, absent",
+    [
+        # the contracts load neither torch nor MLflow (names imports nothing, so nothing else loads with it)
+        (["yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names"], ["torch", "mlflow"]),
+        # the modules that check a spec or read settings back without training never load torch
+        (["yolo_mlops.run.preflight", "yolo_mlops.sweeps.collect"], ["torch"]),
+        # `yolo-mlops analyze`: the analysis alone, without torch, MLflow or pydantic
+        (["yolo_mlops.analysis", "yolo_mlops.cli.analyze"], ["torch", "mlflow", "pydantic"]),
+    ],
+)
 def test_light_modules_stay_light(modules: list[str], absent: list[str]):
-    code = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
-            f"print(sorted(m for m in {absent!r} if m in sys.modules))")
+    code = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+        f"print(sorted(m for m in {absent!r} if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[]", f"{modules} imported {done.stdout.strip()}"
 
 
-@pytest.mark.parametrize("cycle_graph, expected", [
-    ({"a": {"b": 1}, "b": {"a": 2}}, [["a", "b", "a"]]),
-    ({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}, [["a", "b", "c", "a"]]),
-    ({"a": {"b": 1}, "b": {}}, []),
-])
+@pytest.mark.parametrize(
+    "cycle_graph, expected",
+    [
+        ({"a": {"b": 1}, "b": {"a": 2}}, [["a", "b", "a"]]),
+        ({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}, [["a", "b", "c", "a"]]),
+        ({"a": {"b": 1}, "b": {}}, []),
+    ],
+)
 def test_cycle_finder(cycle_graph, expected):
     assert find_cycles(cycle_graph) == expected
 
 
 def test_type_checking_imports_and_function_imports(tmp_path: Path):
-    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yolo_mlops.run import pipeline\n"
-              "else:\n    from yolo_mlops import render\n"
-              "def f():\n    from yolo_mlops.analysis import host\n")
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yolo_mlops.run import pipeline\n"
+        "else:\n    from yolo_mlops import render\n"
+        "def f():\n    from yolo_mlops.analysis import host\n"
+    )
     path = tmp_path / "m.py"
     path.write_text(source)
-    modules = {"yolo_mlops.run.pipeline": path, "yolo_mlops.render": path, "yolo_mlops.analysis.host": path,
-               "yolo_mlops.x": path}
+    modules = {
+        "yolo_mlops.run.pipeline": path,
+        "yolo_mlops.render": path,
+        "yolo_mlops.analysis.host": path,
+        "yolo_mlops.x": path,
+    }
     assert set(imports_of("yolo_mlops.x", path, modules)) == {"yolo_mlops.render", "yolo_mlops.analysis.host"}
 
 

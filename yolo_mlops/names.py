@@ -286,19 +286,24 @@ def profiler_file(name: str) -> str:
 def optimize_saving_metrics(variant_suffix: str) -> dict[str, str]:
     """Optimize's sweep parent, per swept recommendation: the diagnosis' estimated saving and the saving the
     sweep measured, both in % of step time, so estimates can be judged over time."""
-    return {"estimated": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_estimated",
-            "measured": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_measured"}
+    return {
+        "estimated": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_estimated",
+        "measured": f"{OPTIMIZE_METRIC}{variant_suffix}_saving_pct_measured",
+    }
 
 
 def sweep_variant_metrics(variant_suffix: str) -> dict[str, str]:
     """Per-variant metrics of a sweep parent, keyed by the comparison column they hold: `sweep/speedup_<v>`,
     `sweep/speedup_ci_low_<v>`, `sweep/speedup_ci_high_<v>`, `sweep/images_per_s_<v>`,
     `sweep/step_time_ms_p50_<v>` (`<v>`: the variant's metric suffix, `+` written `__`)."""
-    return {"speedup": f"{SWEEP}speedup_{variant_suffix}",
-            "ci_low": f"{SWEEP}speedup_ci_low_{variant_suffix}",
-            "ci_high": f"{SWEEP}speedup_ci_high_{variant_suffix}",
-            "images_per_s": f"{SWEEP}images_per_s_{variant_suffix}",
-            "median_step_ms": f"{SWEEP}step_time_ms_p50_{variant_suffix}"}
+    return {
+        "speedup": f"{SWEEP}speedup_{variant_suffix}",
+        "ci_low": f"{SWEEP}speedup_ci_low_{variant_suffix}",
+        "ci_high": f"{SWEEP}speedup_ci_high_{variant_suffix}",
+        "images_per_s": f"{SWEEP}images_per_s_{variant_suffix}",
+        "median_step_ms": f"{SWEEP}step_time_ms_p50_{variant_suffix}",
+    }
+
 
 # bisect (yolo-mlops bisect, flows/bisection.py): a parent run per bisection, a child per profiled run ----------
 RUN_KIND_BISECT = "bisect"  # run_kind of a bisection's parent run

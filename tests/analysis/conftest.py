@@ -42,7 +42,10 @@ def cpu_trace_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cpu_trace")
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
         torch.nn.Linear(8, 2),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -114,9 +117,21 @@ class TraceBuilder:
     def memory(self, ts: float, allocated: float, reserved: float, device_type: int = 1) -> TraceBuilder:
         self.events.append(
             {
-                "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
-                "args": {"Device Type": device_type, "Device Id": 0, "Addr": 1, "Bytes": 1,
-                         "Total Allocated": allocated, "Total Reserved": reserved},
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1,
+                "ts": ts,
+                "args": {
+                    "Device Type": device_type,
+                    "Device Id": 0,
+                    "Addr": 1,
+                    "Bytes": 1,
+                    "Total Allocated": allocated,
+                    "Total Reserved": reserved,
+                },
             }
         )
         return self

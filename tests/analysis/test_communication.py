@@ -43,8 +43,11 @@ def test_newer_nccl_kernel_names_are_collectives_too(gpu_traces_dir, tmp_path):
     after_comm = analyze_traces(renamed).communication
     assert before_comm is not None and after_comm is not None
     before, after = before_comm.ranks[0], after_comm.ranks[0]
-    assert (after.collective_calls, after.collective_time_us, after.exposed_time_us) == \
-        (before.collective_calls, before.collective_time_us, before.exposed_time_us)
+    assert (after.collective_calls, after.collective_time_us, after.exposed_time_us) == (
+        before.collective_calls,
+        before.collective_time_us,
+        before.exposed_time_us,
+    )
 
 
 def _gloo_rank(path: Path, rank: int, late_us: float, steps: int = 3, peers_late_us: float = 0.0) -> Path:
@@ -55,17 +58,53 @@ def _gloo_rank(path: Path, rank: int, late_us: float, steps: int = 3, peers_late
     events = []
     for i in range(steps):
         t0 = i * 100_000.0
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": t0, "dur": 100_000.0})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: ConvBackward0",
-                       "pid": 1, "tid": 1, "ts": t0 + 10_000, "dur": 40_000.0 + late_us})
-        events.append({"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/optimizer_step", "pid": 1, "tid": 1,
-                       "ts": t0 + 70_000, "dur": 5_000.0})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 100_000.0,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "autograd::engine::evaluate_function: ConvBackward0",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 10_000,
+                "dur": 40_000.0 + late_us,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "yolo_mlops/optimizer_step",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0 + 70_000,
+                "dur": 5_000.0,
+            }
+        )
         for thread, ready, transfer in ((7, 30_000.0, 20_000.0), (8, 40_000.0, 21_000.0)):
             start = t0 + ready + late_us
             end = t0 + ready + max(late_us, peers_late_us) + transfer
-            events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": thread,
-                           "ts": start, "dur": end - start})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "gloo:all_reduce",
+                    "pid": 1,
+                    "tid": thread,
+                    "ts": start,
+                    "dur": end - start,
+                }
+            )
     trace = {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "traceEvents": events}
     path.write_text(json.dumps(trace))
     return path
@@ -73,8 +112,10 @@ def _gloo_rank(path: Path, rank: int, late_us: float, steps: int = 3, peers_late
 
 def test_the_rank_the_others_wait_for_and_how_long(tmp_path):
     late_us = 15_000.0
-    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=late_us),
-             _gloo_rank(tmp_path / "r1.json", 1, late_us)]
+    files = [
+        _gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=late_us),
+        _gloo_rank(tmp_path / "r1.json", 1, late_us),
+    ]
     comm = analyze_traces(files).communication
     assert comm is not None
     assert comm.backend == "gloo" and comm.world_size == 2 and comm.matched_collectives == 6
@@ -106,8 +147,10 @@ def test_a_single_process_trace_has_no_communication(cpu_trace_dir):
 
 
 def test_ranks_analyzed_in_worker_processes_give_the_same_result(tmp_path):
-    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
-             _gloo_rank(tmp_path / "r1.json", 1, 15_000.0)]
+    files = [
+        _gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
+        _gloo_rank(tmp_path / "r1.json", 1, 15_000.0),
+    ]
     alone, parallel = analyze_traces(files, workers=1), analyze_traces(files, workers=2)
     assert parallel.to_json() == alone.to_json()
     with pytest.raises(Exception, match="two traces for rank 0"):
@@ -116,8 +159,10 @@ def test_ranks_analyzed_in_worker_processes_give_the_same_result(tmp_path):
 
 def test_a_straggler_with_slower_clocks_is_named_by_them(tmp_path):
     """No data wait behind it: the straggler's NVML clocks against its peers' say why it is slow."""
-    files = [_gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
-             _gloo_rank(tmp_path / "r1.json", 1, 15_000.0)]
+    files = [
+        _gloo_rank(tmp_path / "r0.json", 0, 0.0, peers_late_us=15_000.0),
+        _gloo_rank(tmp_path / "r1.json", 1, 15_000.0),
+    ]
     analysis = analyze_traces(files)
 
     def straggler(clocks):

@@ -14,8 +14,22 @@ FP32_GEMM = "volta_sgemm_128x64_nn"
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
 
 
-def build_run(trace_builder, tmp_path, *, kernel=FP16_GEMM, kernels=14, late_launch=False, gap=5.0, data_wait=20.0,
-              sync=0.0, nccl=0.0, memory=None, steps=4, step_us=1000.0, name="run.json"):
+def build_run(
+    trace_builder,
+    tmp_path,
+    *,
+    kernel=FP16_GEMM,
+    kernels=14,
+    late_launch=False,
+    gap=5.0,
+    data_wait=20.0,
+    sync=0.0,
+    nccl=0.0,
+    memory=None,
+    steps=4,
+    step_us=1000.0,
+    name="run.json",
+):
     """Steps of step_us: a data_wait label, then `kernels` 60 us kernels from 100 us on (by default
     the GPU is busy ~91% of the step); each knob adds one symptom."""
     b = trace_builder(0)
@@ -40,9 +54,19 @@ def build_run(trace_builder, tmp_path, *, kernel=FP16_GEMM, kernels=14, late_lau
 
 
 def clean_context(analysis, **overrides) -> DiagnosisInput:
-    values = dict(analysis=analysis, data_wait_pct=2.0, device_type="cuda", amp=True, cudnn_benchmark=True,
-                  gpu_memory_total_gib=16.0, peak_memory_gib=6.0, sm_util_pct=85.0, dram_util_pct=40.0,
-                  batch_size=16, workers=8)
+    values = dict(
+        analysis=analysis,
+        data_wait_pct=2.0,
+        device_type="cuda",
+        amp=True,
+        cudnn_benchmark=True,
+        gpu_memory_total_gib=16.0,
+        peak_memory_gib=6.0,
+        sm_util_pct=85.0,
+        dram_util_pct=40.0,
+        batch_size=16,
+        workers=8,
+    )
     values.update(overrides)
     return DiagnosisInput(**values)
 
@@ -175,8 +199,11 @@ def test_cpu_run_gets_no_gpu_findings(cpu_trace_file):
 def _expected_from_hta(ref: dict, analysis) -> dict[str, bool]:
     """What the GPU rules must say, computed from HTA's own breakdowns, our idle attribution and our thresholds."""
     busy = sum(r["sum"] for r in ref["kernel_type_breakdown"])
-    exposed = sum(r["sum"] for r in ref["kernel_type_breakdown"]
-                  if "COMMUNICATION" in r["kernel_type"] and "COMPUTATION" not in r["kernel_type"])
+    exposed = sum(
+        r["sum"]
+        for r in ref["kernel_type_breakdown"]
+        if "COMMUNICATION" in r["kernel_type"] and "COMPUTATION" not in r["kernel_type"]
+    )
     # the attribution splits HTA's idle time exactly; launch-bound is the part the host spent launching
     rank = analysis.ranks[0]
     idle_us = ref["temporal_breakdown"]["idle_time(us)"]

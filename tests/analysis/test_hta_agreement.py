@@ -77,8 +77,15 @@ def test_json_schema_per_rank(gpu_traces_dir):
     doc = json.loads(analyze_command(str(gpu_traces_dir / "v100_compute_rank0.json.gz"), fmt="json"))
     rank = doc["ranks"][0]
     assert rank["rank"] == 0
-    for key in ("idle_time_us", "compute_time_us", "non_compute_time_us", "kernel_time_us", "idle_pct",
-                "compute_pct", "non_compute_pct"):
+    for key in (
+        "idle_time_us",
+        "compute_time_us",
+        "non_compute_time_us",
+        "kernel_time_us",
+        "idle_pct",
+        "compute_pct",
+        "non_compute_pct",
+    ):
         assert isinstance(rank["gpu"][key], float), key
     assert {"kernel_type", "time_us", "pct"} <= set(rank["kernel_types"][0])
     assert {"name", "time_us"} <= set(rank["top_kernels"][0])

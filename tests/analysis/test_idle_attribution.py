@@ -49,14 +49,27 @@ def known_trace(trace_builder, tmp_path):
     b.host(P + "forward_loss", T0 + 1200, 400)
     b.host(P + "data_wait", T0 + 2000, 50)
     b.host(P + "forward_loss", T0 + 2050, 250)
-    for launch, start, dur in ((205, 210, 90), (350, 360, 40), (250, 450, 50), (560, 570, 30), (700, 710, 40),
-                               (1250, 1260, 40), (2100, 2110, 90)):
+    for launch, start, dur in (
+        (205, 210, 90),
+        (350, 360, 40),
+        (250, 450, 50),
+        (560, 570, 30),
+        (700, 710, 40),
+        (1250, 1260, 40),
+        (2100, 2110, 90),
+    ):
         b.kernel("volta_sgemm_128x64_nn", launch=T0 + launch, start=T0 + start, dur=dur)
     return analyze_traces(b.write(tmp_path / "known.json"))
 
 
-EXPECTED_IDLE_US = {"data_loader": 100.0, "cuda_sync": 70.0, "optimizer": 160.0, "preprocess": 100.0,
-                    "launch_overhead": 120.0, "other": 250.0}
+EXPECTED_IDLE_US = {
+    "data_loader": 100.0,
+    "cuda_sync": 70.0,
+    "optimizer": 160.0,
+    "preprocess": 100.0,
+    "launch_overhead": 120.0,
+    "other": 250.0,
+}
 
 
 def test_gpu_idle_by_cause_is_exact(known_trace):
@@ -74,10 +87,16 @@ def test_gpu_idle_by_cause_is_exact(known_trace):
 
 def test_step_time_by_phase_counts_each_instant_once(known_trace):
     rows = {c.cause: c.time_us for c in known_trace.ranks[0].step_by_phase}
-    assert list(rows) == [P + "data_wait", P + "preprocess", P + "forward_loss", P + "optimizer_step",
-                          "between_phases"]
-    assert rows == pytest.approx({P + "data_wait": 350.0, P + "preprocess": 100.0, P + "forward_loss": 1050.0,
-                                  P + "optimizer_step": 200.0, "between_phases": 1300.0})
+    assert list(rows) == [P + "data_wait", P + "preprocess", P + "forward_loss", P + "optimizer_step", "between_phases"]
+    assert rows == pytest.approx(
+        {
+            P + "data_wait": 350.0,
+            P + "preprocess": 100.0,
+            P + "forward_loss": 1050.0,
+            P + "optimizer_step": 200.0,
+            "between_phases": 1300.0,
+        }
+    )
 
 
 def test_idle_cause_metrics_and_json(known_trace):
@@ -117,8 +136,9 @@ def test_data_loader_idle_is_one_finding_not_two(trace_builder, tmp_path):
 
 
 def test_findings_ordered_by_estimated_saving(known_trace):
-    findings = diagnose(DiagnosisInput(analysis=known_trace, amp=False, cudnn_benchmark=False, data_wait_pct=12.0,
-                                       step_time_ms=1.0))
+    findings = diagnose(
+        DiagnosisInput(analysis=known_trace, amp=False, cudnn_benchmark=False, data_wait_pct=12.0, step_time_ms=1.0)
+    )
     estimated = [f.saving.ms_per_step for f in findings if f.saving is not None]
     assert estimated == sorted(estimated, reverse=True) and len(estimated) >= 2
     assert findings[-1].rule == "cudnn_autotune_off" and findings[-1].saving is None  # config only: no time
@@ -126,27 +146,74 @@ def test_findings_ordered_by_estimated_saving(known_trace):
 
 def test_analyze_cli_prints_and_emits_findings(known_trace, capsys):
     path = known_trace.source
-    assert cli.main(["analyze", path, "--amp", "off", "--cudnn-benchmark", "on", "--batch", "8",
-                     "--data-wait-pct", "30", "--step-time-ms", "1.0"]) == 0
+    assert (
+        cli.main(
+            [
+                "analyze",
+                path,
+                "--amp",
+                "off",
+                "--cudnn-benchmark",
+                "on",
+                "--batch",
+                "8",
+                "--data-wait-pct",
+                "30",
+                "--step-time-ms",
+                "1.0",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.index("findings (largest estimated saving first):") > text.index("GPU idle by host cause")
     assert text.rstrip().splitlines()[-1].startswith("Top finding: [high] 30% of step time is spent waiting")
-    assert cli.main(["analyze", path, "--format", "json", "--amp", "off", "--cudnn-benchmark", "on",
-                     "--batch", "8", "--data-wait-pct", "30", "--step-time-ms", "1.0"]) == 0
+    assert (
+        cli.main(
+            [
+                "analyze",
+                path,
+                "--format",
+                "json",
+                "--amp",
+                "off",
+                "--cudnn-benchmark",
+                "on",
+                "--batch",
+                "8",
+                "--data-wait-pct",
+                "30",
+                "--step-time-ms",
+                "1.0",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     # same rules and thresholds as inside a run: the CLI's findings are diagnose()'s
-    direct = diagnose(DiagnosisInput(analysis=known_trace, amp=False, cudnn_benchmark=True, batch_size=8,
-                                     data_wait_pct=30.0, step_time_ms=1.0))
+    direct = diagnose(
+        DiagnosisInput(
+            analysis=known_trace, amp=False, cudnn_benchmark=True, batch_size=8, data_wait_pct=30.0, step_time_ms=1.0
+        )
+    )
     assert [f["rule"] for f in doc["findings"]] == [f.rule for f in direct]
-    assert doc["findings"][0]["saving"] == {"ms_per_step": 0.3, "pct_of_step": 30.0,
-                                            "assumption": "if data loading were fully overlapped with the step"}
+    assert doc["findings"][0]["saving"] == {
+        "ms_per_step": 0.3,
+        "pct_of_step": 30.0,
+        "assumption": "if data loading were fully overlapped with the step",
+    }
     assert doc["headline"].startswith("Top finding: [high]")
 
 
-@pytest.mark.parametrize("flag,value,message", [("--amp", "maybe", "expected on or off"),
-                                                ("--data-wait-pct", "140", "percentage from 0 to 100"),
-                                                ("--step-time-ms", "0", "positive number"),
-                                                ("--workers", "-1", "non-negative integer")])
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--amp", "maybe", "expected on or off"),
+        ("--data-wait-pct", "140", "percentage from 0 to 100"),
+        ("--step-time-ms", "0", "positive number"),
+        ("--workers", "-1", "non-negative integer"),
+    ],
+)
 def test_analyze_cli_rejects_bad_context_in_one_line(known_trace, capsys, flag, value, message):
     with pytest.raises(SystemExit) as exc:
         cli.main(["analyze", known_trace.source, flag, value])

@@ -25,12 +25,39 @@ def _trace(path: Path, steps: list[tuple[int, float]], extra: list[dict] | None 
     """ProfilerStep#n spans of 10 ms at the given start (us), each with a 4 ms backward label and an operator."""
     events = []
     for number, start in steps:
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1,
-                       "ts": start, "dur": 10_000.0})
-        events.append({"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/backward", "pid": 1, "tid": 1,
-                       "ts": start + 1_000, "dur": 4_000.0})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1,
-                       "ts": start + 1_500, "dur": 2_000.0})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{number}",
+                "pid": 1,
+                "tid": 1,
+                "ts": start,
+                "dur": 10_000.0,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "yolo_mlops/backward",
+                "pid": 1,
+                "tid": 1,
+                "ts": start + 1_000,
+                "dur": 4_000.0,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::conv2d",
+                "pid": 1,
+                "tid": 1,
+                "ts": start + 1_500,
+                "dur": 2_000.0,
+            }
+        )
     path.write_text(json.dumps({"traceEvents": events + (extra or [])}))
     return path
 
@@ -41,10 +68,19 @@ def _analyze(capsys, path: Path) -> tuple[int, str, str]:
     return code, captured.out, captured.err.strip()
 
 
-@pytest.mark.parametrize("steps, fragment", [
-    ([(1, 0.0), (1, 20_000.0), (2, 40_000.0)], "ProfilerStep#1 appears twice, at 0 and 20000 us (a duplicate step id)"),
-    ([(2, 0.0), (1, 20_000.0)], "ProfilerStep#1 at 20000 us starts after ProfilerStep#2 (step ids out of time order)"),
-])
+@pytest.mark.parametrize(
+    "steps, fragment",
+    [
+        (
+            [(1, 0.0), (1, 20_000.0), (2, 40_000.0)],
+            "ProfilerStep#1 appears twice, at 0 and 20000 us (a duplicate step id)",
+        ),
+        (
+            [(2, 0.0), (1, 20_000.0)],
+            "ProfilerStep#1 at 20000 us starts after ProfilerStep#2 (step ids out of time order)",
+        ),
+    ],
+)
 def test_ambiguous_steps_are_refused_in_one_line(tmp_path, capsys, steps, fragment):
     code, out, err = _analyze(capsys, _trace(tmp_path / "t.json", steps))
     assert code == 2 and fragment in err and len(err.splitlines()) == 1 and not out
@@ -72,8 +108,15 @@ def test_a_negative_duration_is_left_out_and_said(tmp_path, capsys):
 
 
 def test_a_phase_label_outside_every_step_is_said(tmp_path):
-    stray = {"ph": "X", "cat": "user_annotation", "name": "yolo_mlops/data_wait", "pid": 1, "tid": 1,
-             "ts": 50_000.0, "dur": 3_000.0}
+    stray = {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": "yolo_mlops/data_wait",
+        "pid": 1,
+        "tid": 1,
+        "ts": 50_000.0,
+        "dur": 3_000.0,
+    }
     analysis = analyze_traces(_trace(tmp_path / "t.json", [(1, 0.0), (2, 20_000.0)], [stray]))
     (warning,) = analysis.warnings
     assert "1 phase label event(s) outside every ProfilerStep" in warning and "'yolo_mlops/data_wait'" in warning

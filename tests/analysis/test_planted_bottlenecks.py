@@ -22,15 +22,31 @@ HIGH_OR_MEDIUM = {"high", "medium"}
 # augmentation, so loading stays a small share of the step even in the main process (workers on a busy
 # 2-core machine would compete with the training process and make the wait real). Cases that plant
 # something other than slow data start from it, so that only the plant shows.
-NO_DATA_BOTTLENECK = {"cache": "ram", "mosaic": 0.0, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "translate": 0.0,
-                      "scale": 0.0, "fliplr": 0.0}
+NO_DATA_BOTTLENECK = {
+    "cache": "ram",
+    "mosaic": 0.0,
+    "hsv_h": 0.0,
+    "hsv_s": 0.0,
+    "hsv_v": 0.0,
+    "translate": 0.0,
+    "scale": 0.0,
+    "fliplr": 0.0,
+}
 
 
 def _settings(name: str, **overrides) -> dict:
     settings = {
         # 8 steps per epoch: the profiled steps (2, 3, 4) stay inside the first epoch
-        "imgsz": 64, "batch": BATCH, "epochs": 1, "max_steps": 6, "workers": 0, "device": "cpu",
-        "synthetic_images": 32, "val": False, "experiment": "planted", "run_name": name,
+        "imgsz": 64,
+        "batch": BATCH,
+        "epochs": 1,
+        "max_steps": 6,
+        "workers": 0,
+        "device": "cpu",
+        "synthetic_images": 32,
+        "val": False,
+        "experiment": "planted",
+        "run_name": name,
         "profiler": {"wait": 1, "warmup": 1, "active": 3},
     }
     settings.update(overrides)
@@ -76,8 +92,11 @@ def test_slow_data_loader_is_the_data_finding(run_profiled, monkeypatch):
     top = result.findings[0]
     planted_ms = 1000 * SLEEP_PER_IMAGE_S * BATCH
     measured_wait_ms = result.metrics["perf/data_wait_pct"] / 100 * result.metrics["perf/step_time_ms_mean"]
-    _report("slow data loader (workers 0, +10 ms per image)", result,
-            f"planted {planted_ms:.0f} ms/step, measured data wait {measured_wait_ms:.1f} ms/step")
+    _report(
+        "slow data loader (workers 0, +10 ms per image)",
+        result,
+        f"planted {planted_ms:.0f} ms/step, measured data wait {measured_wait_ms:.1f} ms/step",
+    )
     # severity follows the share of step time, which a busy machine shifts (it slows compute and loading
     # alike); the rule, the estimate and the bound must not move
     assert top.rule == "data_wait_high" and top.severity in HIGH_OR_MEDIUM
@@ -101,8 +120,11 @@ def test_tensors_kept_alive_are_the_memory_growth_finding(run_profiled):
     result = run_profiled("kept-alive", {"on_train_batch_end": keep}, train_args=NO_DATA_BOTTLENECK)
     growth = next((f for f in result.findings if f.rule == "memory_growth"), None)
     measured = growth.evidence["growth_mib_per_step"] if growth else "-"
-    _report("tensors kept alive (16 MiB per step)", result,
-            f"planted {chunk_mib} MiB/step, measured growth {measured} MiB/step")
+    _report(
+        "tensors kept alive (16 MiB per step)",
+        result,
+        f"planted {chunk_mib} MiB/step, measured growth {measured} MiB/step",
+    )
     assert growth is not None
     assert growth.evidence["growth_mib_per_step"] == pytest.approx(chunk_mib, rel=0.15)
     assert growth.saving is None and "out-of-memory" in growth.no_saving_reason  # a risk, not step time
@@ -111,16 +133,21 @@ def test_tensors_kept_alive_are_the_memory_growth_finding(run_profiled):
 
 def test_clean_run_has_no_high_or_medium_finding(run_profiled, mlflow_client):
     result = run_profiled("clean", train_args=NO_DATA_BOTTLENECK)
-    _report("clean run (workers 0, images cached in RAM, no augmentation)", result,
-            f"nothing planted; data wait {result.metrics['perf/data_wait_pct']:.1f}% of step time")
+    _report(
+        "clean run (workers 0, images cached in RAM, no augmentation)",
+        result,
+        f"nothing planted; data wait {result.metrics['perf/data_wait_pct']:.1f}% of step time",
+    )
     assert not [f for f in result.findings if f.severity in HIGH_OR_MEDIUM], [f.line() for f in result.findings]
     # the CUDA memory snapshot is prepared, and on CPU the run says it was skipped and why
     tags = mlflow_client.get_run(result.run_id).data.tags
     assert tags["yolo_mlops.cuda_memory_snapshot"].startswith("skipped: training on CPU")
 
 
-@pytest.mark.skipif("not __import__('torch').cuda.is_available()",
-                    reason="a host-device sync exists only with a GPU: on CPU .item() waits for nothing")
+@pytest.mark.skipif(
+    "not __import__('torch').cuda.is_available()",
+    reason="a host-device sync exists only with a GPU: on CPU .item() waits for nothing",
+)
 def test_sync_every_step_is_the_sync_finding(run_profiled):
     def sync(trainer):
         trainer.tloss.sum().item()  # a device-to-host read: the host waits for the GPU's queue to drain

@@ -11,8 +11,10 @@ from yolo_mlops.analysis import analyze_traces
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.report import KERNEL_PLOT, STEP_PLOT, headline_metrics, write_report
 
-METRIC_NAME = re.compile(r"^(trace/[a-z0-9_]+_(pct|ms|gib|mib_per_step|count|ms_mean|ms_median|ms_max)"
-                         r"|(rank\d+/)?comm/[a-z_]+)$")  # comm/*: the collectives of a trace that has them
+METRIC_NAME = re.compile(
+    r"^(trace/[a-z0-9_]+_(pct|ms|gib|mib_per_step|count|ms_mean|ms_median|ms_max)"
+    r"|(rank\d+/)?comm/[a-z_]+)$"
+)  # comm/*: the collectives of a trace that has them
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -120,8 +122,16 @@ def test_run_summary_lists_typed_findings_with_the_headline():
     from yolo_mlops.config import RunSpec
     from yolo_mlops.run.pipeline import RunResult, summary_markdown
 
-    findings = [Finding("data_wait_high", "high", "40% of step time is spent waiting for data", {"data_wait_pct": 40.0},
-                        ["workers_8", "cache_ram"], Saving(12.0, 40.0, "if data loading were fully overlapped"))]
+    findings = [
+        Finding(
+            "data_wait_high",
+            "high",
+            "40% of step time is spent waiting for data",
+            {"data_wait_pct": 40.0},
+            ["workers_8", "cache_ram"],
+            Saving(12.0, 40.0, "if data loading were fully overlapped"),
+        )
+    ]
     result = RunResult(run_id="r", experiment_id="0", run_url="u", metrics={}, findings=findings, trace_files=[])
     md = summary_markdown(result, RunSpec())
     assert headline(findings) in md

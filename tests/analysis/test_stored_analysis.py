@@ -30,8 +30,14 @@ def test_round_trip_gives_the_same_analysis(stored):
 def test_an_older_file_reads_with_its_missing_fields_as_not_measured(stored):
     old = json.loads(stored.to_json())
     for rank in old["ranks"]:
-        for key in ("steps", "gpu_idle_by_cause", "step_by_phase", "device_compute_capability", "memory",
-                    "window_steps"):
+        for key in (
+            "steps",
+            "gpu_idle_by_cause",
+            "step_by_phase",
+            "device_compute_capability",
+            "memory",
+            "window_steps",
+        ):
             rank.pop(key)
     rank = trace_analysis_from_json(json.dumps(old)).ranks[0]
     assert rank.steps == [] and rank.gpu_idle_by_cause == [] and rank.window_steps == 0
@@ -47,11 +53,21 @@ def test_a_file_without_required_fields_is_unreadable():
 
 def test_attribution_reads_the_phases_of_a_stored_analysis(stored):
     rank = stored.ranks[0]
-    rank.steps = [StepSummary(0, 0.0, 10_000.0, {PHASE_PREFIX + "forward_loss": 4_000.0}, None, None, None),
-                  StepSummary(1, 10_000.0, 20_000.0, {PHASE_PREFIX + "forward_loss": 2_000.0,
-                                                      PHASE_PREFIX + "backward": 6_000.0}, None, None, None)]
-    host = pd.DataFrame({"name": ["ProfilerStep*", "aten::conv2d"], "calls": [2, 8],
-                         "self_cpu_time_us": [0.0, 4_000.0]})
+    rank.steps = [
+        StepSummary(0, 0.0, 10_000.0, {PHASE_PREFIX + "forward_loss": 4_000.0}, None, None, None),
+        StepSummary(
+            1,
+            10_000.0,
+            20_000.0,
+            {PHASE_PREFIX + "forward_loss": 2_000.0, PHASE_PREFIX + "backward": 6_000.0},
+            None,
+            None,
+            None,
+        ),
+    ]
+    host = pd.DataFrame(
+        {"name": ["ProfilerStep*", "aten::conv2d"], "calls": [2, 8], "self_cpu_time_us": [0.0, 4_000.0]}
+    )
     profile = profile_from_tables("run", host, None, stored.to_json(), None, 99.0)
     assert profile is not None
     assert profile.steps == 2 and profile.step_ms == pytest.approx(15.0)

@@ -338,9 +338,19 @@ def test_one_jump_is_not_steady_growth():
 
 
 def test_a_value_out_of_range_is_a_trace_error_naming_the_file(tmp_path):
-    events = [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1, "tid": 1, "cat": "user_annotation"},
-              {"ph": "X", "name": "k", "ts": 10, "dur": 10, "pid": 0, "tid": 7, "cat": "kernel",
-               "args": {"stream": 2**40, "correlation": 1, "device": 0}}]
+    events = [
+        {"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1, "tid": 1, "cat": "user_annotation"},
+        {
+            "ph": "X",
+            "name": "k",
+            "ts": 10,
+            "dur": 10,
+            "pid": 0,
+            "tid": 7,
+            "cat": "kernel",
+            "args": {"stream": 2**40, "correlation": 1, "device": 0},
+        },
+    ]
     path = tmp_path / "huge_stream.json"
     path.write_text(json.dumps({"traceEvents": events}))
     with pytest.raises(TraceError, match="huge_stream.json: a value out of range"):
@@ -348,15 +358,40 @@ def test_a_value_out_of_range_is_a_trace_error_naming_the_file(tmp_path):
 
 
 def test_a_trace_without_steps_has_no_per_step_idle_figures(tmp_path):
-    events = [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 50, "pid": 1, "tid": 1, "cat": "cpu_op",
-               "args": {"correlation": 1}},
-              {"ph": "X", "name": "k1", "ts": 10, "dur": 10, "pid": 0, "tid": 7, "cat": "kernel",
-               "args": {"stream": 7, "correlation": 1, "device": 0}},
-              {"ph": "X", "name": "k2", "ts": 40, "dur": 10, "pid": 0, "tid": 7, "cat": "kernel",
-               "args": {"stream": 7, "correlation": 2, "device": 0}}]
+    events = [
+        {
+            "ph": "X",
+            "name": "aten::mm",
+            "ts": 0,
+            "dur": 50,
+            "pid": 1,
+            "tid": 1,
+            "cat": "cpu_op",
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "name": "k1",
+            "ts": 10,
+            "dur": 10,
+            "pid": 0,
+            "tid": 7,
+            "cat": "kernel",
+            "args": {"stream": 7, "correlation": 1, "device": 0},
+        },
+        {
+            "ph": "X",
+            "name": "k2",
+            "ts": 40,
+            "dur": 10,
+            "pid": 0,
+            "tid": 7,
+            "cat": "kernel",
+            "args": {"stream": 7, "correlation": 2, "device": 0},
+        },
+    ]
     path = tmp_path / "no_steps.json"
     path.write_text(json.dumps({"traceEvents": events}))
     rank = analyze_traces(path).ranks[0]
     assert rank.window_steps == 0
-    assert rank.gpu_idle_by_cause and all(c.ms_per_step is None and c.step_pct is None
-                                          for c in rank.gpu_idle_by_cause)
+    assert rank.gpu_idle_by_cause and all(c.ms_per_step is None and c.step_pct is None for c in rank.gpu_idle_by_cause)

@@ -16,9 +16,11 @@ PHASES = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step
 
 def trace_text(events: int, seed: int = 7, layout: str = "kineto") -> str:
     rng = random.Random(seed)
-    kernels = [f"void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<"
-               f"at::native::{{lambda()#{i % 3 + 1}}}, float>(at::TensorIteratorBase&)::{{lambda(int)#1}}>(int, T{i})"
-               for i in range(40)] + [f"volta_sgemm_128x64_nn_{i}" for i in range(20)]
+    kernels = [
+        f"void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl<"
+        f"at::native::{{lambda()#{i % 3 + 1}}}, float>(at::TensorIteratorBase&)::{{lambda(int)#1}}>(int, T{i})"
+        for i in range(40)
+    ] + [f"volta_sgemm_128x64_nn_{i}" for i in range(20)]
     ops = [f"aten::op{i}" for i in range(50)]
     out: list[dict] = []
     t, gpu_t, corr, step = 1.7e15, 1.7e15, 0, 0
@@ -28,49 +30,149 @@ def trace_text(events: int, seed: int = 7, layout: str = "kineto") -> str:
             phase_start = t
             for _ in range(rng.randint(3, 12)):
                 corr += 1
-                out.append({"ph": "X", "cat": "cpu_op", "name": rng.choice(ops), "pid": 41, "tid": 41,
-                            "ts": t, "dur": round(rng.uniform(3, 30), 3), "args": {"External id": corr}})
-                out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 41, "tid": 41,
-                            "ts": t + 1.25, "dur": 4.125, "args": {"External id": corr, "correlation": corr}})
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": rng.choice(ops),
+                        "pid": 41,
+                        "tid": 41,
+                        "ts": t,
+                        "dur": round(rng.uniform(3, 30), 3),
+                        "args": {"External id": corr},
+                    }
+                )
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaLaunchKernel",
+                        "pid": 41,
+                        "tid": 41,
+                        "ts": t + 1.25,
+                        "dur": 4.125,
+                        "args": {"External id": corr, "correlation": corr},
+                    }
+                )
                 gpu_t = max(gpu_t, t + rng.uniform(2, 40))
                 dur = round(rng.uniform(0.5, 60), 3)
-                out.append({"ph": "X", "cat": "kernel", "name": rng.choice(kernels), "pid": 0, "tid": 7,
-                            "ts": gpu_t, "dur": dur, "args": {"stream": 7, "correlation": corr, "device": 0,
-                                                              "grid": [4, 1, 1], "block": [128, 1, 1]}})
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": rng.choice(kernels),
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": gpu_t,
+                        "dur": dur,
+                        "args": {
+                            "stream": 7,
+                            "correlation": corr,
+                            "device": 0,
+                            "grid": [4, 1, 1],
+                            "block": [128, 1, 1],
+                        },
+                    }
+                )
                 if rng.random() < 0.3:
-                    out.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 41,
-                                "tid": 41, "ts": t + 2, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512,
-                                                                 "Total Allocated": 2**30 + step * 2**22 + corr,
-                                                                 "Total Reserved": 2**31}})
+                    out.append(
+                        {
+                            "ph": "i",
+                            "cat": "cpu_instant_event",
+                            "s": "t",
+                            "name": "[memory]",
+                            "pid": 41,
+                            "tid": 41,
+                            "ts": t + 2,
+                            "args": {
+                                "Device Type": 1,
+                                "Device Id": 0,
+                                "Bytes": 512,
+                                "Total Allocated": 2**30 + step * 2**22 + corr,
+                                "Total Reserved": 2**31,
+                            },
+                        }
+                    )
                 gpu_t += dur + rng.choice((0.0, 0.5, 25.0, 300.0))
                 t += rng.uniform(6, 45)
             if phase == "preprocess":
                 corr += 1
-                out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 41, "tid": 41,
-                            "ts": t, "dur": 5.0, "args": {"correlation": corr}})
-                out.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0,
-                            "tid": 8, "ts": gpu_t, "dur": 30.0, "args": {"stream": 8, "correlation": corr}})
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": "cudaMemcpyAsync",
+                        "pid": 41,
+                        "tid": 41,
+                        "ts": t,
+                        "dur": 5.0,
+                        "args": {"correlation": corr},
+                    }
+                )
+                out.append(
+                    {
+                        "ph": "X",
+                        "cat": "gpu_memcpy",
+                        "name": "Memcpy HtoD (Pageable -> Device)",
+                        "pid": 0,
+                        "tid": 8,
+                        "ts": gpu_t,
+                        "dur": 30.0,
+                        "args": {"stream": 8, "correlation": corr},
+                    }
+                )
                 gpu_t += 30.0
                 t += 10
-            out.append({"ph": "X", "cat": "user_annotation", "name": f"yolo_mlops/{phase}", "pid": 41, "tid": 41,
-                        "ts": phase_start, "dur": t - phase_start})
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"yolo_mlops/{phase}",
+                    "pid": 41,
+                    "tid": 41,
+                    "ts": phase_start,
+                    "dur": t - phase_start,
+                }
+            )
             t += 3
-        out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 41, "tid": 41,
-                    "ts": step_start, "dur": t - step_start})
+        out.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": 41,
+                "tid": 41,
+                "ts": step_start,
+                "dur": t - step_start,
+            }
+        )
         step += 1
         t += 20
-    out.append({"ph": "X", "cat": "cpu_op", "name": "aten::broken", "pid": 41, "tid": 42, "ts": step_start,
-                "dur": -2.0})
-    head = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
-            "deviceProperties": [{"id": 0, "name": "Golden GPU", "totalGlobalMem": 34359738368,
-                                  "computeMajor": 8, "computeMinor": 0}]}
+    out.append(
+        {"ph": "X", "cat": "cpu_op", "name": "aten::broken", "pid": 41, "tid": 42, "ts": step_start, "dur": -2.0}
+    )
+    head = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+        "deviceProperties": [
+            {"id": 0, "name": "Golden GPU", "totalGlobalMem": 34359738368, "computeMajor": 8, "computeMinor": 0}
+        ],
+    }
     lines = ["{"] + [f'  "{k}": {json.dumps(v)},' for k, v in head.items()] + ['  "traceEvents": [']
     if layout == "kineto":
-        body = ",\n".join("  {\n    " + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e.items()
-                                                  if k != "args")
-                          + (",\n    \"args\": {\n      " + ",\n      ".join(
-                              f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e["args"].items()) + "\n    }"
-                             if "args" in e else "") + "\n  }" for e in out)
+        body = ",\n".join(
+            "  {\n    "
+            + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e.items() if k != "args")
+            + (
+                ',\n    "args": {\n      '
+                + ",\n      ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in e["args"].items())
+                + "\n    }"
+                if "args" in e
+                else ""
+            )
+            + "\n  }"
+            for e in out
+        )
     else:
         body = ",\n".join(json.dumps(e) for e in out)
     return "\n".join(lines) + "\n" + body + '\n  ],\n  "traceName": "golden", "displayTimeUnit": "ms"\n}\n'

@@ -18,25 +18,37 @@ from yolo_mlops.bisect import decide
 from yolo_mlops.trends.attribution import Key
 
 REPO = Path(__file__).resolve().parents[2]
-TINY: dict[str, Any] = dict(imgsz=64, batch=4, max_steps=10, workers=0, device="cpu", synthetic_images=16, val=False,
-                            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
-                                      "profile_memory": False})
+TINY: dict[str, Any] = dict(
+    imgsz=64,
+    batch=4,
+    max_steps=10,
+    workers=0,
+    device="cpu",
+    synthetic_images=16,
+    val=False,
+    profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+)
 TRAINING = "yolo_mlops/run/training.py"
 HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
-PLANTED = ("            import time as _time\n\n            import torch as _torch\n\n"
-           "            with _torch.autograd.profiler.record_function(\"bisect_test::planted_sleep\"):\n"
-           "                _time.sleep(0.5)\n")
+PLANTED = (
+    "            import time as _time\n\n            import torch as _torch\n\n"
+    '            with _torch.autograd.profiler.record_function("bisect_test::planted_sleep"):\n'
+    "                _time.sleep(0.5)\n"
+)
 COMMITS, SLOW_AT = 4, 3  # the planted slow commit: the 3rd of 4 after good (the first look, the 2nd, is good)
 # One operator a few ms slower: about 1.5 run-to-run sd of this workload's step time on a quiet machine (3 ms of
 # a ~52 ms step whose runs vary by 2.5-5.4%, the test suite's recorded bisect runs), far below it on a loaded one.
 OPERATOR = "bisect_test::planted_op"
-PLANTED_OP = ("            import time as _time\n\n            import torch as _torch\n\n"
-              f"            with _torch.autograd.profiler.record_function(\"{OPERATOR}\"):\n"
-              "                _time.sleep(0.003)\n")
+PLANTED_OP = (
+    "            import time as _time\n\n            import torch as _torch\n\n"
+    f'            with _torch.autograd.profiler.record_function("{OPERATOR}"):\n'
+    "                _time.sleep(0.003)\n"
+)
 OP_WORKLOAD = {**TINY, "max_steps": 18, "profiler": {**TINY["profiler"], "active": 8}}
 
 
 # git histories built by the tests ---------------------------------------------------------------------------
+
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
@@ -50,8 +62,13 @@ def _clone(tmp: Path) -> Path:
     return repo
 
 
-def _history(repo: Path, commits: int, slow_at: int | None, planted: str = PLANTED,
-             message_slow: str = "Training: wait 500 ms in every forward pass") -> list[str]:
+def _history(
+    repo: Path,
+    commits: int,
+    slow_at: int | None,
+    planted: str = PLANTED,
+    message_slow: str = "Training: wait 500 ms in every forward pass",
+) -> list[str]:
     """[good, c1, ..., c_commits]: harmless note changes, and at `slow_at` a sleep in every training step."""
     hashes = [_git(repo, "rev-parse", "HEAD")]
     for i in range(1, commits + 1):
@@ -70,8 +87,13 @@ def _history(repo: Path, commits: int, slow_at: int | None, planted: str = PLANT
     return hashes
 
 
-def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str | None = None,
-                  step_ms: float | None = None, workload: dict | None = None) -> str:
+def _workload_run(
+    experiment: str,
+    series: str = "b15ec7b15ec7b15e",
+    commit: str | None = None,
+    step_ms: float | None = None,
+    workload: dict | None = None,
+) -> str:
     """A finished run that logged the tiny workload's run_spec.yaml (and, for a history, a commit and a step
     time): what `--run` and `--series` read."""
     from yolo_mlops.tracking import connection, run_end, writes
@@ -79,8 +101,9 @@ def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str
     mlflow = connection.client()
     params = {names.ENV_PARAM + "git_commit": commit} if commit else {}
     run_id = writes.create_run(mlflow, experiment, "workload", {names.SERIES: series}, params)
-    writes.log_text(mlflow, run_id, yaml.safe_dump({**(workload or TINY), "experiment": experiment}),
-                    names.RUN_SPEC_YAML)
+    writes.log_text(
+        mlflow, run_id, yaml.safe_dump({**(workload or TINY), "experiment": experiment}), names.RUN_SPEC_YAML
+    )
     if step_ms is not None:
         writes.log_values(mlflow, run_id, metrics={names.STEP_TIME_P50: step_ms})
     run_end.end_run(mlflow, run_id, "FINISHED")
@@ -88,6 +111,7 @@ def _workload_run(experiment: str, series: str = "b15ec7b15ec7b15e", commit: str
 
 
 # the per-step decision: error rates by simulation (pure) ----------------------------------------------------
+
 
 def test_step_error_rates_by_simulation():
     s = decide.Settings(repeats=3, max_repeats=6, alpha=0.01)
@@ -121,22 +145,25 @@ def test_step_decision_reads_the_sides_right():
 
 # the trends report offers the command ----------------------------------------------------------------------
 
+
 def test_a_regression_with_a_commit_range_offers_the_bisect_command():
     from yolo_mlops.trends.report import bisect_command
     from yolo_mlops.trends.trend import ChangeEvent, VersionChange
 
     def change(direction, what):
-        return ChangeEvent("perf/step_time_ms_p50", 4, "r" * 32, 0, 100.0, 150.0, 50.0, 1e-6, direction, what,
-                           (), ())
+        return ChangeEvent("perf/step_time_ms_p50", 4, "r" * 32, 0, 100.0, 150.0, 50.0, 1e-6, direction, what, (), ())
 
     commits = (VersionChange("commit", ("a" * 40,), ("b" * 40,)),)
-    assert bisect_command(change("regression", commits)) == \
-        f"yolo-mlops bisect --good {'a' * 12} --bad {'b' * 12} --run {'r' * 32}"
+    assert (
+        bisect_command(change("regression", commits))
+        == f"yolo-mlops bisect --good {'a' * 12} --bad {'b' * 12} --run {'r' * 32}"
+    )
     assert bisect_command(change("improvement", commits)) is None
     assert bisect_command(change("regression", (VersionChange("torch", ("2.14",), ("2.15",)),))) is None
 
 
 # bad input: one line each, exit code 2, before any run -----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def small_history(tmp_path_factory, mlflow_client):
@@ -160,8 +187,10 @@ def test_bad_input_is_one_line(small_history, capsys):
         (["--good", "no-such-rev", "--bad", h[-1], "--run", run], "revision 'no-such-rev' does not name a commit"),
         (["--good", h[-1], "--bad", h[0], "--run", run], "is not an ancestor of bad commit"),
         (["--good", h[0], "--bad", h[-1]], "bisect needs one workload"),
-        (["--good", h[0], "--bad", h[-1], "--series", "0000dead", "--experiment", "bisect-input"],
-         "no series '0000dead' in experiment 'bisect-input': it has no runs"),
+        (
+            ["--good", h[0], "--bad", h[-1], "--series", "0000dead", "--experiment", "bisect-input"],
+            "no series '0000dead' in experiment 'bisect-input': it has no runs",
+        ),
         (["--good", h[0], "--bad", h[-1], "--run", "f" * 32], "no MLflow run"),
     ]
     for argv, expected in cases:
@@ -186,22 +215,33 @@ def test_a_dirty_repository_is_refused(small_history, capsys, tmp_path):
 def test_a_good_commit_already_slow_in_the_history_is_refused(small_history, capsys):
     repo, h = small_history
     series, experiment = "5105ed5105ed5105", "bisect-slow-good"
-    for commit, ms in [(h[1], 100.0), (h[1], 101.0), (h[1], 99.0), (h[1], 100.5),
-                       (h[2], 150.0), (h[2], 151.0), (h[2], 149.0), (h[2], 150.5)]:
+    for commit, ms in [
+        (h[1], 100.0),
+        (h[1], 101.0),
+        (h[1], 99.0),
+        (h[1], 100.5),
+        (h[2], 150.0),
+        (h[2], 151.0),
+        (h[2], 149.0),
+        (h[2], 150.5),
+    ]:
         _workload_run(experiment, series, commit, ms)
-    code, lines = _cli(capsys, "--good", h[2], "--bad", h[4], "--series", series[:8], "--experiment", experiment,
-                       "--repo", str(repo))
+    code, lines = _cli(
+        capsys, "--good", h[2], "--bad", h[4], "--series", series[:8], "--experiment", experiment, "--repo", str(repo)
+    )
     assert code == 2 and len(lines) == 1, lines
     assert f"good commit {h[2][:10]} is already slow" in lines[0] and "% from an earlier level" in lines[0]
 
 
 # end to end: real runs of each commit's code --------------------------------------------------------------
 
+
 def _bisect(repo: Path, good: str, bad: str, run_id: str, experiment: str):
     from yolo_mlops.flows.bisection import bisect
 
-    return bisect(good=good, bad=bad, run_id=run_id, repo=str(repo), bisect_experiment=experiment, repeats=2,
-                  max_repeats=4)
+    return bisect(
+        good=good, bad=bad, run_id=run_id, repo=str(repo), bisect_experiment=experiment, repeats=2, max_repeats=4
+    )
 
 
 @pytest.fixture(scope="module")
@@ -275,8 +315,16 @@ def test_bisect_decides_on_the_operator_that_moved(tmp_path, prefect_server, mlf
     repo = _clone(tmp_path)
     hashes = _history(repo, COMMITS, SLOW_AT, PLANTED_OP, "Training: one operator 3 ms slower")
     run = _workload_run("bisect-op-workload", workload=OP_WORKLOAD)
-    result = bisect(good=hashes[0], bad=hashes[-1], run_id=run, repo=str(repo), bisect_experiment="bisect-op",
-                    repeats=3, max_repeats=6, min_effect=0.0)
+    result = bisect(
+        good=hashes[0],
+        bad=hashes[-1],
+        run_id=run,
+        repo=str(repo),
+        bisect_experiment="bisect-op",
+        repeats=3,
+        max_repeats=6,
+        min_effect=0.0,
+    )
     print("\n" + result.report)
     assert result.result == "first_bad" and result.first_bad.hash == hashes[SLOW_AT]
     assert result.figure is not None and result.figure.kind == "operator"
@@ -288,6 +336,7 @@ def test_bisect_decides_on_the_operator_that_moved(tmp_path, prefect_server, mlf
 
 
 # the search over generated runs: what decides each step, and the report --------------------------------------
+
 
 def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, slow_at: int = 5):
     """search.bisect over generated runs (no process, no MLflow): the step's sd of log step time 5%, the
@@ -304,8 +353,18 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
 
     rng = np.random.default_rng(seed)
     chain = [Commit(f"{i:040x}", f"commit {i}") for i in range(commits + 1)]
-    plan = BisectPlan(BisectRequest(good=chain[0].hash, bad=chain[-1].hash, run_id="r"), Path("."), chain[0],
-                      chain[-1], tuple(chain[1:]), RunSpec(), "r", "workload", False, "not checked")
+    plan = BisectPlan(
+        BisectRequest(good=chain[0].hash, bad=chain[-1].hash, run_id="r"),
+        Path("."),
+        chain[0],
+        chain[-1],
+        tuple(chain[1:]),
+        RunSpec(),
+        "r",
+        "workload",
+        False,
+        "not checked",
+    )
 
     class Generated(Runner):
         def __init__(self) -> None:
@@ -320,8 +379,9 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
                 base = 52.0 * effect / 9
                 op = (10 * base if bad else base) * math.exp(rng.normal(0.0, op_noise))
                 entries = {("operator", "planted"): op, ("phase", "forward_loss"): 10.0 + op}
-                entries.update({("operator", f"op{i}"): (1 + i / 10) * math.exp(rng.normal(0.0, 0.05))
-                                for i in range(50)})
+                entries.update(
+                    {("operator", f"op{i}"): (1 + i / 10) * math.exp(rng.normal(0.0, 0.05)) for i in range(50)}
+                )
             return ProfiledRun(commit, step, role, f"run{self.count}", step_ms, math.log(step_ms), step_ms, entries)
 
     runner = Generated()

@@ -19,14 +19,26 @@ from yolo_mlops.trends.trend import ChangeEvent, VersionChange
 GOOD, BAD = "a" * 40, "b" * 40
 
 
-def change(direction: str = "regression", commits: tuple[str, str] | None = (GOOD, BAD),
-           metric: str = names.STEP_TIME_P50) -> ChangeEvent:
+def change(
+    direction: str = "regression", commits: tuple[str, str] | None = (GOOD, BAD), metric: str = names.STEP_TIME_P50
+) -> ChangeEvent:
     what: tuple[VersionChange, ...] = (VersionChange("torch", ("2.13.0",), ("2.14.1",)),)
     if commits is not None:
         what += (VersionChange("commit", (commits[0],), (commits[1],)),)
-    return ChangeEvent(metric=metric, index=4, run_id="r" * 32, start_time_ms=0, mean_before=100.0,
-                       mean_after=120.0, change_pct=20.0, pvalue=1e-6, direction=direction,  # type: ignore[arg-type]
-                       what_changed=what, before_run_ids=("x",), after_run_ids=("y",))
+    return ChangeEvent(
+        metric=metric,
+        index=4,
+        run_id="r" * 32,
+        start_time_ms=0,
+        mean_before=100.0,
+        mean_after=120.0,
+        change_pct=20.0,
+        pvalue=1e-6,
+        direction=direction,  # type: ignore[arg-type]
+        what_changed=what,
+        before_run_ids=("x",),
+        after_run_ids=("y",),
+    )
 
 
 def a_range(**kwargs) -> BisectRange:
@@ -44,8 +56,16 @@ def test_range_of_a_regression_with_a_commit_change():
     assert other is not None and other.command().endswith(f"--metric {names.IMAGES_PER_S}")
 
 
-@pytest.mark.parametrize("kwargs", [{"direction": "improvement"}, {"commits": None}, {"commits": ("none", BAD)},
-                                    {"commits": (GOOD, "?")}, {"commits": (GOOD, GOOD)}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"direction": "improvement"},
+        {"commits": None},
+        {"commits": ("none", BAD)},
+        {"commits": (GOOD, "?")},
+        {"commits": (GOOD, GOOD)},
+    ],
+)
 def test_nothing_to_bisect(kwargs):
     assert bisect_range(change(**kwargs)) is None
 
@@ -86,8 +106,9 @@ def test_start_sends_the_bisection_to_the_regressed_machine(prefect_server):
     assert flow_run.work_queue_name == "node-7"
     assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": "node-7"}}
     bisect.to_deployment(name="bisect").apply()
-    with pytest.raises(ConfigError, match="deployment 'bisect/bisect' has no work pool, so it cannot be sent to "
-                                          "machine 'node-7'"):
+    with pytest.raises(
+        ConfigError, match="deployment 'bisect/bisect' has no work pool, so it cannot be sent to machine 'node-7'"
+    ):
         trigger.start(a_range(), "bisect/bisect", machine="node-7")
 
 
@@ -98,14 +119,26 @@ def test_a_version_boundary_that_moved_a_metric_has_a_range_to_bisect():
     from yolo_mlops.trends.trend import CandidateEvent
 
     def event(moved=True, direction="regression", changed=(("commit", GOOD, BAD),)):
-        test = Candidate(index=6, changed=changed, size_before=6, size_after=6, mean_before=112.0,
-                         mean_after=139.0, pvalue=0.001 if moved else 0.4, moved=moved)
+        test = Candidate(
+            index=6,
+            changed=changed,
+            size_before=6,
+            size_after=6,
+            mean_before=112.0,
+            mean_after=139.0,
+            pvalue=0.001 if moved else 0.4,
+            moved=moved,
+        )
         return CandidateEvent(names.STEP_TIME_P50, "c" * 32, 0, direction, test, at_change_point=False)
 
     target = candidate_range(event())
     assert target == BisectRange(good=GOOD, bad=BAD, run_id="c" * 32, metric=names.STEP_TIME_P50)
-    for kwargs in ({"moved": False}, {"direction": "improvement"}, {"changed": (("torch", "2.13", "2.14"),)},
-                   {"changed": (("commit", "none", BAD),)}):
+    for kwargs in (
+        {"moved": False},
+        {"direction": "improvement"},
+        {"changed": (("torch", "2.13", "2.14"),)},
+        {"changed": (("commit", "none", BAD),)},
+    ):
         assert candidate_range(event(**kwargs)) is None
     from yolo_mlops.trends import report
 
@@ -125,15 +158,33 @@ def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_miss
     bisect.to_deployment(name="bisect").apply()
     target = a_range()
     other_metric = a_range(metric=names.IMAGES_PER_S)  # the same range seen in a second metric
-    judged = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
-                          new_changes=[], plot_run_id="r", bisect=[target, other_metric])
+    judged = JudgedSeries(
+        series="s",
+        label="l",
+        status="regression",
+        runs_tonight=["r"],
+        history_runs=9,
+        new_changes=[],
+        plot_run_id="r",
+        bisect=[target, other_metric],
+    )
     _start_bisections([judged], "bisect/bisect")
     (note,) = judged.notes
     assert note.startswith("auto-bisect: started bisect/bisect run ") and f"{GOOD[:12]}..{BAD[:12]}" in note
     assert note.endswith("on any machine (the series' machine is not recorded)")
 
-    missing = JudgedSeries(series="s", label="l", status="regression", runs_tonight=["r"], history_runs=9,
-                           new_changes=[], plot_run_id="r", bisect=[target])
+    missing = JudgedSeries(
+        series="s",
+        label="l",
+        status="regression",
+        runs_tonight=["r"],
+        history_runs=9,
+        new_changes=[],
+        plot_run_id="r",
+        bisect=[target],
+    )
     _start_bisections([missing], "bisect/missing")
-    assert missing.notes == ["auto-bisect: no deployment 'bisect/missing' on the Prefect server "
-                             "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)"]
+    assert missing.notes == [
+        "auto-bisect: no deployment 'bisect/missing' on the Prefect server "
+        "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)"
+    ]

@@ -58,8 +58,9 @@ def _commit_code(root: Path, analysis_step: str | None) -> Path:
             """),
     }
     if analysis_step is not None:
-        files["run/pipeline.py"] += f"\ndef {analysis_step}(prepared, outcome):\n    _log('{analysis_step}')\n" \
-                                    f"    return 'analysis'\n"
+        files["run/pipeline.py"] += (
+            f"\ndef {analysis_step}(prepared, outcome):\n    _log('{analysis_step}')\n    return 'analysis'\n"
+        )
     for name, text in files.items():
         path = root / "yolo_mlops" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,9 +73,13 @@ def _drive(tmp_path: Path, analysis_step: str | None) -> tuple[subprocess.Comple
     spec = tmp_path / "spec.yaml"
     spec.write_text("model: yolo11n.yaml\n")
     log = tmp_path / "steps.log"
-    done = subprocess.run([sys.executable, "-P", str(DRIVER), str(spec)], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(code), "STEPS_LOG": str(log), "PATH": "/usr/bin:/bin"},
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-P", str(DRIVER), str(spec)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(code), "STEPS_LOG": str(log), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
     return done, log.read_text().splitlines() if log.exists() else []
 
 

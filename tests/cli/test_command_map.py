@@ -28,9 +28,11 @@ def test_a_named_command_parses_as_with_the_full_parser():
 
 
 def test_analyze_imports_no_other_command_module():
-    code = ("import sys; from yolo_mlops.cli import main; main(['analyze', '--help'])")
-    probe = ("import sys, atexit; atexit.register(lambda: print(sorted(m for m in sys.modules "
-             "if m.startswith('yolo_mlops.cli.')), file=sys.stderr)); ") + code
+    code = "import sys; from yolo_mlops.cli import main; main(['analyze', '--help'])"
+    probe = (
+        "import sys, atexit; atexit.register(lambda: print(sorted(m for m in sys.modules "
+        "if m.startswith('yolo_mlops.cli.')), file=sys.stderr)); "
+    ) + code
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert "usage: yolo-mlops analyze" in done.stdout
     assert done.stderr.strip().splitlines()[-1] == "['yolo_mlops.cli.analyze']"

@@ -24,24 +24,57 @@ from yolo_mlops.run.environment import Environment, series_identity_from_params,
 
 LAYOUTS = json.loads((Path(__file__).parents[1] / "fixtures" / "params_layouts.json").read_text())
 
-SPEC = build_run_spec({
-    "model": "yolo11s.yaml", "data": "/data/coco8.yaml", "imgsz": 320, "batch": 12, "workers": 3, "seed": 7,
-    "max_steps": 40, "device": "0,1", "val": False, "variant": "amp_on",
-    "torch": {"cudnn_benchmark": True, "pin_memory": False},
-    "profiler": {"skip_first": 5, "wait": 2, "warmup": 3, "active": 4, "repeat": 2, "record_shapes": False,
-                 "with_stack": True, "row_limit": 12},
-    "nvml": {"backend": "fake", "interval_ms": 50.0, "devices": [0, 1]},
-    "ddp": {"bucket_cap_mb": 50.0, "static_graph": True, "no_sync_accumulation": True},
-})
-TRAINING_ARGS = {"model": "yolo11s.yaml", "data": "/data/coco8.yaml", "imgsz": 320, "batch": 12, "epochs": 2,
-                 "device": "0,1", "workers": 3, "seed": 7, "val": False, "project": "/tmp/out", "name": "ultralytics",
-                 "cache": "ram"}
+SPEC = build_run_spec(
+    {
+        "model": "yolo11s.yaml",
+        "data": "/data/coco8.yaml",
+        "imgsz": 320,
+        "batch": 12,
+        "workers": 3,
+        "seed": 7,
+        "max_steps": 40,
+        "device": "0,1",
+        "val": False,
+        "variant": "amp_on",
+        "torch": {"cudnn_benchmark": True, "pin_memory": False},
+        "profiler": {
+            "skip_first": 5,
+            "wait": 2,
+            "warmup": 3,
+            "active": 4,
+            "repeat": 2,
+            "record_shapes": False,
+            "with_stack": True,
+            "row_limit": 12,
+        },
+        "nvml": {"backend": "fake", "interval_ms": 50.0, "devices": [0, 1]},
+        "ddp": {"bucket_cap_mb": 50.0, "static_graph": True, "no_sync_accumulation": True},
+    }
+)
+TRAINING_ARGS = {
+    "model": "yolo11s.yaml",
+    "data": "/data/coco8.yaml",
+    "imgsz": 320,
+    "batch": 12,
+    "epochs": 2,
+    "device": "0,1",
+    "workers": 3,
+    "seed": 7,
+    "val": False,
+    "project": "/tmp/out",
+    "name": "ultralytics",
+    "cache": "ram",
+}
 
 
 def test_every_section_field_is_written_and_reads_back():
     logged = LoggedParams(spec_params(SPEC, TRAINING_ARGS, steps_expected=40))
-    sections = ((names.TORCH_PARAM, TorchSettings, SPEC.torch), (names.PROFILER_PARAM, ProfilerSettings, SPEC.profiler),
-                (names.SAMPLER_PARAM, NvmlSettings, SPEC.nvml), (names.DDP_PARAM, DdpSettings, SPEC.ddp))
+    sections = (
+        (names.TORCH_PARAM, TorchSettings, SPEC.torch),
+        (names.PROFILER_PARAM, ProfilerSettings, SPEC.profiler),
+        (names.SAMPLER_PARAM, NvmlSettings, SPEC.nvml),
+        (names.DDP_PARAM, DdpSettings, SPEC.ddp),
+    )
     for prefix, model, section in sections:
         for field in model.model_fields:
             value = getattr(section, field)
@@ -66,10 +99,26 @@ def test_run_spec_round_trip():
 
 
 def test_environment_round_trip():
-    env = Environment(python="3.12.1", platform="Linux", hostname="host-a", machine="node-a", cpu_count=16,
-                      torch="2.14.1", torch_cuda="12.8", cudnn=None, ultralytics="8.3", mlflow=None, prefect="3.6",
-                      device_type="cuda", device_name="NVIDIA H200", gpu_count=1, nvidia_driver="580.1",
-                      git_commit="abc", git_dirty=True, cpu_mhz=None)
+    env = Environment(
+        python="3.12.1",
+        platform="Linux",
+        hostname="host-a",
+        machine="node-a",
+        cpu_count=16,
+        torch="2.14.1",
+        torch_cuda="12.8",
+        cudnn=None,
+        ultralytics="8.3",
+        mlflow=None,
+        prefect="3.6",
+        device_type="cuda",
+        device_name="NVIDIA H200",
+        gpu_count=1,
+        nvidia_driver="580.1",
+        git_commit="abc",
+        git_dirty=True,
+        cpu_mhz=None,
+    )
     params = env.as_params()
     assert params == environment_params({f.name: getattr(env, f.name) for f in fields(env)})
     logged = LoggedParams(params)
@@ -104,5 +153,11 @@ def test_runs_of_every_earlier_layout_read_back(layout):
     assert versions["driver"] == (NONE if "env.nvidia_driver" in params else UNLOGGED)
     spec = build_run_spec(logged.run_spec_fields(synthetic_data=tags.get(names.DATASET) == "synthetic"))
     assert (spec.model, spec.imgsz, spec.batch, spec.max_steps, spec.device, spec.val) == (
-        "yolo11n.yaml", 64, 4, 6, "cpu", False)
+        "yolo11n.yaml",
+        64,
+        4,
+        6,
+        "cpu",
+        False,
+    )
     assert logged.profiled_steps == 2

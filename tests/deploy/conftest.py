@@ -29,6 +29,7 @@ __all__ = ["REPO", "VENV_BIN", "base_env", "fail_with_log", "free_port", "http_o
 
 # ---------------------------------------------------------------- PostgreSQL
 
+
 def _pg_bindir() -> Path | None:
     """Debian keeps initdb/pg_ctl off PATH, in /usr/lib/postgresql/<major>/bin."""
     found = shutil.which("pg_ctl")
@@ -54,8 +55,10 @@ class Postgres:
 def postgres() -> Iterator[Postgres]:
     bindir = _pg_bindir()
     if bindir is None:
-        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql "
-                    "(.ci/run installs it, see deploy/ci-system-packages.txt)")
+        pytest.skip(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql "
+            "(.ci/run installs it, see deploy/ci-system-packages.txt)"
+        )
     # initdb refuses to run as root: as root, run the server as the `postgres` user (or `nobody`).
     as_user: list[str] = []
     if os.geteuid() == 0:
@@ -78,27 +81,68 @@ def postgres() -> Iterator[Postgres]:
     pwfile.chmod(0o644)
 
     # Password (scram) auth over TCP like the compose stack; trust on the private socket for setup.
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--pwfile", str(pwfile),
-                    "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--no-sync"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            *as_user,
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--pwfile",
+            str(pwfile),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "--encoding=UTF8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
-    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                    "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-                   check=True, capture_output=True)
-    pg = Postgres(host="127.0.0.1", port=port, socket_dir=sock, bindir=bindir,
-                  passwords={"mlflow": secrets.token_urlsafe(16), "prefect": secrets.token_urlsafe(16)})
+    subprocess.run(
+        [
+            *as_user,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    pg = Postgres(
+        host="127.0.0.1",
+        port=port,
+        socket_dir=sock,
+        bindir=bindir,
+        passwords={"mlflow": secrets.token_urlsafe(16), "prefect": secrets.token_urlsafe(16)},
+    )
     try:
         # The same script the compose stack's postgres container runs on first start.
-        env = base_env() | {"PATH": f"{bindir}{os.pathsep}{base_env()['PATH']}", "PGHOST": str(sock),
-                            "PGPORT": str(port), "POSTGRES_USER": "postgres",
-                            "MLFLOW_DB_PASSWORD": pg.passwords["mlflow"],
-                            "PREFECT_DB_PASSWORD": pg.passwords["prefect"]}
-        subprocess.run(["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True,
-                       capture_output=True)
+        env = base_env() | {
+            "PATH": f"{bindir}{os.pathsep}{base_env()['PATH']}",
+            "PGHOST": str(sock),
+            "PGPORT": str(port),
+            "POSTGRES_USER": "postgres",
+            "MLFLOW_DB_PASSWORD": pg.passwords["mlflow"],
+            "PREFECT_DB_PASSWORD": pg.passwords["prefect"],
+        }
+        subprocess.run(
+            ["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True, capture_output=True
+        )
         yield pg
     finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True
+        )
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -111,6 +155,7 @@ def _user_exists(name: str) -> bool:
 
 
 # ---------------------------------------------------------------- MLflow
+
 
 @dataclass
 class MlflowServer:
@@ -125,8 +170,11 @@ class MlflowServer:
 
     def client_env(self) -> dict[str, str]:
         """What a client (CLI, flow run) needs: the documented MLFLOW_* variables."""
-        return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": self.username,
-                "MLFLOW_TRACKING_PASSWORD": self.password}
+        return {
+            "MLFLOW_TRACKING_URI": self.url,
+            "MLFLOW_TRACKING_USERNAME": self.username,
+            "MLFLOW_TRACKING_PASSWORD": self.password,
+        }
 
 
 @pytest.fixture(scope="session")
@@ -157,11 +205,13 @@ def _start_mlflow(postgres: Postgres, work_dir: Path, attempt: int) -> tuple[sub
     # MLFLOW_SERVER_ALLOWED_HOSTS unset: the script's default (the compose stack's) is under test.
     env.pop("MLFLOW_SERVER_ALLOWED_HOSTS", None)
     proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], log, env)
-    return proc, MlflowServer(url=f"http://127.0.0.1:{port}", username="admin", password=password,
-                              artifacts=artifacts, log=log)
+    return proc, MlflowServer(
+        url=f"http://127.0.0.1:{port}", username="admin", password=password, artifacts=artifacts, log=log
+    )
 
 
 # ---------------------------------------------------------------- Prefect
+
 
 @dataclass
 class PrefectServer:
@@ -180,8 +230,11 @@ class PrefectServer:
 
     def client_env(self) -> dict[str, str]:
         # PREFECT_HOME isolates profiles/settings from the developer's own.
-        return {"PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.auth_string,
-                "PREFECT_HOME": str(self.home)}
+        return {
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_API_AUTH_STRING": self.auth_string,
+            "PREFECT_HOME": str(self.home),
+        }
 
 
 def _start_prefect(postgres: Postgres, work_dir: Path, attempt: int) -> tuple[subprocess.Popen, PrefectServer]:
@@ -200,8 +253,7 @@ def _start_prefect(postgres: Postgres, work_dir: Path, attempt: int) -> tuple[su
         # No scheduler: the nightly deployment must not create runs that a --run-once worker could pick up.
         "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
     }
-    proc = start([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                 log, env)
+    proc = start([str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], log, env)
     return proc, PrefectServer(api_url=f"http://127.0.0.1:{port}/api", auth_string=auth_string, home=home, log=log)
 
 

@@ -33,8 +33,9 @@ APP_UID = 1000  # the Dockerfile's `USER 1000:1000`
 needs_image = [
     pytest.mark.slow,
     pytest.mark.integration,
-    pytest.mark.skipif(not IMAGE, reason="YOLO_MLOPS_IMAGE_TEST not set: `make image-test` builds the image and "
-                                         "runs these tests on it"),
+    pytest.mark.skipif(
+        not IMAGE, reason="YOLO_MLOPS_IMAGE_TEST not set: `make image-test` builds the image and runs these tests on it"
+    ),
 ]
 
 
@@ -45,8 +46,9 @@ def image_test(test):
 
 
 def _docker_answers() -> bool:
-    return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True).returncode == 0
+    return (
+        shutil.which("docker") is not None and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    )
 
 
 class Container:
@@ -62,8 +64,12 @@ class Container:
             if os.geteuid() != 0:
                 pytest.fail("buildah run --isolation chroot needs root")
             self.name = f"yolo-mlops-image-test-{uuid.uuid4().hex[:8]}"
-            subprocess.run(["buildah", "from", "--pull-never", "--name", self.name, image],
-                           check=True, capture_output=True, text=True)
+            subprocess.run(
+                ["buildah", "from", "--pull-never", "--name", self.name, image],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
 
     def argv(self, command: list[str], mounts: dict[Path, Path], env: dict[str, str]) -> list[str]:
         flags: list[str] = []
@@ -77,10 +83,17 @@ class Container:
         inner = ["buildah", "run", "--isolation", "chroot", *flags, self.name, "--", *command]
         return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *inner]
 
-    def run(self, command: list[str], *, mounts: dict[Path, Path] | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(command, mounts or {}, env or {}), capture_output=True, text=True,
-                              timeout=timeout)
+    def run(
+        self,
+        command: list[str],
+        *,
+        mounts: dict[Path, Path] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 600,
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.argv(command, mounts or {}, env or {}), capture_output=True, text=True, timeout=timeout
+        )
 
     def remove(self) -> None:
         if self.name:
@@ -95,14 +108,20 @@ def container() -> Iterator[Container]:
 
 
 def check(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 0, (f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}"
-                                  f"\n--- stderr\n{proc.stderr[-4000:]}")
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 
 @image_test
 def test_runs_as_the_non_root_user_without_network(container: Container):
-    out = check(container.run(["python", "-c", """
+    out = check(
+        container.run(
+            [
+                "python",
+                "-c",
+                """
 import os, socket
 print("uid", os.getuid(), "gid", os.getgid(), "home", os.environ["HOME"], "cwd", os.getcwd())
 try:
@@ -110,7 +129,10 @@ try:
     print("network yes")
 except OSError:
     print("network no")
-"""]))
+""",
+            ]
+        )
+    )
     assert f"uid {APP_UID} gid {APP_UID} home /home/app cwd /opt/yolo-mlops" in out
     assert "network no" in out
 
@@ -124,7 +146,12 @@ def test_build_host_files_were_mounted_not_copied(container: Container):
     if not bundle.is_file():
         pytest.skip(f"no CA bundle at {bundle} to look for")
     digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
-    out = check(container.run(["python", "-c", f"""
+    out = check(
+        container.run(
+            [
+                "python",
+                "-c",
+                f"""
 import hashlib, os, subprocess
 same_size = subprocess.run(["find", "/", "-xdev", "-type", "f", "-size", "{bundle.stat().st_size}c"],
                            capture_output=True, text=True).stdout.split()
@@ -132,7 +159,10 @@ print("copies", [p for p in same_size if hashlib.sha256(open(p, "rb").read()).he
 print("non-empty", subprocess.run(["find", "/tmp/build-host", "-type", "f", "-size", "+0"],
                                   capture_output=True, text=True).stdout.split())
 print("pip-env", sorted(k for k in os.environ if k in ("PIP_CERT", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")))
-"""]))
+""",
+            ]
+        )
+    )
     assert "copies []" in out and "non-empty []" in out and "pip-env []" in out, out
 
 
@@ -146,14 +176,22 @@ def test_help(container: Container):
 @image_test
 def test_ultralytics_finds_its_font_and_config_dir(container: Container):
     """The fonts and settings the build placed are where ultralytics looks, and the dir is the user's."""
-    out = check(container.run(["python", "-c", """
+    out = check(
+        container.run(
+            [
+                "python",
+                "-c",
+                """
 import os
 from ultralytics.utils import SETTINGS, USER_CONFIG_DIR
 from ultralytics.utils.checks import check_font
 print("config", USER_CONFIG_DIR, os.access(USER_CONFIG_DIR, os.W_OK))
 print("font", check_font("Arial.ttf"))  # downloads when missing: would fail offline
 print("sync", SETTINGS["sync"], "mlflow", SETTINGS["mlflow"])
-"""]))
+""",
+            ]
+        )
+    )
     assert "config /home/app/.config/Ultralytics True" in out
     assert "font /home/app/.config/Ultralytics/Arial.ttf" in out
     assert "sync False mlflow False" in out
@@ -162,15 +200,27 @@ print("sync", SETTINGS["sync"], "mlflow", SETTINGS["mlflow"])
 @image_test
 def test_flow_entrypoints_load_from_the_working_directory(container: Container):
     """What a worker does with deploy/prefect.yaml's entrypoints after its pull step changes into the project dir."""
-    out = check(container.run(["python", "-c", """
+    out = check(
+        container.run(
+            [
+                "python",
+                "-c",
+                """
 import yaml
 from prefect.flows import load_flow_from_entrypoint
 for d in yaml.safe_load(open("deploy/prefect.yaml"))["deployments"]:
     flow = load_flow_from_entrypoint(d["entrypoint"])
     print("flow", d["entrypoint"], flow.name)
-"""]))
-    for entrypoint in ("flows/profile_training.py:profile_training", "flows/sweep.py:sweep",
-                       "flows/bisection.py:bisect", "flows/benchmark.py:benchmark"):
+""",
+            ]
+        )
+    )
+    for entrypoint in (
+        "flows/profile_training.py:profile_training",
+        "flows/sweep.py:sweep",
+        "flows/bisection.py:bisect",
+        "flows/benchmark.py:benchmark",
+    ):
         assert f"flow {entrypoint} " in out
 
 
@@ -216,8 +266,12 @@ echo "server-stopped"
     proc = container.run(["bash", "-c", script], timeout=900)
     out = proc.stdout + proc.stderr
     assert "bootstrap-rc=0" in out, out[-6000:]
-    for name in ("profile-training/profile-docker", "sweep/sweep", "bisect/bisect",
-                 "benchmark/nightly-benchmark-image-test"):
+    for name in (
+        "profile-training/profile-docker",
+        "sweep/sweep",
+        "bisect/bisect",
+        "benchmark/nightly-benchmark-image-test",
+    ):
         assert name.split("/")[1] in out, (name, out[-6000:])
     assert "process-worker-rc=0" in out and "Worker 'image-test' started" in out, out[-6000:]
     # the docker worker needs the prefect-docker package (and a Docker engine), which this image does not carry
@@ -233,8 +287,9 @@ def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_pa
     os.chown(home, APP_UID, APP_UID)  # the image's user writes here; same uid on both sides (no user namespace)
     tmp_path.chmod(0o755)
     started = time.monotonic()
-    out = check(container.run(["yolo-mlops", "demo"], mounts={home: home}, env={"YOLO_MLOPS_HOME": str(home)},
-                              timeout=1200))
+    out = check(
+        container.run(["yolo-mlops", "demo"], mounts={home: home}, env={"YOLO_MLOPS_HOME": str(home)}, timeout=1200)
+    )
     wall = time.monotonic() - started
     print(f"demo in the image: {wall:.1f} s wall")
     run_id = re.search(r"MLflow run ([0-9a-f]{32})", out)
@@ -254,12 +309,29 @@ def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_pa
 
 
 # Build-context files: what .dockerignore lets in, plus the Dockerfile and the build script.
-CONTEXT = ["pyproject.toml", "README.md", "yolo_mlops", "flows", "deploy/prefect.yaml", "deploy/bootstrap.sh",
-           "deploy/work-pools", "Dockerfile", ".dockerignore", "deploy/build-image.sh"]
+CONTEXT = [
+    "pyproject.toml",
+    "README.md",
+    "yolo_mlops",
+    "flows",
+    "deploy/prefect.yaml",
+    "deploy/bootstrap.sh",
+    "deploy/work-pools",
+    "Dockerfile",
+    ".dockerignore",
+    "deploy/build-image.sh",
+]
 # The steps a code change may rebuild: the build stage's copy of the code and its wheel, then the image's last layers.
-CODE_STEPS = ("COPY yolo_mlops", "COPY flows ./flows", "RUN pip wheel", "COPY --from=build /wheels",
-              "RUN pip install --no-cache-dir --no-deps", "USER 1000:1000", "RUN python -c \"from yolo_mlops",
-              "CMD [")
+CODE_STEPS = (
+    "COPY yolo_mlops",
+    "COPY flows ./flows",
+    "RUN pip wheel",
+    "COPY --from=build /wheels",
+    "RUN pip install --no-cache-dir --no-deps",
+    "USER 1000:1000",
+    'RUN python -c "from yolo_mlops',
+    "CMD [",
+)
 
 
 @image_test
@@ -282,8 +354,9 @@ def test_a_code_change_rebuilds_only_the_code_layers(tmp_path: Path):
     tag = f"localhost/yolo-mlops-rebuild-test:{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "IMAGE": tag, "LOG_DIR": str(tmp_path / "log")}
     started = time.monotonic()
-    proc = subprocess.run(["bash", str(context / "deploy" / "build-image.sh")], capture_output=True, text=True,
-                          env=env, timeout=1800)
+    proc = subprocess.run(
+        ["bash", str(context / "deploy" / "build-image.sh")], capture_output=True, text=True, env=env, timeout=1800
+    )
     print(f"rebuild after a one-line change: {time.monotonic() - started:.1f} s")
     try:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -332,12 +405,14 @@ def _tool_dir(tmp_path: Path, fake: dict[str, str]) -> dict[str, str]:
 
 
 def test_without_docker_or_buildah_says_what_to_install(tmp_path: Path):
-    proc = subprocess.run([_which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True,
-                          env=_tool_dir(tmp_path, {}))
+    proc = subprocess.run(
+        [_which("bash"), str(BUILD_SCRIPT)], capture_output=True, text=True, env=_tool_dir(tmp_path, {})
+    )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [
         "deploy/build-image.sh: neither docker nor buildah found: install Docker Engine, or apt-get install -y "
-        "buildah mmdebstrap"], proc.stderr
+        "buildah mmdebstrap"
+    ], proc.stderr
 
 
 def test_a_failed_build_names_its_step(tmp_path: Path):

@@ -46,8 +46,9 @@ CI_OUTPUT = REPO / "ci-output"
 
 
 def prefect_cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(VENV_BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [str(VENV_BIN / "prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -61,19 +62,28 @@ def api(prefect: PrefectServer, method: str, path: str, **kwargs):
 @pytest.fixture(scope="module")
 def client_env(prefect_api: PrefectServer, mlflow_server: MlflowServer, work_dir: Path) -> dict[str, str]:
     """What docs/deploy.md tells a user (and a worker machine) to export."""
-    return base_env() | prefect_api.client_env() | mlflow_server.client_env() | {
-        "YOLO_MLOPS_HOME": str(work_dir / "yolo-mlops-home"),
-        "YOLO_MLOPS_PROJECT_DIR": str(REPO),
-        "PREFECT_LOGGING_LEVEL": "INFO",
-    }
+    return (
+        base_env()
+        | prefect_api.client_env()
+        | mlflow_server.client_env()
+        | {
+            "YOLO_MLOPS_HOME": str(work_dir / "yolo-mlops-home"),
+            "YOLO_MLOPS_PROJECT_DIR": str(REPO),
+            "PREFECT_LOGGING_LEVEL": "INFO",
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def bootstrapped(client_env: dict[str, str]) -> subprocess.CompletedProcess:
-    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
-                        "YOLO_MLOPS_MACHINE": "ci-node"}
-    proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    env = client_env | {
+        "YOLO_MLOPS_GPU_COUNT": "2",
+        "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
+        "YOLO_MLOPS_MACHINE": "ci-node",
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
 
@@ -85,8 +95,10 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
     assert variables["image"]["default"] == "registry.example/yolo-mlops:ci"
     kwargs = variables["container_create_kwargs"]["default"]
     assert kwargs["device_requests"][0]["capabilities"] == [["gpu"]]
-    assert docker_pool["base_job_template"]["job_configuration"]["container_create_kwargs"] == \
-        "{{ container_create_kwargs }}"
+    assert (
+        docker_pool["base_job_template"]["job_configuration"]["container_create_kwargs"]
+        == "{{ container_create_kwargs }}"
+    )
     assert api(prefect_api, "GET", "/work_pools/gpu-process")["type"] == "process"
 
     for pool in ("gpu-process", "gpu-docker"):  # the machine's own work queue, for sweeps over the pool
@@ -99,7 +111,8 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
     assert {"profile", "profile-docker", "sweep", "bisect", "nightly-benchmark-ci-node"} <= set(deployments)
     # The pull step must reach the worker unresolved: each worker fills in its own project directory.
     assert deployments["profile"]["pull_steps"] == [
-        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $YOLO_MLOPS_PROJECT_DIR }}"}}]
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $YOLO_MLOPS_PROJECT_DIR }}"}}
+    ]
     assert deployments["profile-docker"]["work_pool_name"] == "gpu-docker"
     assert deployments["profile-docker"]["job_variables"]["container_create_kwargs"]["shm_size"] == "16g"
 
@@ -117,13 +130,21 @@ def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_ap
 def test_bootstrap_is_idempotent(bootstrapped, client_env: dict[str, str], prefect_api: PrefectServer):
     before = {d["name"]: d["id"] for d in api(prefect_api, "POST", "/deployments/filter", json={})}
     # someone widened a GPU limit by hand; bootstrap puts it back to one run per GPU
-    requests.patch(f"{prefect_api.api_url}/v2/concurrency_limits/gpu-ci-node-0", json={"limit": 3},
-                   auth=prefect_api.auth, timeout=30).raise_for_status()
+    requests.patch(
+        f"{prefect_api.api_url}/v2/concurrency_limits/gpu-ci-node-0",
+        json={"limit": 3},
+        auth=prefect_api.auth,
+        timeout=30,
+    ).raise_for_status()
     assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 3
-    env = client_env | {"YOLO_MLOPS_GPU_COUNT": "2", "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
-                        "YOLO_MLOPS_MACHINE": "ci-node"}
-    proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    env = client_env | {
+        "YOLO_MLOPS_GPU_COUNT": "2",
+        "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
+        "YOLO_MLOPS_MACHINE": "ci-node",
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, f"second bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     after = {d["name"]: d["id"] for d in api(prefect_api, "POST", "/deployments/filter", json={})}
     assert after == before  # updated in place, not duplicated
@@ -131,31 +152,64 @@ def test_bootstrap_is_idempotent(bootstrapped, client_env: dict[str, str], prefe
     assert sorted(n for n in limits if n.startswith("gpu-")) == ["gpu-ci-node-0", "gpu-ci-node-1"]
     assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 1
     # a second machine adds its own limits beside the first one's
-    proc = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env | {"YOLO_MLOPS_MACHINE": "node-b"},
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["bash", str(REPO / "deploy/bootstrap.sh")],
+        env=env | {"YOLO_MLOPS_MACHINE": "node-b"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"bootstrap.sh on a second machine failed:\n{proc.stderr[-4000:]}"
     limits = [c["name"] for c in api(prefect_api, "POST", "/v2/concurrency_limits/filter", json={})]
     assert sorted(n for n in limits if n.startswith("gpu-")) == [
-        "gpu-ci-node-0", "gpu-ci-node-1", "gpu-node-b-0", "gpu-node-b-1"]
-    bad = subprocess.run(["bash", str(REPO / "deploy/bootstrap.sh")], env=env | {"YOLO_MLOPS_MACHINE": "no/slash"},
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+        "gpu-ci-node-0",
+        "gpu-ci-node-1",
+        "gpu-node-b-0",
+        "gpu-node-b-1",
+    ]
+    bad = subprocess.run(
+        ["bash", str(REPO / "deploy/bootstrap.sh")],
+        env=env | {"YOLO_MLOPS_MACHINE": "no/slash"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "cannot be part of a limit name" in bad.stderr
 
 
 @pytest.fixture(scope="module")
-def profiled_run(bootstrapped, client_env: dict[str, str], prefect_api: PrefectServer,
-                 mlflow_server: MlflowServer, work_dir: Path) -> dict:
+def profiled_run(
+    bootstrapped, client_env: dict[str, str], prefect_api: PrefectServer, mlflow_server: MlflowServer, work_dir: Path
+) -> dict:
     """Trigger the `profile` deployment as a user would and let a process worker run it once."""
-    started = prefect_cli(["deployment", "run", "profile-training/profile",
-                           "--params", json.dumps({"spec": TINY_SPEC})], client_env)
+    started = prefect_cli(
+        ["deployment", "run", "profile-training/profile", "--params", json.dumps({"spec": TINY_SPEC})], client_env
+    )
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", started.stdout)
     assert match, f"no flow run id in:\n{started.stdout}"
     flow_run_id = match.group(1)
 
     # A process worker as on a GPU machine; --run-once: take the queued run, execute it, exit.
     log = work_dir / "worker.log"
-    worker = start([str(VENV_BIN / "prefect"), "worker", "start", "--pool", "gpu-process", "--type", "process",
-                    "--run-once", "--name", "ci-worker"], log, client_env, cwd=work_dir)
+    worker = start(
+        [
+            str(VENV_BIN / "prefect"),
+            "worker",
+            "start",
+            "--pool",
+            "gpu-process",
+            "--type",
+            "process",
+            "--run-once",
+            "--name",
+            "ci-worker",
+        ],
+        log,
+        client_env,
+        cwd=work_dir,
+    )
     try:
         worker.wait(600)
     finally:
@@ -168,8 +222,9 @@ def profiled_run(bootstrapped, client_env: dict[str, str], prefect_api: PrefectS
         if flow_run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert worker.returncode == 0 and flow_run["state_type"] == "COMPLETED", \
+    assert worker.returncode == 0 and flow_run["state_type"] == "COMPLETED", (
         f"flow run ended {flow_run['state_type']}; worker exit {worker.returncode}\n{worker_log[-6000:]}"
+    )
     return {"flow_run": flow_run, "worker_log": worker_log}
 
 
@@ -254,18 +309,30 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
         pytest.skip("Debian's chromium is not installed (.ci/run installs it, see deploy/ci-system-packages.txt)")
     client, run = mlflow_run
     # the link the project prints (queries.run_url), on the artifacts tab
-    url = (f"{mlflow_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/artifacts"
-           f"?{names.UI_TRAINING_VIEW_QUERY}")
+    url = (
+        f"{mlflow_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/artifacts"
+        f"?{names.UI_TRAINING_VIEW_QUERY}"
+    )
     CI_OUTPUT.mkdir(exist_ok=True)
 
     with sync_playwright() as playwright:
         # Never a downloaded browser: the system's chromium, with no network calls of its own.
         browser = playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            user_data_dir=str(tmp_path / "chromium-profile"),
+            executable_path=chromium,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
             http_credentials={"username": mlflow_server.username, "password": mlflow_server.password},
-            viewport={"width": 1600, "height": 1000})
+            viewport={"width": 1600, "height": 1000},
+        )
         page = browser.new_page()
         view = "mlflow-run-page"
         try:
@@ -288,8 +355,9 @@ def test_run_page_in_headless_chromium(mlflow_run, mlflow_server: MlflowServer, 
             page.get_by_text("step_time_breakdown.png", exact=True).first.click()
             plot = page.locator("img[alt='analysis/step_time_breakdown.png']").first  # src is a blob: URL
             expect(plot).to_be_visible(timeout=30_000)
-            page.wait_for_function("img => img.complete && img.naturalWidth > 100", arg=plot.element_handle(),
-                                   timeout=30_000)
+            page.wait_for_function(
+                "img => img.complete && img.naturalWidth > 100", arg=plot.element_handle(), timeout=30_000
+            )
             page.screenshot(path=str(CI_OUTPUT / f"{view}.png"))
 
             view = "mlflow-run-key-averages"  # a key_averages table with its own header

@@ -21,8 +21,11 @@ from .conftest import REPO, VENV_BIN
 
 DEPLOY = REPO / "deploy"
 DOCKERFILES = [REPO / "Dockerfile", DEPLOY / "mlflow" / "Dockerfile"]
-SHELL_SCRIPTS = [DEPLOY / "bootstrap.sh", DEPLOY / "mlflow" / "start-mlflow.sh",
-                 DEPLOY / "postgres" / "init-databases.sh"]
+SHELL_SCRIPTS = [
+    DEPLOY / "bootstrap.sh",
+    DEPLOY / "mlflow" / "start-mlflow.sh",
+    DEPLOY / "postgres" / "init-databases.sh",
+]
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
 
 
@@ -43,11 +46,17 @@ def compose_binary() -> str:
 def run_compose(compose_file: Path, env_file: Path, *args: str) -> subprocess.CompletedProcess:
     # A clean environment: variables set in the shell would override the env file.
     env = {"PATH": "/usr/bin:/bin", "HOME": str(compose_file.parent)}
-    return subprocess.run([compose_binary(), "-f", str(compose_file), "--env-file", str(env_file), *args],
-                          capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [compose_binary(), "-f", str(compose_file), "--env-file", str(env_file), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 # ---------------------------------------------------------------- Dockerfiles
+
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_dockerfile_is_hadolint_clean(dockerfile: Path):
@@ -74,12 +83,20 @@ def test_image_runs_as_non_root_and_offline():
 
 def test_build_context_has_what_the_image_copies():
     ignore = (REPO / ".dockerignore").read_text().splitlines()
-    for needed in ("!pyproject.toml", "!README.md", "!yolo_mlops/", "!flows/", "!deploy/prefect.yaml",
-                   "!deploy/bootstrap.sh", "!deploy/work-pools/"):
+    for needed in (
+        "!pyproject.toml",
+        "!README.md",
+        "!yolo_mlops/",
+        "!flows/",
+        "!deploy/prefect.yaml",
+        "!deploy/bootstrap.sh",
+        "!deploy/work-pools/",
+    ):
         assert needed in ignore
 
 
 # ---------------------------------------------------------------- shell scripts
+
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_shell_script_passes_shellcheck(script: Path):
@@ -96,6 +113,7 @@ def test_shellcheck_fails_a_bad_script(tmp_path: Path):
 
 # ---------------------------------------------------------------- docker compose
 
+
 @pytest.fixture(scope="module")
 def compose_config() -> dict:
     proc = run_compose(COMPOSE_FILE, DEPLOY / ".env.example", "config", "--format", "json")
@@ -104,8 +122,9 @@ def compose_config() -> dict:
 
 
 def test_compose_file_is_valid_with_the_example_env(compose_config: dict):
-    assert {"postgres", "seaweedfs", "mlflow", "prefect-server", "prefect-services", "valkey",
-            "worker"} <= set(compose_config["services"])
+    assert {"postgres", "seaweedfs", "mlflow", "prefect-server", "prefect-services", "valkey", "worker"} <= set(
+        compose_config["services"]
+    )
 
 
 def test_compose_fails_a_broken_file(tmp_path: Path):
@@ -178,6 +197,7 @@ def test_real_env_file_is_ignored_by_git():
 
 # ---------------------------------------------------------------- prefect.yaml
 
+
 @pytest.fixture(scope="module")
 def prefect_yaml() -> dict:
     return yaml.safe_load((DEPLOY / "prefect.yaml").read_text())
@@ -234,8 +254,9 @@ def test_docker_pool_template_still_covers_prefects_default():
     adds variables should show up here, not as a silently ignored job variable."""
     import prefect
 
-    defaults = json.loads((Path(prefect.__file__).parent /
-                           "server/api/collections_data/views/aggregate-worker-metadata.json").read_text())
+    defaults = json.loads(
+        (Path(prefect.__file__).parent / "server/api/collections_data/views/aggregate-worker-metadata.json").read_text()
+    )
     default = defaults["prefect-docker"]["docker"]["default_base_job_configuration"]
     ours = json.loads((DEPLOY / "work-pools" / "docker-gpu.json").read_text())
     assert set(default["job_configuration"]) <= set(ours["job_configuration"])

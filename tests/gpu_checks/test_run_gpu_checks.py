@@ -18,19 +18,38 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "run_gpu_checks.sh"
-STEPS = ["environment", "gpu_smoke", "gpu_ddp", "nvml_tests", "instrumentation_overhead", "gpu_sweep", "trace_analysis",
-         "memory_by_holder", "diagnosis_tests", "gpu_sweep_devices", "gpu_sweep_compile"]
+STEPS = [
+    "environment",
+    "gpu_smoke",
+    "gpu_ddp",
+    "nvml_tests",
+    "instrumentation_overhead",
+    "gpu_sweep",
+    "trace_analysis",
+    "memory_by_holder",
+    "diagnosis_tests",
+    "gpu_sweep_devices",
+    "gpu_sweep_compile",
+]
 
 
-def _run(tmp_path: Path, *args: str,
-         env_extra: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(
+    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_WHEELHOUSE": str(tmp_path / "no-wheels"),
-           "TMPDIR": str(tmp_path), **(env_extra or {})}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "GPU_WHEELHOUSE": str(tmp_path / "no-wheels"),
+        "TMPDIR": str(tmp_path),
+        **(env_extra or {}),
+    }
     for name in ("PYTHONPATH", "MLFLOW_TRACKING_URI", "YOLO_MLOPS_HOME", "PREFECT_HOME"):
         env.pop(name, None)  # the script sets up its own environment, as on a bare machine
-    proc = subprocess.run(["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     return proc, out
 
 
@@ -76,22 +95,35 @@ def test_cpu_rehearsal_runs_every_step_to_its_end(tmp_path):
     assert list(steps) == STEPS
     statuses = {n: s["status"] for n, s in steps.items()}
     # CPU timings are not judged against GPU goals ("ran"); only the CUDA-only compile sweep is skipped
-    assert statuses == {"environment": "passed", "gpu_smoke": "passed", "gpu_ddp": "passed", "nvml_tests": "passed",
-                        "instrumentation_overhead": "ran", "gpu_sweep": "passed", "trace_analysis": "passed",
-                        "memory_by_holder": "ran", "diagnosis_tests": "passed", "gpu_sweep_devices": "passed",
-                        "gpu_sweep_compile": "skipped"}
+    assert statuses == {
+        "environment": "passed",
+        "gpu_smoke": "passed",
+        "gpu_ddp": "passed",
+        "nvml_tests": "passed",
+        "instrumentation_overhead": "ran",
+        "gpu_sweep": "passed",
+        "trace_analysis": "passed",
+        "memory_by_holder": "ran",
+        "diagnosis_tests": "passed",
+        "gpu_sweep_devices": "passed",
+        "gpu_sweep_compile": "skipped",
+    }
     smoke_checks = steps["gpu_smoke"]["result"]["checks"]
     # on a CPU the CUDA and NVML checks are not applicable (None), never passed; the rest really passed
     assert {c["name"] for c in smoke_checks if c["ok"] is True} == {
-        "trace files", "perf/step_time_ms_p50", "perf/images_per_s"}
+        "trace files",
+        "perf/step_time_ms_p50",
+        "perf/images_per_s",
+    }
     assert not [c for c in smoke_checks if c["ok"] is False]
     assert "Not a GPU measurement" in (out / "summary.md").read_text()
 
 
 def _copy_tree(dest: Path) -> Path:
     """This tree's files (tracked, or new and not ignored) in a scratch folder, to break on purpose."""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], capture_output=True,
-                            text=True, check=True).stdout.splitlines()
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     for rel in listed:
         src = ROOT / rel
         if src.is_file():
@@ -108,12 +140,28 @@ def test_dry_run_fails_when_a_step_command_rots(tmp_path):
     overhead = tree / "benchmarks" / "bench_instrumentation_overhead.py"
     overhead.write_text(overhead.read_text().replace('"--workers"', '"--loader-workers"'))
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_WHEELHOUSE": str(tmp_path / "none"),
-           "TMPDIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "GPU_WHEELHOUSE": str(tmp_path / "none"),
+        "TMPDIR": str(tmp_path),
+    }
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run(["bash", str(tree / "benchmarks" / "run_gpu_checks.sh"), "--dry-run", "--only",
-                           "gpu_sweep_compile,instrumentation_overhead"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            "bash",
+            str(tree / "benchmarks" / "run_gpu_checks.sh"),
+            "--dry-run",
+            "--only",
+            "gpu_sweep_compile,instrumentation_overhead",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
     assert list(steps) == ["environment", "instrumentation_overhead", "gpu_sweep_compile"]

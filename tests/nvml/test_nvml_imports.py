@@ -75,6 +75,7 @@ def test_cycle_detection_sees_a_function_level_import(tmp_path):
 
 @pytest.mark.parametrize("module", MODULES)
 def test_each_module_imports_first_in_a_fresh_interpreter(module):
-    done = subprocess.run([sys.executable, "-c", f"import {PACKAGE}.{module}"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {PACKAGE}.{module}"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]

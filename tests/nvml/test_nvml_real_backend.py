@@ -23,13 +23,29 @@ from yolo_mlops.nvml.real import (
 )
 
 PATCHED = [
-    "nvmlInit", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetUUID", "nvmlGpmQueryDeviceSupport",
-    "nvmlGpmSampleAlloc", "nvmlGpmSampleGet", "nvmlGpmMetricsGet", "nvmlGpmSampleFree",
-    "nvmlDeviceGetSamples", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPcieThroughput",
-    "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlInit",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetHandleByPciBusId",
+    "nvmlDeviceGetUUID",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleAlloc",
+    "nvmlGpmSampleGet",
+    "nvmlGpmMetricsGet",
+    "nvmlGpmSampleFree",
+    "nvmlDeviceGetSamples",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetCurrPcieLinkGeneration",
     "nvmlDeviceGetCurrPcieLinkWidth",
 ]
 UUIDS = {"h0": "GPU-aaaa0000-1111", "h1": "GPU-bbbb0000-2222"}
@@ -59,8 +75,9 @@ def nvml():
     """Every pynvml function the backend uses, autospec'd, answering like one Hopper GPU."""
     real._forget_nvml_init_for_tests()
     with ExitStack() as stack:
-        mocks = SimpleNamespace(**{name: stack.enter_context(patch(f"pynvml.{name}", autospec=True))
-                                   for name in PATCHED})
+        mocks = SimpleNamespace(
+            **{name: stack.enter_context(patch(f"pynvml.{name}", autospec=True)) for name in PATCHED}
+        )
         mocks.nvmlDeviceGetCount.return_value = 2
         mocks.nvmlDeviceGetHandleByIndex.side_effect = lambda index: f"h{index}"
         mocks.nvmlDeviceGetUUID.side_effect = lambda handle: UUIDS[handle]
@@ -89,10 +106,12 @@ def nvml():
             return request
 
         mocks.nvmlGpmMetricsGet.side_effect = metrics_get
-        mocks.nvmlDeviceGetFieldValues.side_effect = _field_values({
-            FIELD_POWER_INSTANT: (0, 1, 250_000),  # mW
-            FIELD_TOTAL_ENERGY: (0, 3, 5_000_000),  # mJ
-        })
+        mocks.nvmlDeviceGetFieldValues.side_effect = _field_values(
+            {
+                FIELD_POWER_INSTANT: (0, 1, 250_000),  # mW
+                FIELD_TOTAL_ENERGY: (0, 3, 5_000_000),  # mJ
+            }
+        )
         memory = pynvml.c_nvmlMemory_t()
         memory.total, memory.used, memory.free = 80 * GIB, 10 * GIB, 70 * GIB
         mocks.nvmlDeviceGetMemoryInfo.return_value = memory
@@ -187,8 +206,9 @@ def test_buffered_samples_read_from_the_last_seen_timestamp(nvml):
     ring[pynvml.NVML_GPU_UTILIZATION_SAMPLES] += [(1300, 10)]
     third = backend.read()[0]
 
-    gpu_calls = [c.args[2] for c in nvml.nvmlDeviceGetSamples.call_args_list
-                 if c.args[1] == pynvml.NVML_GPU_UTILIZATION_SAMPLES]
+    gpu_calls = [
+        c.args[2] for c in nvml.nvmlDeviceGetSamples.call_args_list if c.args[1] == pynvml.NVML_GPU_UTILIZATION_SAMPLES
+    ]
     assert gpu_calls == [0, 0, 1000, 1200, 1200]  # open probe, start, then last-seen each poll
     assert first.values["gpu_util_pct"] == 50.0
     assert "gpu_util_pct" not in second.values  # no sample: not measured, never 0
@@ -216,17 +236,21 @@ def test_power_and_energy_are_batched_in_one_field_values_call(nvml):
     backend.start()
     readings = backend.read()
     calls = nvml.nvmlDeviceGetFieldValues.call_args_list
-    assert [c.args for c in calls] == [("h0", [FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY]),
-                                       ("h1", [FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY])]
+    assert [c.args for c in calls] == [
+        ("h0", [FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY]),
+        ("h1", [FIELD_POWER_INSTANT, FIELD_TOTAL_ENERGY]),
+    ]
     assert readings[0].values["power_w"] == 250.0 and readings[0].values["energy_j"] == 5000.0
     nvml.nvmlDeviceGetPowerUsage.assert_not_called()
 
 
 def test_power_falls_back_to_power_usage_when_the_instant_field_is_not_supported(nvml):
-    nvml.nvmlDeviceGetFieldValues.side_effect = _field_values({
-        FIELD_POWER_INSTANT: (pynvml.NVML_ERROR_NOT_SUPPORTED, 1, 0),
-        FIELD_TOTAL_ENERGY: (0, 3, 5_000_000),
-    })
+    nvml.nvmlDeviceGetFieldValues.side_effect = _field_values(
+        {
+            FIELD_POWER_INSTANT: (pynvml.NVML_ERROR_NOT_SUPPORTED, 1, 0),
+            FIELD_TOTAL_ENERGY: (0, 3, 5_000_000),
+        }
+    )
     nvml.nvmlDeviceGetPowerUsage.return_value = 300_000
     backend = PynvmlBackend.open([0], environ={})
     backend.start()
@@ -305,8 +329,10 @@ def test_no_gpu_gives_null_backend_with_reason(nvml):
 
 def test_torch_pci_bus_ids_format_matches_nvml_bus_id_strings():
     props = SimpleNamespace(pci_domain_id=0, pci_bus_id=0x65, pci_device_id=0)
-    with patch("torch.cuda.is_available", return_value=True), \
-            patch("torch.cuda.get_device_properties", return_value=props):
+    with (
+        patch("torch.cuda.is_available", return_value=True),
+        patch("torch.cuda.get_device_properties", return_value=props),
+    ):
         assert devices.torch_pci_bus_ids([0]) == {0: "00000000:65:00.0"}
     with patch("torch.cuda.is_available", return_value=False):
         assert devices.torch_pci_bus_ids([0]) is None

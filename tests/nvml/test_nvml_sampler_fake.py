@@ -26,8 +26,10 @@ def _poll(sampler: NvmlSampler, clock, times: int, every_s: float) -> None:
 
 
 def test_gpm_path_records_interval_averages_with_their_intervals(clock):
-    script = FakeScript(mode="gpm", values={"sm_util_pct": lambda t: 50.0 if t < 0.5 else 90.0,
-                                            "dram_bw_util_pct": 30.0, "mem_used_gib": 2.0})
+    script = FakeScript(
+        mode="gpm",
+        values={"sm_util_pct": lambda t: 50.0 if t < 0.5 else 90.0, "dram_bw_util_pct": 30.0, "mem_used_gib": 2.0},
+    )
     sampler = NvmlSampler(FakeNvmlBackend(script, clock=clock), interval_s=0.2).start(background=False)
     _poll(sampler, clock, 4, 0.2)
     sampler.stop()
@@ -70,8 +72,9 @@ def test_gpm_background_thread_never_polls_closer_than_100ms():
 
 def test_buffered_samples_path_uses_every_driver_sample_exactly_once(clock):
     # Driver samples every 100 ms, value = 100 * seconds since start.
-    script = FakeScript(mode="samples", values={"gpu_util_pct": lambda t: 100.0 * t, "mem_util_pct": 5.0},
-                        driver_sample_period_s=0.1)
+    script = FakeScript(
+        mode="samples", values={"gpu_util_pct": lambda t: 100.0 * t, "mem_util_pct": 5.0}, driver_sample_period_s=0.1
+    )
     sampler = NvmlSampler(FakeNvmlBackend(script, clock=clock), interval_s=0.25).start(background=False)
     _poll(sampler, clock, 2, 0.25)  # t=0.25: samples 0.1, 0.2; t=0.5: samples 0.3, 0.4, 0.5
     _poll(sampler, clock, 1, 0.05)  # t=0.55: no new driver sample
@@ -99,8 +102,11 @@ def test_utilization_fallback_path_reports_gpu_util_not_sm_util(clock):
 
 
 def test_not_supported_mid_run_drops_the_metric_after_the_first_time(clock):
-    script = FakeScript(mode="gpm", values={"sm_util_pct": 60.0, "tensor_util_pct": 20.0},
-                        not_supported_from_poll={"tensor_util_pct": 2})
+    script = FakeScript(
+        mode="gpm",
+        values={"sm_util_pct": 60.0, "tensor_util_pct": 20.0},
+        not_supported_from_poll={"tensor_util_pct": 2},
+    )
     backend = FakeNvmlBackend(script, clock=clock)
     sampler = NvmlSampler(backend, interval_s=0.2).start(background=False)
     _poll(sampler, clock, 5, 0.2)
@@ -205,8 +211,9 @@ def test_only_one_sampler_thread_per_process():
 
 
 def test_two_devices_get_separate_rows_and_intervals(clock):
-    backend = FakeNvmlBackend(FakeScript(mode="utilization", values={"gpu_util_pct": 50.0}),
-                              devices=[0, 1], clock=clock)
+    backend = FakeNvmlBackend(
+        FakeScript(mode="utilization", values={"gpu_util_pct": 50.0}), devices=[0, 1], clock=clock
+    )
     sampler = NvmlSampler(backend, interval_s=0.2).start(background=False)
     _poll(sampler, clock, 2, 0.2)
     sampler.stop()
@@ -229,8 +236,13 @@ def test_stop_wakes_the_thread_without_waiting_for_the_next_poll():
 def test_fake_reports_a_power_capped_gpu_on_a_narrow_link_and_leaves_out_what_it_does_not_script(clock):
     from yolo_mlops.nvml.fake import _default_values
 
-    values = {**_default_values(), "clocks_event_mask": float(0x04 | 0x01), "power_limit_w": 450.0,
-              "pcie_width": 8.0, "sm_clock_mhz": 1410.0}
+    values = {
+        **_default_values(),
+        "clocks_event_mask": float(0x04 | 0x01),
+        "power_limit_w": 450.0,
+        "pcie_width": 8.0,
+        "sm_clock_mhz": 1410.0,
+    }
     del values["pcie_gen"]  # a GPU that does not report its link generation
     backend = FakeNvmlBackend(FakeScript(mode="utilization", values=values), clock=clock)
     with NvmlSampler(backend, interval_s=0.2).start(background=False) as sampler:

@@ -23,8 +23,11 @@ def _timeline(columns: dict[str, list[float]], gpu: list[int] | None = None) -> 
     t_ns = np.array([1, 2, 4, 5, 7], np.int64) * S
     interval_ns = np.array([1, 1, 2, 1, 2], np.int64) * S
     return Timeline(
-        backend="fake", start_ns=0, t_ns=t_ns,
-        gpu=np.array(gpu or [0] * 5, np.int16), interval_ns=interval_ns,
+        backend="fake",
+        start_ns=0,
+        t_ns=t_ns,
+        gpu=np.array(gpu or [0] * 5, np.int16),
+        interval_ns=interval_ns,
         columns={k: np.array(v, np.float64) for k, v in columns.items()},
     )
 
@@ -62,8 +65,14 @@ def test_align_marks_steps_outside_samples_and_profiler_window():
 
 
 def test_align_counts_gaps_inside_a_profiled_run_as_profiled():
-    tl = Timeline("fake", 0, np.array([16, 36, 56], np.int64), np.zeros(3, np.int16),
-                  np.array([2, 2, 2], np.int64), {"sm_util_pct": np.array([1.0, 2.0, 3.0])})
+    tl = Timeline(
+        "fake",
+        0,
+        np.array([16, 36, 56], np.int64),
+        np.zeros(3, np.int16),
+        np.array([2, 2, 2], np.int64),
+        {"sm_util_pct": np.array([1.0, 2.0, 3.0])},
+    )
     # steps [0,10] [20,30] profiled, [40,50] not; midpoints 15 (gap in window), 35 (gap outside), 55
     aligned = align(tl, [0, 20, 40], [10, 30, 50], [True, True, False])
     assert aligned.step.tolist() == [-1, -1, -1]
@@ -117,8 +126,12 @@ def test_step_history_gives_per_step_time_weighted_means():
     history = step_history(align(_timeline(COLUMNS), STEP_START, STEP_END, PROFILED))
     sm = [(step, value) for step, name, value in history if name == "gpu/sm_util_pct"]
     assert sm == [(0, pytest.approx(15.0)), (1, pytest.approx(160.0 / 3.0))]
-    assert {name for _, name, _ in history} == {"gpu/sm_util_pct", "gpu/tensor_util_pct",
-                                                 "gpu/power_w", "gpu/mem_used_gib"}
+    assert {name for _, name, _ in history} == {
+        "gpu/sm_util_pct",
+        "gpu/tensor_util_pct",
+        "gpu/power_w",
+        "gpu/mem_used_gib",
+    }
 
 
 def test_write_timeline_csv_png_and_meta(tmp_path):
@@ -169,7 +182,10 @@ def test_end_to_end_with_a_real_thread_and_perf_counter_steps(tmp_path):
     assert metrics["gpu/gpu_util_pct_mean_profiled"] == pytest.approx(75.0)
     assert metrics["gpu/energy_j"] > 0 and metrics["gpu/energy_per_image_j"] > 0
     assert {p.name for p in write_timeline(aligned, tmp_path)} == {
-        "nvml_timeline.csv", "nvml_timeline.png", "nvml_meta.json"}
+        "nvml_timeline.csv",
+        "nvml_timeline.png",
+        "nvml_meta.json",
+    }
 
 
 def test_summarise_gives_typed_fields_that_agree_with_the_metric_dict():
@@ -203,7 +219,8 @@ def test_clock_limit_link_and_reasons_seen_while_training():
         "power_limit_w": [700, 500, 700, 700, 300],  # row 4 is outside training
         "pcie_gen": [5, 5, 4, 5, 1],
         "pcie_width": [16, 16, 16, 8, 1],
-        "temp_c": [60, 70, 80, 75, 90]}
+        "temp_c": [60, 70, 80, 75, 90],
+    }
     summary = summarise(align(_timeline(columns), STEP_START, STEP_END, PROFILED), images_per_step=10)
     metrics = summary.as_metrics()
     assert metrics["gpu/sm_clock_mhz_mean"] == pytest.approx((1400 + 1500 + 2 * 1600 + 1700) / 5)
@@ -216,8 +233,12 @@ def test_clock_limit_link_and_reasons_seen_while_training():
     assert metrics["gpu/clocks_event_sw_thermal_slowdown_pct"] == pytest.approx(40.0)
     assert "gpu/clocks_event_hw_thermal_slowdown_pct" not in metrics  # only outside training
     assert summary.clocks_events == ("sw_power_cap", "sw_thermal_slowdown")
-    assert (summary.sm_clock_max_mhz, summary.power_limit_w, summary.pcie_gen, summary.pcie_width) == \
-        (1980.0, 500.0, 4.0, 8.0)
+    assert (summary.sm_clock_max_mhz, summary.power_limit_w, summary.pcie_gen, summary.pcie_width) == (
+        1980.0,
+        500.0,
+        4.0,
+        8.0,
+    )
 
 
 def test_reasons_not_measured_are_none_not_an_empty_list():
@@ -226,6 +247,7 @@ def test_reasons_not_measured_are_none_not_an_empty_list():
     metrics = summary.as_metrics()
     assert summary.clocks_events is None and summary.power_limit_w is None and summary.pcie_gen is None
     assert not [k for k in metrics if k.startswith(("gpu/clocks_event", "gpu/pcie_gen", "gpu/power_limit"))]
-    quiet = summarise(align(_timeline({**COLUMNS, "clocks_event_mask": [0] * 5}), STEP_START, STEP_END,
-                            PROFILED), images_per_step=10)
+    quiet = summarise(
+        align(_timeline({**COLUMNS, "clocks_event_mask": [0] * 5}), STEP_START, STEP_END, PROFILED), images_per_step=10
+    )
     assert quiet.clocks_events == ()  # measured, none seen

@@ -25,10 +25,15 @@ MIB = 2**20
 def small_model() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
 
 
@@ -69,8 +74,16 @@ def test_split_matches_the_model_and_optimizer(recorded):
     assert held["parameter"] == pytest.approx(params, rel=0.05)
     assert held["optimizer_state"] == pytest.approx(2 * params, rel=0.1)  # Adam: exp_avg and exp_avg_sq
     assert held["gradient"] > 0
-    print({h: round(b / MIB, 3) for h, b in held.items()}, "total", round(split.peak_total_bytes / MIB, 3),
-          "MiB; param", round(params / MIB, 3), "MiB; compute", round(split.compute_s, 3), "s")
+    print(
+        {h: round(b / MIB, 3) for h, b in held.items()},
+        "total",
+        round(split.peak_total_bytes / MIB, 3),
+        "MiB; param",
+        round(params / MIB, 3),
+        "MiB; compute",
+        round(split.compute_s, 3),
+        "s",
+    )
 
 
 def test_timeline_file_is_torchs_layout_and_its_peak_is_the_split(recorded):
@@ -102,8 +115,9 @@ def test_metrics_are_mib_of_each_holder_and_the_total(recorded):
 
 def test_without_stacks_nothing_is_measured(tmp_path):
     _, profiler = train_profiled(tmp_path, ProfilerSettings(with_stack=False))
-    assert profiler.memory.status == ("skipped: needs record_shapes, profile_memory and with_stack "
-                                      "(profiler settings; off: with_stack)")
+    assert profiler.memory.status == (
+        "skipped: needs record_shapes, profile_memory and with_stack (profiler settings; off: with_stack)"
+    )
     assert profiler.memory.result is None
     assert not (profiler.trace_dir / names.MEMORY_TIMELINE_FILE).exists()
     assert len(profiler.trace_files()) == 1  # the trace itself is unaffected

@@ -116,8 +116,7 @@ def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeyp
 
 def test_no_label_without_a_window_and_max_steps_stops_the_trainer(trainer_class, monkeypatch, tmp_path):
     # skip_first=10: the window lies beyond the run, so no step may open a label
-    settings = ProfilerSettings(skip_first=10, wait=0, warmup=1, active=1, record_shapes=False,
-                                profile_memory=False)
+    settings = ProfilerSettings(skip_first=10, wait=0, warmup=1, active=1, record_shapes=False, profile_memory=False)
     profiler = torch_profiler.TrainingProfiler(settings, tmp_path / "profiler", with_cuda=False)
     inst = training._Instrumentation(profiler, max_steps=4, pin_memory=None)
     opened = Opened(monkeypatch, inst)

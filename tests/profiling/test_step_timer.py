@@ -6,15 +6,18 @@ from yolo_mlops.profiling.step_timer import PerfSummary, StepTimer, StepTimes, p
 
 def _times(step_ms, wait_ms, profiled, images=8):
     start = np.cumsum([0] + [int(s * 1e6) for s in step_ms[:-1]]).astype(np.int64)
-    return StepTimes(start_ns=start, batch_ns=start + (np.array(wait_ms) * 1e6).astype(np.int64),
-                     end_ns=start + (np.array(step_ms) * 1e6).astype(np.int64),
-                     profiled=np.array(profiled), images=np.full(len(step_ms), images))
+    return StepTimes(
+        start_ns=start,
+        batch_ns=start + (np.array(wait_ms) * 1e6).astype(np.int64),
+        end_ns=start + (np.array(step_ms) * 1e6).astype(np.int64),
+        profiled=np.array(profiled),
+        images=np.full(len(step_ms), images),
+    )
 
 
 def test_perf_summary_on_known_steps():
     # step 0 is discarded (warm-up), steps 2-3 are profiled: steady steps are 1, 4, 5.
-    times = _times([900, 100, 300, 300, 200, 300], [0, 10, 50, 50, 20, 30],
-                   [False, False, True, True, False, False])
+    times = _times([900, 100, 300, 300, 200, 300], [0, 10, 50, 50, 20, 30], [False, False, True, True, False, False])
     s = perf_summary(times, discard_first=1)
     assert s is not None
     assert s.step_time_ms_p50 == pytest.approx(200.0)

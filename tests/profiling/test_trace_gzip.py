@@ -116,8 +116,9 @@ def test_the_reader_thread_reads_what_the_gzip_module_reads(kineto_text, shape, 
     seen: list[int] = []
     pieces: list[bytes] = []
     # read in a thread of the test's own, so that a reader looping at a member's end fails the test, not hangs it
-    reading = threading.Thread(target=lambda: pieces.extend(trace_gzip.gzip_pieces(io.BytesIO(data), seen.append)),
-                               daemon=True)
+    reading = threading.Thread(
+        target=lambda: pieces.extend(trace_gzip.gzip_pieces(io.BytesIO(data), seen.append)), daemon=True
+    )
     reading.start()
     reading.join(timeout=60)
     assert not reading.is_alive(), "the reader did not finish"
@@ -125,12 +126,15 @@ def test_the_reader_thread_reads_what_the_gzip_module_reads(kineto_text, shape, 
     assert max(map(len, pieces)) <= trace_gzip.PIECE_BYTES and sum(seen) == len(data)
 
 
-@pytest.mark.parametrize("damage, error", [
-    (lambda d: d[: len(d) // 2], EOFError),
-    (lambda d: b"not gzip at all", gzip.BadGzipFile),
-    (lambda d: d + b"trailing garbage", gzip.BadGzipFile),
-    (lambda d: d[:-8] + b"\0\0\0\0" + d[-4:], (zlib.error, gzip.BadGzipFile)),  # the CRC (zlib checks it itself)
-])
+@pytest.mark.parametrize(
+    "damage, error",
+    [
+        (lambda d: d[: len(d) // 2], EOFError),
+        (lambda d: b"not gzip at all", gzip.BadGzipFile),
+        (lambda d: d + b"trailing garbage", gzip.BadGzipFile),
+        (lambda d: d[:-8] + b"\0\0\0\0" + d[-4:], (zlib.error, gzip.BadGzipFile)),  # the CRC (zlib checks it itself)
+    ],
+)
 def test_the_reader_thread_fails_as_the_gzip_module_does(kineto_text, damage, error):
     data = damage(_members(kineto_text))
     with pytest.raises(error):

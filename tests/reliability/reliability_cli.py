@@ -33,10 +33,17 @@ class Finished:
 def cli_env(tmp_path: Path, home: Path) -> dict[str, str]:
     """The test process's environment with its own data home and store, and no Prefect server settings."""
     env = dict(os.environ)
-    env.update(YOLO_MLOPS_HOME=str(home), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
-               PREFECT_LOGGING_LEVEL="WARNING")
-    for name in ("PREFECT_API_URL", "PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL",
-                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"):
+    env.update(
+        YOLO_MLOPS_HOME=str(home),
+        MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        PREFECT_LOGGING_LEVEL="WARNING",
+    )
+    for name in (
+        "PREFECT_API_URL",
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+        "PREFECT_API_DATABASE_CONNECTION_URL",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+    ):
         env.pop(name, None)
     return env
 

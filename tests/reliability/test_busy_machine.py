@@ -19,8 +19,9 @@ SERVER_STARTS = "Starting temporary server"
 def _metric(env: dict[str, str], run_id: str, key: str) -> float:
     db = Path(env["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///"))
     with closing(sqlite3.connect(db)) as connection:
-        rows = list(connection.execute("SELECT value FROM latest_metrics WHERE run_uuid = ? AND key = ?",
-                                       (run_id, key)))
+        rows = list(
+            connection.execute("SELECT value FROM latest_metrics WHERE run_uuid = ? AND key = ?", (run_id, key))
+        )
     assert len(rows) == 1, (run_id, key)
     return rows[0][0]
 
@@ -28,8 +29,11 @@ def _metric(env: dict[str, str], run_id: str, key: str) -> float:
 def _server_databases(home: Path) -> list[str]:
     """Slot numbers of the temporary servers' databases under the data home."""
     folder = home / "prefect"
-    return sorted(p.name.rsplit("-", 1)[1].removesuffix(".db") for p in folder.glob("server-*.db")) \
-        if folder.is_dir() else []
+    return (
+        sorted(p.name.rsplit("-", 1)[1].removesuffix(".db") for p in folder.glob("server-*.db"))
+        if folder.is_dir()
+        else []
+    )
 
 
 def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
@@ -37,9 +41,13 @@ def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
 
     from yolo_mlops.run import prefect_server
 
-    for name in ("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "PREFECT_API_URL",
-                 "PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL",
-                 "YOLO_MLOPS_PREFECT_DB_OWNER"):
+    for name in (
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+        "PREFECT_API_URL",
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+        "PREFECT_API_DATABASE_CONNECTION_URL",
+        "YOLO_MLOPS_PREFECT_DB_OWNER",
+    ):
         monkeypatch.delenv(name, raising=False)
     prefix = tmp_path / "prefect" / f"server-{version('prefect')}"
     prefix.parent.mkdir()
@@ -87,8 +95,22 @@ def test_sweep_on_a_loaded_machine(cli_env, home):
     config = _small_config(home.parent)
     # the burners outlast the server's start (the step that timed out at Prefect's 20 s) and the first child
     with cpu_burners(2, seconds=120):
-        done = run_cli(env, "sweep", "--variants", "fp32", "--repeats", "1", "--config", str(config),
-                       "--batch", "16", "--max-steps", "6", *TINY, timeout=600)
+        done = run_cli(
+            env,
+            "sweep",
+            "--variants",
+            "fp32",
+            "--repeats",
+            "1",
+            "--config",
+            str(config),
+            "--batch",
+            "16",
+            "--max-steps",
+            "6",
+            *TINY,
+            timeout=600,
+        )
     output = done.out + done.err
     assert done.code == 0, output[-4000:]
     assert "Traceback" not in output
@@ -111,8 +133,9 @@ def _small_config(folder: Path) -> Path:
 def _has_metric(env: dict[str, str], run_id: str, key: str) -> bool:
     db = Path(env["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///"))
     with closing(sqlite3.connect(db)) as connection:
-        return bool(list(connection.execute("SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?",
-                                            (run_id, key))))
+        return bool(
+            list(connection.execute("SELECT 1 FROM latest_metrics WHERE run_uuid = ? AND key = ?", (run_id, key)))
+        )
 
 
 @pytest.mark.slow
@@ -120,8 +143,10 @@ def test_two_profiles_at_once_on_one_data_home(cli_env, home):
     """Same data home (synthetic dataset built by both, one SQLite MLflow store, Prefect files): both finish,
     neither prints a crashed server start."""
     config = _small_config(home.parent)
-    first, second = (start_cli(cli_env, "profile", "--config", str(config), *TINY, "--batch", "8", "--max-steps", "3")
-                     for _ in range(2))
+    first, second = (
+        start_cli(cli_env, "profile", "--config", str(config), *TINY, "--batch", "8", "--max-steps", "3")
+        for _ in range(2)
+    )
     outputs = []
     try:
         for process in (first, second):

@@ -45,8 +45,10 @@ def test_failing_steps_skip_nothing_and_the_status_is_always_set(mlflow_client, 
             raise OSError(28, "No space left on device", "/data/runs/x/last.pt")
     run = mlflow_client.get_run(run_id)
     assert run.info.status == "FAILED"
-    assert run.data.tags["yolo_mlops.error"] == \
-        "OSError: [Errno 28] No space left on device: '/data/runs/x/last.pt' (after 3 of 10 steps)"
+    assert (
+        run.data.tags["yolo_mlops.error"]
+        == "OSError: [Errno 28] No space left on device: '/data/runs/x/last.pt' (after 3 of 10 steps)"
+    )
     assert run.data.metrics["perf/steps_total"] == 3.0  # logged after the failing artifact step
     end = salvage.ended_with
     assert end is not None
@@ -84,11 +86,26 @@ def test_upload_creates_a_run_that_never_existed_once(mlflow_client, tmp_path):
     folder = tmp_path / "run"
     (folder / "analysis").mkdir(parents=True)
     (folder / "analysis" / "step_times.csv").write_text("step,step_ms\n0,1.5\n1,1.25\n")
-    upload.write_tracking_info(folder, upload.TrackingInfo(connection.tracking_uri(), "never-tracked", None, "late",
-                                                           {"yolo_mlops.run_kind": "profile"}, {"train.imgsz": "64"}))
-    upload.write_record(folder, upload.UploadRecord(status="KILLED", reason="terminated by SIGTERM after 2 of 8 steps",
-                                                    metrics={"perf/steps_total": 2.0},
-                                                    histories={"perf/step_time_ms": [(0, 1.5), (1, 1.25)]}))
+    upload.write_tracking_info(
+        folder,
+        upload.TrackingInfo(
+            connection.tracking_uri(),
+            "never-tracked",
+            None,
+            "late",
+            {"yolo_mlops.run_kind": "profile"},
+            {"train.imgsz": "64"},
+        ),
+    )
+    upload.write_record(
+        folder,
+        upload.UploadRecord(
+            status="KILLED",
+            reason="terminated by SIGTERM after 2 of 8 steps",
+            metrics={"perf/steps_total": 2.0},
+            histories={"perf/step_time_ms": [(0, 1.5), (1, 1.25)]},
+        ),
+    )
     first = upload.upload(folder)
     assert first.created and not first.already
     recorded = json.loads((folder / "tracking.json").read_text())["run_id"]
@@ -102,8 +119,10 @@ def test_upload_creates_a_run_that_never_existed_once(mlflow_client, tmp_path):
     run = runs[0]
     assert run.info.status == "KILLED" and run.data.tags["yolo_mlops.error"].startswith("terminated by SIGTERM")
     assert run.data.params == {"train.imgsz": "64"} and run.data.tags["mlflow.runName"] == "late"
-    assert [(m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, "perf/step_time_ms")] == \
-        [(0, 1.5), (1, 1.25)]
+    assert [(m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, "perf/step_time_ms")] == [
+        (0, 1.5),
+        (1, 1.25),
+    ]
     assert [a.path for a in mlflow_client.list_artifacts(run.info.run_id, "analysis")] == ["analysis/step_times.csv"]
 
 

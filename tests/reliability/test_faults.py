@@ -33,6 +33,7 @@ STARTUP_WAIT_S = 600  # generous: imports, a temporary Prefect server and a data
 
 # helpers ----------------------------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -62,29 +63,56 @@ def wait_for(check, timeout: float, proc: subprocess.Popen | None = None, what: 
 
 def run_config(folder: Path, epochs: int, experiment: str) -> Path:
     path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump({
-        "imgsz": 64, "batch": 4, "epochs": epochs, "workers": 0, "device": "cpu", "synthetic_images": 16,
-        "val": False, "experiment": experiment, "profiler": {"wait": 1, "warmup": 1, "active": 2},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "imgsz": 64,
+                "batch": 4,
+                "epochs": epochs,
+                "workers": 0,
+                "device": "cpu",
+                "synthetic_images": 16,
+                "val": False,
+                "experiment": experiment,
+                "profiler": {"wait": 1, "warmup": 1, "active": 2},
+            }
+        )
+    )
     return path
 
 
 def cli_env(home: Path, tracking_uri: str, prefect_home: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"YOLO_MLOPS_HOME": str(home), "MLFLOW_TRACKING_URI": tracking_uri,
-                "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600",
-                "PREFECT_LOGGING_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "YOLO_MLOPS_HOME": str(home),
+            "MLFLOW_TRACKING_URI": tracking_uri,
+            "PREFECT_HOME": str(prefect_home),
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "600",
+            "PREFECT_LOGGING_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.pop("PREFECT_API_URL", None)  # the command starts its own temporary Prefect server
-    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT",
-                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER"):
+    for key in (
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
+    ):
         env.pop(key, None)  # the command's own bounded defaults are under test
     return env
 
 
 def start_profile(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:  # its own session: the test's signals reach only this process
-        return subprocess.Popen([str(VENV_BIN / "yolo-mlops"), "profile", "--config", str(config)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(
+            [str(VENV_BIN / "yolo-mlops"), "profile", "--config", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def run_folder(home: Path) -> Path | None:
@@ -146,13 +174,17 @@ def prefect_home(tmp_path_factory) -> Path:
 
 # SIGTERM / SIGINT -------------------------------------------------------------------------------------------
 
+
 # SIGTERM to the process alone, as `docker stop` and Kubernetes send it; SIGINT to the whole process group, as
 # a terminal's Ctrl-C sends it (the temporary Prefect server must not get it: it would be gone while the
 # command still needs it to end the flow)
-@pytest.mark.parametrize("sig, to_group, exit_code, verb", [(signal.SIGTERM, False, 143, "terminated"),
-                                                            (signal.SIGINT, True, 130, "interrupted")])
-def test_signal_ends_run_killed_with_step_times_and_nothing_left_running(tmp_path, prefect_home, sig, to_group,
-                                                                         exit_code, verb):
+@pytest.mark.parametrize(
+    "sig, to_group, exit_code, verb",
+    [(signal.SIGTERM, False, 143, "terminated"), (signal.SIGINT, True, 130, "interrupted")],
+)
+def test_signal_ends_run_killed_with_step_times_and_nothing_left_running(
+    tmp_path, prefect_home, sig, to_group, exit_code, verb
+):
     import psutil
 
     home, uri = tmp_path / "home", f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -163,8 +195,9 @@ def test_signal_ends_run_killed_with_step_times_and_nothing_left_running(tmp_pat
         # the first epoch's step times on disk: training is under way (and its Prefect server up)
         wait_for(lambda: steps_written(home) >= STEPS_PER_EPOCH, STARTUP_WAIT_S, proc, "the first epoch")
         children = psutil.Process(proc.pid).children(recursive=True)
-        prefect_ports = [int(m.group(1)) for c in children
-                         for m in [re.search(r"--port (\d+)", " ".join(c.cmdline()))] if m]
+        prefect_ports = [
+            int(m.group(1)) for c in children for m in [re.search(r"--port (\d+)", " ".join(c.cmdline()))] if m
+        ]
         assert prefect_ports, "the temporary Prefect server should be a child of the command"
         os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
         proc.wait(300)
@@ -204,6 +237,7 @@ def test_signal_ends_run_killed_with_step_times_and_nothing_left_running(tmp_pat
 
 # tracking server gone mid-run, then back: `upload` finishes the run ------------------------------------------
 
+
 class MlflowServer:
     def __init__(self, root: Path) -> None:
         self.root, self.port = root, free_port()
@@ -213,15 +247,36 @@ class MlflowServer:
     def start(self) -> None:
         log = (self.root / "mlflow-server.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-             "--artifacts-destination", str(self.root / "artifacts")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root,
-            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))  # as deploy/ starts it
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.root / 'server.db'}",
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.root,
+            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+        )  # as deploy/ starts it
         import requests
 
-        wait_for(lambda: requests.get(f"{self.uri}/health", timeout=5).status_code == 200, STARTUP_WAIT_S,
-                 self.proc, "the MLflow server")
+        wait_for(
+            lambda: requests.get(f"{self.uri}/health", timeout=5).status_code == 200,
+            STARTUP_WAIT_S,
+            self.proc,
+            "the MLflow server",
+        )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -242,8 +297,9 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
     home = tmp_path / "home"
     log = tmp_path / "out.log"
     epochs = 3
-    proc = start_profile(run_config(tmp_path, epochs, "server-gone"), cli_env(home, mlflow_server.uri, prefect_home),
-                         log)
+    proc = start_profile(
+        run_config(tmp_path, epochs, "server-gone"), cli_env(home, mlflow_server.uri, prefect_home), log
+    )
     try:
         wait_for(lambda: steps_written(home) >= STEPS_PER_EPOCH, STARTUP_WAIT_S, proc, "the first epoch")
         mlflow_server.kill()  # the run exists in the store; training goes on without it
@@ -271,7 +327,8 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
     upload = [str(VENV_BIN / "yolo-mlops"), "upload", str(folder)]
     early = subprocess.run(upload, env=env, capture_output=True, text=True, timeout=600)
     assert early.returncode == 2 and early.stderr.strip().splitlines() == [
-        f"yolo-mlops: error: MLflow tracking server {mlflow_server.uri} is unreachable; {folder} stays pending"]
+        f"yolo-mlops: error: MLflow tracking server {mlflow_server.uri} is unreachable; {folder} stays pending"
+    ]
     assert (folder / "upload_pending").is_file()
 
     mlflow_server.start()  # same store, same port
@@ -292,12 +349,15 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
     def counts() -> dict[str, int]:
         # the table artifact itself (MlflowClient.load_table searches the process-wide tracking URI)
         with tempfile.TemporaryDirectory() as tmp:
-            table = json.loads(Path(client.download_artifacts(
-                run.info.run_id, "profiler/key_averages_self_cpu.json", tmp)).read_text())["data"]
-        return {"step_time_points": len(client.get_metric_history(run.info.run_id, "perf/step_time_ms")),
-                "loss_points": len(client.get_metric_history(run.info.run_id, "train/box_loss")),
-                "table_rows": len(table),
-                "artifacts": len(client.list_artifacts(run.info.run_id, "profiler"))}
+            table = json.loads(
+                Path(client.download_artifacts(run.info.run_id, "profiler/key_averages_self_cpu.json", tmp)).read_text()
+            )["data"]
+        return {
+            "step_time_points": len(client.get_metric_history(run.info.run_id, "perf/step_time_ms")),
+            "loss_points": len(client.get_metric_history(run.info.run_id, "train/box_loss")),
+            "table_rows": len(table),
+            "artifacts": len(client.list_artifacts(run.info.run_id, "profiler")),
+        }
 
     after_first = counts()
     local_rows = len(json.loads((folder / "tables" / "key_averages_self_cpu.json").read_text())["data"])
@@ -314,6 +374,7 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
 
 # disk full --------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def small_filesystem():
     """A 256 MiB tmpfs (root only): room for the dataset, the temporary Prefect server's database (kept under
@@ -321,8 +382,9 @@ def small_filesystem():
     if os.geteuid() != 0:
         pytest.skip("mounting a size-limited tmpfs needs root")
     mount = Path(tempfile.mkdtemp(prefix="yolo-mlops-small-fs-"))
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         mount.rmdir()
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
@@ -375,6 +437,7 @@ def test_disk_full_mid_run_fails_the_run_in_one_line(tmp_path, prefect_home, sma
 
 # the GPU concurrency slot -----------------------------------------------------------------------------------
 
+
 def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client):
     """In process, with the CLI's signal handlers: Prefect's own SIGTERM bridge raises inside the flow, the
     slot is released while the stack unwinds, and the run ends KILLED."""
@@ -392,8 +455,17 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=limit, limit=1))
     runs = data_home() / "runs"
     before = set(runs.glob("*/")) if runs.is_dir() else set()
-    spec = RunSpec(imgsz=64, batch=4, epochs=40, workers=0, device="cpu", synthetic_images=16, val=False,
-                   experiment="slot-release", profiler=ProfilerSettings(wait=1, warmup=1, active=2))
+    spec = RunSpec(
+        imgsz=64,
+        batch=4,
+        epochs=40,
+        workers=0,
+        device="cpu",
+        synthetic_images=16,
+        val=False,
+        experiment="slot-release",
+        profiler=ProfilerSettings(wait=1, warmup=1, active=2),
+    )
 
     def new_run_trained_an_epoch() -> bool:
         fresh = [f for f in runs.glob("*/") if f not in before]

@@ -62,8 +62,13 @@ def _setup_garbage_sqlite(folder: Path) -> tuple[list[str], dict[str, str]]:
     return [], {"MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'garbage.db'}"}
 
 
-_CASES = {"bad_yaml": _setup_bad_yaml, "text_pt": _setup_text_pt, "folder_uri": _setup_folder_uri,
-          "postgres_uri": _setup_postgres_uri, "garbage_sqlite": _setup_garbage_sqlite}
+_CASES = {
+    "bad_yaml": _setup_bad_yaml,
+    "text_pt": _setup_text_pt,
+    "folder_uri": _setup_folder_uri,
+    "postgres_uri": _setup_postgres_uri,
+    "garbage_sqlite": _setup_garbage_sqlite,
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +101,9 @@ def _assert_one_line_and_nothing_created(case: Case, fragment: str) -> str:
 
 def test_dataset_yaml_that_is_not_yaml(bad_input):
     case = bad_input["bad_yaml"]
-    line = _assert_one_line_and_nothing_created(case, f"dataset YAML {case.folder / 'user-data' / 'data.yaml'} "
-                                                      "is not valid YAML: ")
+    line = _assert_one_line_and_nothing_created(
+        case, f"dataset YAML {case.folder / 'user-data' / 'data.yaml'} is not valid YAML: "
+    )
     assert "(line " in line
 
 
@@ -128,11 +134,14 @@ def test_sqlite_store_that_is_not_a_database(bad_input):
     assert (case.folder / "garbage.db").read_text() == "not a database\n" and run_folders(case.home) == []
 
 
-@pytest.mark.parametrize("kind, fragment", [
-    ("state_dict", "is a PyTorch file but not an ultralytics checkpoint"),
-    ("truncated", "is not a PyTorch checkpoint"),
-    ("corrupted", "is a damaged checkpoint"),
-])
+@pytest.mark.parametrize(
+    "kind, fragment",
+    [
+        ("state_dict", "is a PyTorch file but not an ultralytics checkpoint"),
+        ("truncated", "is not a PyTorch checkpoint"),
+        ("corrupted", "is a damaged checkpoint"),
+    ],
+)
 def test_other_pt_files_that_are_not_checkpoints(tmp_path, kind, fragment):
     from yolo_mlops.errors import ConfigError
     from yolo_mlops.run.preflight import _check_checkpoint
@@ -149,10 +158,13 @@ def test_other_pt_files_that_are_not_checkpoints(tmp_path, kind, fragment):
         _check_checkpoint(model)
 
 
-@pytest.mark.parametrize("uri, fragment", [
-    ("file://{tmp}/mlruns", "is a folder (MLflow's file store)"),
-    ("mysql://mlflow:secret@127.0.0.1/mlflow", "needs the mysql driver 'mysqldb'"),
-])
+@pytest.mark.parametrize(
+    "uri, fragment",
+    [
+        ("file://{tmp}/mlruns", "is a folder (MLflow's file store)"),
+        ("mysql://mlflow:secret@127.0.0.1/mlflow", "needs the mysql driver 'mysqldb'"),
+    ],
+)
 def test_other_tracking_uris_that_cannot_be_served(tmp_path, monkeypatch, uri, fragment):
     from yolo_mlops.errors import ConfigError
     from yolo_mlops.tracking import connection
@@ -234,9 +246,18 @@ def test_store_refusing_the_run_leaves_no_run_folder(tmp_path, monkeypatch, mlfl
 
     monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
     mlflow_client.delete_experiment(writes.experiment_id(mlflow_client, "deleted-experiment"))
-    spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
-                           "max_steps": 2, "experiment": "deleted-experiment",
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    spec = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "max_steps": 2,
+            "experiment": "deleted-experiment",
+            "profiler": {"wait": 0, "warmup": 1, "active": 1},
+        }
+    )
     with pytest.raises(MlflowException):
         pipeline.prepare(spec)
     assert run_folders(tmp_path / "home") == []
@@ -255,9 +276,19 @@ def test_corrupt_image_and_out_of_range_class_are_counted(tmp_path, mlflow_clien
     folder = data.parent
     (folder / "images" / "train" / "00001.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
     (folder / "labels" / "train" / "00002.txt").write_text("7 0.5 0.5 0.2 0.2\n")
-    spec = build_run_spec({"data": str(data), "imgsz": 64, "batch": 2, "workers": 0, "device": "cpu",
-                           "max_steps": 2, "val": False, "experiment": "skipped-images",
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    spec = build_run_spec(
+        {
+            "data": str(data),
+            "imgsz": 64,
+            "batch": 2,
+            "workers": 0,
+            "device": "cpu",
+            "max_steps": 2,
+            "val": False,
+            "experiment": "skipped-images",
+            "profiler": {"wait": 0, "warmup": 1, "active": 1},
+        }
+    )
     prepared = pipeline.prepare(spec)
     with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)

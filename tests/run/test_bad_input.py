@@ -11,8 +11,22 @@ from yolo_mlops import cli
 
 
 def _run_cli(capsys, *argv: str) -> tuple[int, str]:
-    code = cli.main(["profile", "--device", "cpu", "--imgsz", "64", "--batch", "4", "--workers", "0",
-                     "--experiment", "bad-input", *argv])
+    code = cli.main(
+        [
+            "profile",
+            "--device",
+            "cpu",
+            "--imgsz",
+            "64",
+            "--batch",
+            "4",
+            "--workers",
+            "0",
+            "--experiment",
+            "bad-input",
+            *argv,
+        ]
+    )
     return code, capsys.readouterr().err.strip()
 
 
@@ -21,23 +35,28 @@ def _runs(mlflow_client):
     return [] if experiment is None else mlflow_client.search_runs([experiment.experiment_id])
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--model", "yolo99z.yaml"], "model config not found: yolo99z.yaml"),
-    (["--model", "/nowhere/best.pt"], "model checkpoint not found"),
-    (["--data", "/nowhere/data.yaml"], "dataset YAML not found"),
-    (["--active", "0"], "profiler.active"),
-    (["--max-steps", "3", "--wait", "2"],
-     "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3"),
-    (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
-    (["--device", "0"], "CUDA is not available"),
-    # data-parallel jobs
-    (["--device", "0,0"], "device '0,0' names a device twice: one rank per device"),
-    (["--device", "0,1", "--ranks", "2"], "ddp.ranks (--ranks) is for CPU ranks"),
-    (["--ranks", "2", "--ddp-backend", "nccl"], "ddp backend nccl needs GPUs"),
-    (["--ranks", "3"], "batch 4 does not divide over 3 ranks (ultralytics would train 1 images per rank"),
-    (["--ranks", "0"], "ddp.ranks"),
-    (["--device", "0,1"], "CUDA is not available"),  # more GPUs than the machine has: here, none at all
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--model", "yolo99z.yaml"], "model config not found: yolo99z.yaml"),
+        (["--model", "/nowhere/best.pt"], "model checkpoint not found"),
+        (["--data", "/nowhere/data.yaml"], "dataset YAML not found"),
+        (["--active", "0"], "profiler.active"),
+        (
+            ["--max-steps", "3", "--wait", "2"],
+            "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3",
+        ),
+        (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
+        (["--device", "0"], "CUDA is not available"),
+        # data-parallel jobs
+        (["--device", "0,0"], "device '0,0' names a device twice: one rank per device"),
+        (["--device", "0,1", "--ranks", "2"], "ddp.ranks (--ranks) is for CPU ranks"),
+        (["--ranks", "2", "--ddp-backend", "nccl"], "ddp backend nccl needs GPUs"),
+        (["--ranks", "3"], "batch 4 does not divide over 3 ranks (ultralytics would train 1 images per rank"),
+        (["--ranks", "0"], "ddp.ranks"),
+        (["--device", "0,1"], "CUDA is not available"),  # more GPUs than the machine has: here, none at all
+    ],
+)
 def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, argv, fragment):
     code, err = _run_cli(capsys, *argv)
     assert code == 2
@@ -47,8 +66,9 @@ def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, argv, f
 
 def test_dataset_yaml_with_missing_paths(capsys, tmp_path: Path, mlflow_client):
     data = tmp_path / "data.yaml"
-    data.write_text(yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val",
-                                    "names": ["a"]}))
+    data.write_text(
+        yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": ["a"]})
+    )
     code, err = _run_cli(capsys, "--data", str(data))
     assert code == 2 and "train path does not exist" in err
     assert _runs(mlflow_client) == []
@@ -66,9 +86,19 @@ def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_clie
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.profile_training import profile_training
 
-    spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
-                           "max_steps": 4, "experiment": "fails", "train_args": {"optimizer": "NoSuchOptimizer"},
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    spec = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "max_steps": 4,
+            "experiment": "fails",
+            "train_args": {"optimizer": "NoSuchOptimizer"},
+            "profiler": {"wait": 0, "warmup": 1, "active": 1},
+        }
+    )
     with pytest.raises(Exception):  # noqa: B017 - whatever ultralytics raises; the run's end state is the test
         profile_training(spec)
     runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("fails").experiment_id])
@@ -84,9 +114,18 @@ def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
     from yolo_mlops.run import pipeline
     from yolo_mlops.tracking import run_end
 
-    spec = build_run_spec({"imgsz": 64, "batch": 4, "workers": 0, "device": "cpu", "synthetic_images": 8,
-                           "max_steps": 3, "experiment": "corrupt-trace",
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1}})
+    spec = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "max_steps": 3,
+            "experiment": "corrupt-trace",
+            "profiler": {"wait": 0, "warmup": 1, "active": 1},
+        }
+    )
     prepared = pipeline.prepare(spec)
     with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)

@@ -12,14 +12,17 @@ def test_defaults_validate_and_window_arithmetic():
     assert ProfilerSettings(skip_first=2, wait=1, warmup=1, active=3, repeat=2).window_end_step == 12
 
 
-@pytest.mark.parametrize("fields, fragment", [
-    ({"profiler": {"active": 0}}, "profiler.active"),
-    ({"max_steps": 4, "profiler": {"wait": 2, "warmup": 1, "active": 3}}, "needs 6 steps"),
-    ({"model": "yolo11n.onnx"}, "must be a .yaml config or a .pt"),
-    ({"train_args": {"batch": 4}}, "train_args may not set ['batch']"),
-    ({"imgsz": 0}, "imgsz"),
-    ({"unknown_field": 1}, "unknown_field"),
-])
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        ({"profiler": {"active": 0}}, "profiler.active"),
+        ({"max_steps": 4, "profiler": {"wait": 2, "warmup": 1, "active": 3}}, "needs 6 steps"),
+        ({"model": "yolo11n.onnx"}, "must be a .yaml config or a .pt"),
+        ({"train_args": {"batch": 4}}, "train_args may not set ['batch']"),
+        ({"imgsz": 0}, "imgsz"),
+        ({"unknown_field": 1}, "unknown_field"),
+    ],
+)
 def test_bad_fields_give_one_line_errors(fields, fragment):
     with pytest.raises(ConfigError) as err:
         build_run_spec(fields)
@@ -47,8 +50,22 @@ def test_missing_and_malformed_config_files(tmp_path: Path):
 def test_cli_flags_fill_the_same_spec(tmp_path: Path):
     from yolo_mlops import cli
 
-    args = cli.build_parser().parse_args(["profile", "--imgsz", "320", "--max-steps", "50", "--active", "5",
-                                          "--nvml-backend", "none", "--nvml-devices", "0,1", "--with-stack"])
+    args = cli.build_parser().parse_args(
+        [
+            "profile",
+            "--imgsz",
+            "320",
+            "--max-steps",
+            "50",
+            "--active",
+            "5",
+            "--nvml-backend",
+            "none",
+            "--nvml-devices",
+            "0,1",
+            "--with-stack",
+        ]
+    )
     spec = cli.spec_from_args(args)
     assert (spec.imgsz, spec.max_steps, spec.profiler.active, spec.profiler.with_stack) == (320, 50, 5, True)
     assert (spec.nvml.backend, spec.nvml.devices) == ("none", [0, 1])

@@ -37,8 +37,9 @@ def test_dataset_yaml_errors_name_the_problem(tmp_path: Path):
     with pytest.raises(ConfigError, match="dataset YAML not found"):
         inspect_dataset(tmp_path / "missing.yaml")
     data = tmp_path / "data.yaml"
-    data.write_text(yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val",
-                                    "names": {0: "a"}}))
+    data.write_text(
+        yaml.safe_dump({"path": str(tmp_path), "train": "images/train", "val": "images/val", "names": {0: "a"}})
+    )
     with pytest.raises(ConfigError, match="train path does not exist"):
         inspect_dataset(data)
     (tmp_path / "images" / "train").mkdir(parents=True)

@@ -25,9 +25,18 @@ def _spec(name: str, **overrides):
     settings: dict[str, Any] = {
         # accumulate = round(nbs / batch) = 2 micro-batches per optimizer step; the window's 4 active steps
         # (3 to 6) hold 2 optimizer steps
-        "imgsz": 64, "batch": 4, "max_steps": 8, "workers": 0, "device": "cpu", "synthetic_images": 32,
-        "val": False, "experiment": "ddp", "run_name": name, "train_args": {"nbs": 8},
-        "profiler": {"wait": 1, "warmup": 1, "active": 4}, "ddp": {"ranks": 2},
+        "imgsz": 64,
+        "batch": 4,
+        "max_steps": 8,
+        "workers": 0,
+        "device": "cpu",
+        "synthetic_images": 32,
+        "val": False,
+        "experiment": "ddp",
+        "run_name": name,
+        "train_args": {"nbs": 8},
+        "profiler": {"wait": 1, "warmup": 1, "active": 4},
+        "ddp": {"ranks": 2},
     }
     for key, value in overrides.items():
         settings[key] = {**settings[key], **value} if isinstance(value, dict) and key in settings else value
@@ -65,8 +74,7 @@ def test_one_run_holds_both_ranks(job, tmp_path):
     slowest = int(metrics["perf/slowest_rank"])
     assert metrics["perf/step_time_ms_p50"] == metrics[f"rank{slowest}/perf/step_time_ms_p50"]
     assert metrics["perf/step_time_ms_p50"] == max(metrics[f"rank{r}/perf/step_time_ms_p50"] for r in (0, 1))
-    assert metrics["perf/images_per_s"] == pytest.approx(
-        sum(metrics[f"rank{r}/perf/images_per_s"] for r in (0, 1)))
+    assert metrics["perf/images_per_s"] == pytest.approx(sum(metrics[f"rank{r}/perf/images_per_s"] for r in (0, 1)))
     local = Path(mlflow.artifacts.download_artifacts(run_id=result.run_id, dst_path=str(tmp_path)))
     for rank in (0, 1):
         (trace,) = (local / "profiler" / f"rank{rank}").glob("*.pt.trace.json.gz")
@@ -127,8 +135,9 @@ def test_a_killed_rank_fails_the_job_and_leaves_no_process(prefect_server, mlflo
         _run(_spec("killed-rank"))
     # torchrun noticed the death (not a collective's timeout) and stopped the other rank
     assert "rank 1 of 2 ended by signal 9 (SIGKILL)" in str(failure.value)
-    runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("ddp").experiment_id],
-                                     "attributes.run_name = 'killed-rank'")
+    runs = mlflow_client.search_runs(
+        [mlflow_client.get_experiment_by_name("ddp").experiment_id], "attributes.run_name = 'killed-rank'"
+    )
     (run,) = runs
     assert run.info.status == "FAILED"
     assert "rank 1 of 2" in run.data.tags["yolo_mlops.error"]

@@ -22,10 +22,20 @@ ACTIVE_STEPS = 2
 @pytest.fixture(scope="module")
 def profiled_run(prefect_server, mlflow_client, tmp_path_factory):
     config = tmp_path_factory.mktemp("cfg") / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "imgsz": 64, "batch": 4, "epochs": 2, "workers": 0, "device": "cpu", "synthetic_images": 16,
-        "experiment": "e2e", "profiler": {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS, "with_stack": True},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "imgsz": 64,
+                "batch": 4,
+                "epochs": 2,
+                "workers": 0,
+                "device": "cpu",
+                "synthetic_images": 16,
+                "experiment": "e2e",
+                "profiler": {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS, "with_stack": True},
+            }
+        )
+    )
     assert cli.main(["profile", "--config", str(config), "--max-steps", "6", "--run-name", "e2e"]) == 0
     runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("e2e").experiment_id])
     assert len(runs) == 1
@@ -65,8 +75,9 @@ def test_metrics_are_present_and_plausible(profiled_run, mlflow_client):
     losses = mlflow_client.get_metric_history(profiled_run.info.run_id, "train/box_loss")
     assert len(losses) == 6 and len({h.value for h in losses}) > 1  # one real value per step
     # cross-check with ultralytics' own bookkeeping: its epoch-1 train/box_loss is the mean of that epoch's steps
-    results = Path(mlflow.artifacts.download_artifacts(run_id=profiled_run.info.run_id,
-                                                       artifact_path="ultralytics/results.csv"))
+    results = Path(
+        mlflow.artifacts.download_artifacts(run_id=profiled_run.info.run_id, artifact_path="ultralytics/results.csv")
+    )
     epoch1 = next(csv.DictReader(results.read_text().splitlines()))
     per_step = [h.value for h in sorted(losses, key=lambda h: h.step)]
     assert float(epoch1["train/box_loss"]) == pytest.approx(sum(per_step[:4]) / 4, rel=1e-3, abs=1e-5)
@@ -74,8 +85,7 @@ def test_metrics_are_present_and_plausible(profiled_run, mlflow_client):
 
 def test_trace_holds_profiled_steps_and_phase_labels(profiled_run, tmp_path):
     run_id = profiled_run.info.run_id
-    local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profiler",
-                                                     dst_path=str(tmp_path)))
+    local = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profiler", dst_path=str(tmp_path)))
     traces = sorted(local.glob("*.pt.trace.json.gz"))
     assert len(traces) == 1
     events = json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]
@@ -89,8 +99,12 @@ def test_trace_holds_profiled_steps_and_phase_labels(profiled_run, tmp_path):
 
 
 def test_tables_are_mlflow_tables_with_rows(profiled_run, mlflow_client):
-    table = mlflow_client.load_table(profiled_run.info.experiment_id, "profiler/key_averages_self_cpu.json",
-                                     run_ids=[profiled_run.info.run_id], extra_columns=["run_id"])
+    table = mlflow_client.load_table(
+        profiled_run.info.experiment_id,
+        "profiler/key_averages_self_cpu.json",
+        run_ids=[profiled_run.info.run_id],
+        extra_columns=["run_id"],
+    )
     assert len(table) > 10
     # torch's self time of the ProfilerStep* wrapper is its duration less its children's, and the Python frames
     # of the callback that calls profiler.step() straddle the step's ends (with_stack): near 0, seen at -1.6 ms
@@ -106,7 +120,9 @@ def test_artifacts_follow_the_layout(profiled_run, mlflow_client):
     analysis = {a.path.split("/")[-1] for a in mlflow_client.list_artifacts(run_id, "analysis")}
     assert {"report.md", "report.html", "trace_analysis.json", "findings.json", "step_times.csv"} <= analysis
     assert {a.path for a in mlflow_client.list_artifacts(run_id, "ultralytics")} >= {
-        "ultralytics/results.csv", "ultralytics/args.yaml"}
+        "ultralytics/results.csv",
+        "ultralytics/args.yaml",
+    }
 
 
 def test_memory_split_by_holder_recorded_with_stacks(profiled_run, mlflow_client):
@@ -135,9 +151,11 @@ def test_prefect_summary_artifact_links_the_run(profiled_run):
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-summary"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-summary"]))
+        )
     assert any(profiled_run.info.run_id in (a.data or "") for a in artifacts)
     with get_client(sync_client=True) as client:
         reports = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-report"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["profile-run-report"]))
+        )
     assert reports and reports[0].data is not None and "Step" in reports[0].data

@@ -93,8 +93,10 @@ def test_pairing_removes_the_lane_bias_that_a_pooled_comparison_suffers():
         cmp = blocks.compare_paired(base, var, resamples=50, seed=i)
         assert cmp.blocks == 5 and cmp.dropped == 3
         paired_err.append(math.log(cmp.speedup / true))
-        naive = (stats.summarise([c.repeat for c in var]).images_per_s
-                 / stats.summarise([c.repeat for c in base]).images_per_s)
+        naive = (
+            stats.summarise([c.repeat for c in var]).images_per_s
+            / stats.summarise([c.repeat for c in base]).images_per_s
+        )
         pooled_err.append(math.log(naive / true))
     assert abs(np.mean(paired_err)) < 0.01
     assert np.mean(pooled_err) > 0.08  # the variant looks >8% faster only because of where it ran
@@ -108,8 +110,11 @@ def test_a_lane_going_the_other_way_disagrees_and_the_others_do_not():
     assert [lane.lane for lane in cmp.lanes] == ["0", "1", "2", "3"]
     assert [lane.disagrees for lane in cmp.lanes] == [False, False, True, False]
     assert cmp.lanes[2].verdict == stats.SLOWER and cmp.lanes[2].ci_high < 1.0
-    assert all(lane.blocks == 4 and lane.speedup > 1.0 and lane.verdict != stats.SLOWER
-               for i, lane in enumerate(cmp.lanes) if i != 2)
+    assert all(
+        lane.blocks == 4 and lane.speedup > 1.0 and lane.verdict != stats.SLOWER
+        for i, lane in enumerate(cmp.lanes)
+        if i != 2
+    )
 
 
 def test_lane_flags_stay_within_their_family_wise_rate_without_a_lane_effect():
@@ -118,9 +123,13 @@ def test_lane_flags_stay_within_their_family_wise_rate_without_a_lane_effect():
     interval for one-block lanes and no correction over lanes flagged 52% of 2x2x1 sweeps."""
     rng = np.random.default_rng(21)
     for layout in ((2, 2, 1), (3, 3, 3), (2, 2, 2, 2, 2, 2, 2, 2)):
-        flagged = sum(any(lane.disagrees for lane in blocks.compare_paired(*simulate(rng, layout, 1.0),
-                                                                           resamples=50, seed=i).lanes)
-                      for i in range(300))
+        flagged = sum(
+            any(
+                lane.disagrees
+                for lane in blocks.compare_paired(*simulate(rng, layout, 1.0), resamples=50, seed=i).lanes
+            )
+            for i in range(300)
+        )
         assert flagged / 300 <= 0.09, (layout, flagged)
 
 
@@ -134,8 +143,12 @@ def test_too_few_blocks_to_compare_lanes_says_so():
 
 
 def test_lane_tests_step_down():
-    lanes = {"a": np.array([0.0, 0.01, -0.01]), "b": np.array([0.005, -0.005, 0.0]),
-             "c": np.array([0.3, 0.31, 0.29]), "d": np.array([0.0, 0.02, -0.02])}
+    lanes = {
+        "a": np.array([0.0, 0.01, -0.01]),
+        "b": np.array([0.005, -0.005, 0.0]),
+        "c": np.array([0.3, 0.31, 0.29]),
+        "d": np.array([0.0, 0.02, -0.02]),
+    }
     adjusted, flagged, how = blocks.lane_tests(lanes)
     assert flagged == {"c"} and adjusted["c"] < 0.05 <= min(adjusted[n] for n in "abd")
     assert "step-down over 4 lanes at 0.05 family-wise" in how and "(8 df)" in how
@@ -263,8 +276,9 @@ def test_same_seed_same_interval():
     for base, var in sweeps:
         assert run(base, var, 1) == run(base, var, 1)
     # the seed reaches the pooled bootstrap (a side set by the t floor does not depend on it, so some stay put)
-    changed = [(run(b, v, 1).ci_low, run(b, v, 1).ci_high) != (run(b, v, 2).ci_low, run(b, v, 2).ci_high)
-               for b, v in sweeps]
+    changed = [
+        (run(b, v, 1).ci_low, run(b, v, 1).ci_high) != (run(b, v, 2).ci_low, run(b, v, 2).ci_high) for b, v in sweeps
+    ]
     assert changed[-1] and sum(changed) >= 3
 
 
@@ -298,15 +312,27 @@ def _bootstrap_only_coverage(lane_blocks, true, sims, seed=0, resamples=SIM_RESA
 if __name__ == "__main__":
     sims = 2000
     print(f"{sims} simulated sweeps per row, {SIM_RESAMPLES} resamples each; lane 0 is {SLOW_LANE}x slower")
-    print("blocks per lane | true | outliers | coverage | bootstrap only: plain, scaled | mean log error | "
-          "mean CI width (log)")
-    for lane_blocks, true, outliers in [((4, 4, 4), 1.10, 0), ((3, 3), 1.00, 0), ((2, 2), 1.10, 0),
-                                        ((2, 2, 1, 1), 1.10, 0), ((2, 2, 2, 2), 1.00, 0), ((6, 6), 1.10, 0),
-                                        ((1, 1, 1), 1.10, 0), ((4, 4, 4), 1.10, 0.05), ((3, 3), 1.00, 0.05),
-                                        ((2, 2, 1, 1), 1.10, 0.05)]:
+    print(
+        "blocks per lane | true | outliers | coverage | bootstrap only: plain, scaled | mean log error | "
+        "mean CI width (log)"
+    )
+    for lane_blocks, true, outliers in [
+        ((4, 4, 4), 1.10, 0),
+        ((3, 3), 1.00, 0),
+        ((2, 2), 1.10, 0),
+        ((2, 2, 1, 1), 1.10, 0),
+        ((2, 2, 2, 2), 1.00, 0),
+        ((6, 6), 1.10, 0),
+        ((1, 1, 1), 1.10, 0),
+        ((4, 4, 4), 1.10, 0.05),
+        ((3, 3), 1.00, 0.05),
+        ((2, 2, 1, 1), 1.10, 0.05),
+    ]:
         start = time.perf_counter()
         share, error, _, width = coverage(lane_blocks, true, sims, seed=1, outliers=outliers)
         plain, scaled = _bootstrap_only_coverage(lane_blocks, true, sims, seed=1, outliers=outliers)
-        print(f"{'x'.join(map(str, lane_blocks)):>15} | {true:.2f} | {outliers:8.0%} | {share:.3f}    | "
-              f"{plain:.3f}, {scaled:.3f}                  | {error:+.4f}        | {width:.3f}   "
-              f"({time.perf_counter() - start:.0f} s)")
+        print(
+            f"{'x'.join(map(str, lane_blocks)):>15} | {true:.2f} | {outliers:8.0%} | {share:.3f}    | "
+            f"{plain:.3f}, {scaled:.3f}                  | {error:+.4f}        | {width:.3f}   "
+            f"({time.perf_counter() - start:.0f} s)"
+        )

@@ -12,8 +12,9 @@ from yolo_mlops.sweeps.plan import check_devices
 
 
 def test_blocks_run_whole_on_one_lane_round_robin():
-    plan = sweeps.plan_sweep(RunSpec(device="cpu"), ["batch_2", "workers_0"], repeats=5, pool="gpus",
-                             machines=["a", "b"])
+    plan = sweeps.plan_sweep(
+        RunSpec(device="cpu"), ["batch_2", "workers_0"], repeats=5, pool="gpus", machines=["a", "b"]
+    )
     assert [lane.name for lane in plan.lanes] == ["a/cpu", "b/cpu"] and plan.multi_lane
     for child in plan.children:
         assert child.block == child.repeat - 1
@@ -29,8 +30,7 @@ def test_blocks_run_whole_on_one_lane_round_robin():
 
 
 def test_pool_lanes_are_machines_times_devices():
-    plan = sweeps.plan_sweep(RunSpec(), ["batch_8"], repeats=2, pool="gpus", machines=["a", "b"],
-                             devices=["0", "1"])
+    plan = sweeps.plan_sweep(RunSpec(), ["batch_8"], repeats=2, pool="gpus", machines=["a", "b"], devices=["0", "1"])
     assert [lane.name for lane in plan.lanes] == ["a/0", "a/1", "b/0", "b/1"]
     assert all(lane.limit is None for lane in plan.lanes)  # each worker takes its own gpu-<machine>-<index>
     assert {c.lane for c in plan.children} == {"a/0", "a/1"}  # 2 blocks: 2 lanes used
@@ -44,13 +44,16 @@ def test_one_lane_is_not_paired():
     assert sweeps.plan_sweep(RunSpec(device="cpu"), ["batch_2"], repeats=2).lanes == ()
 
 
-@pytest.mark.parametrize(("devices", "message"), [
-    (["0", "0"], "0 named twice"),
-    (["0"], "0 does not exist here: this machine has 0 CUDA device"),  # this machine has no GPU
-    (["cpu", "0"], "'cpu' runs alone"),
-    (["gpu1"], "gpu1 is not a CUDA device index"),
-    ([" "], "name at least one device"),
-])
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        (["0", "0"], "0 named twice"),
+        (["0"], "0 does not exist here: this machine has 0 CUDA device"),  # this machine has no GPU
+        (["cpu", "0"], "'cpu' runs alone"),
+        (["gpu1"], "gpu1 is not a CUDA device index"),
+        ([" "], "name at least one device"),
+    ],
+)
 def test_bad_devices_are_one_line(devices, message):
     with pytest.raises(ConfigError, match=message):
         sweeps.plan_sweep(RunSpec(device="cpu"), [], repeats=1, devices=devices)
@@ -91,12 +94,19 @@ def test_pool_problems_are_one_line(prefect_server):
     _pool("idle-pool")
     with get_client(sync_client=True) as client:
         flow_id = client.create_flow(profile_training)
-        client.create_deployment(flow_id=flow_id, name="profile", work_pool_name="idle-pool",
-                                 entrypoint="flows/profile_training.py:profile_training")
+        client.create_deployment(
+            flow_id=flow_id,
+            name="profile",
+            work_pool_name="idle-pool",
+            entrypoint="flows/profile_training.py:profile_training",
+        )
         client.create_work_queue(name="machine-a", work_pool_name="idle-pool")
         client.create_work_queue(name="two words", work_pool_name="idle-pool")
-    with pytest.raises(ConfigError, match="has no machine with a live worker.*machine-a: no worker polled it yet, "
-                                          "two words: work queue 'two words' cannot name a machine"):
+    with pytest.raises(
+        ConfigError,
+        match="has no machine with a live worker.*machine-a: no worker polled it yet, "
+        "two words: work queue 'two words' cannot name a machine",
+    ):
         remote.find_target("idle-pool")
     with pytest.raises(ConfigError, match="has no deployment 'other' of flow"):
         remote.find_target("idle-pool", deployment="other")
@@ -109,15 +119,28 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run.environment import machine_name
 
-    tiny = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
-                profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
-    result = sweep(base=RunSpec.model_validate({**tiny, "experiment": "sweep-lanes"}), variants=["batch_2"], repeats=2,
-                   devices=["cpu"])
+    tiny = dict(
+        imgsz=64,
+        batch=4,
+        max_steps=4,
+        workers=0,
+        device="cpu",
+        synthetic_images=16,
+        val=False,
+        profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+    )
+    result = sweep(
+        base=RunSpec.model_validate({**tiny, "experiment": "sweep-lanes"}),
+        variants=["batch_2"],
+        repeats=2,
+        devices=["cpu"],
+    )
     assert [c["status"] for c in result.children] == ["ok"] * 4
     assert [(c["lane"], c["block"]) for c in result.children] == [("cpu", 0), ("cpu", 0), ("cpu", 1), ("cpu", 1)]
     parent = mlflow_client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags[names.SWEEP_LANES] == "cpu"
     children = mlflow_client.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
     assert {c.data.tags[names.SWEEP_LANE] for c in children} == {"cpu"} and len(children) == 4
     assert {c.data.params["env.machine"] for c in children} == {machine_name()}

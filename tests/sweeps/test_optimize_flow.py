@@ -17,13 +17,26 @@ from yolo_mlops.sweeps import stats
 
 pytestmark = pytest.mark.slow
 
-TINY = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
-            profiler={"wait": 0, "warmup": 1, "active": 1})
+TINY = dict(
+    imgsz=64,
+    batch=4,
+    max_steps=4,
+    workers=0,
+    device="cpu",
+    synthetic_images=16,
+    val=False,
+    profiler={"wait": 0, "warmup": 1, "active": 1},
+)
 
 
 def finding(rule: str, recommended: list[str]) -> Finding:
-    return Finding(rule=rule, severity="medium", title=f"{rule} finding", evidence={"share_pct": 30.0},
-                   recommended_variants=recommended)
+    return Finding(
+        rule=rule,
+        severity="medium",
+        title=f"{rule} finding",
+        evidence={"share_pct": 30.0},
+        recommended_variants=recommended,
+    )
 
 
 @pytest.fixture
@@ -46,8 +59,9 @@ def _runs(mlflow_client, experiment):
     return mlflow_client.search_runs([mlflow_client.get_experiment_by_name(experiment).experiment_id])
 
 
-def test_nothing_recommended_profiles_the_baseline_and_starts_no_sweep(prefect_server, mlflow_client, diagnosis,
-                                                                       tmp_path):
+def test_nothing_recommended_profiles_the_baseline_and_starts_no_sweep(
+    prefect_server, mlflow_client, diagnosis, tmp_path
+):
     from yolo_mlops.flows.optimize import optimize
 
     diagnosis.findings = [finding("fine", [])]
@@ -61,8 +75,9 @@ def test_nothing_recommended_profiles_the_baseline_and_starts_no_sweep(prefect_s
     assert run.data.tags["yolo_mlops.optimize"] == "baseline-profile"
     assert run.data.tags["yolo_mlops.run_kind"] == "profile"
     # the injected finding went through the real pipeline into the run's findings.json
-    stored = json.loads(Path(mlflow_client.download_artifacts(run.info.run_id, "analysis/findings.json",
-                                                              str(tmp_path))).read_text())
+    stored = json.loads(
+        Path(mlflow_client.download_artifacts(run.info.run_id, "analysis/findings.json", str(tmp_path))).read_text()
+    )
     assert [f["rule"] for f in stored] == ["fine"]
     # the diagnosis was given the applied settings of this CPU run, typed
     (inp,) = diagnosis.inputs
@@ -73,8 +88,10 @@ def test_nothing_recommended_profiles_the_baseline_and_starts_no_sweep(prefect_s
 def test_recommended_variants_are_swept_and_judged(prefect_server, mlflow_client, diagnosis, tmp_path):
     from yolo_mlops.flows.optimize import optimize
 
-    diagnosis.findings = [finding("data_wait_high", ["batch_2", "persistent_workers"]),
-                          finding("fp32_matmuls", ["amp_bf16", "batch_2"])]
+    diagnosis.findings = [
+        finding("data_wait_high", ["batch_2", "persistent_workers"]),
+        finding("fp32_matmuls", ["amp_bf16", "batch_2"]),
+    ]
     result = optimize(base=RunSpec.model_validate({**TINY, "experiment": "optimize-some"}), repeats=1)
 
     assert result.recommended == ["batch_2", "amp_bf16"]
@@ -87,8 +104,11 @@ def test_recommended_variants_are_swept_and_judged(prefect_server, mlflow_client
     assert tags["yolo_mlops.sweep.variants"] == "baseline,batch_2,amp_bf16"
     assert tags["yolo_mlops.sweep.skipped"] == "amp_bf16"  # GPU-only: skipped on CPU, never run as something else
     assert tags["yolo_mlops.sweep.best_variant"] == result.best_variant
-    children = [r for r in _runs(mlflow_client, "optimize-some")
-                if r.data.tags.get("mlflow.parentRunId") == result.sweep_parent_run_id]
+    children = [
+        r
+        for r in _runs(mlflow_client, "optimize-some")
+        if r.data.tags.get("mlflow.parentRunId") == result.sweep_parent_run_id
+    ]
     assert sorted(c.data.tags["yolo_mlops.variant"] for c in children) == ["baseline", "batch_2"]
 
     rows = {r.variant: r for r in result.rows}
@@ -104,13 +124,20 @@ def test_recommended_variants_are_swept_and_judged(prefect_server, mlflow_client
     assert b2.speedup == metrics["sweep/speedup_batch_2"]
     assert b2.ci_low == metrics["sweep/speedup_ci_low_batch_2"]
     assert b2.ci_high == metrics["sweep/speedup_ci_high_batch_2"]
-    table = mlflow_client.load_table(parent.info.experiment_id, "sweep/comparison.json",
-                                     run_ids=[result.sweep_parent_run_id])
+    table = mlflow_client.load_table(
+        parent.info.experiment_id, "sweep/comparison.json", run_ids=[result.sweep_parent_run_id]
+    )
     logged = {r["variant"]: r for r in table.to_dict("records")}["batch_2"]
     assert b2.verdict == logged["verdict"] == stats.verdict(b2.ci_low, b2.ci_high)
-    expected = ("did not hold" if logged["verdict"] != stats.FASTER
-                else "faster but accuracy changed" if logged["loss_flag"] or logged["map_flag"] else "held")
+    expected = (
+        "did not hold"
+        if logged["verdict"] != stats.FASTER
+        else "faster but accuracy changed"
+        if logged["loss_flag"] or logged["map_flag"]
+        else "held"
+    )
     assert b2.outcome == expected
-    logged_report = Path(mlflow_client.download_artifacts(result.sweep_parent_run_id, "sweep/recommendations.md",
-                                                          str(tmp_path))).read_text()
+    logged_report = Path(
+        mlflow_client.download_artifacts(result.sweep_parent_run_id, "sweep/recommendations.md", str(tmp_path))
+    ).read_text()
     assert logged_report == result.markdown and "`batch_2`" in logged_report

@@ -27,9 +27,17 @@ pytestmark = pytest.mark.slow
 
 FAST, SLOW = "fast-1", "slow-2"
 LOST_AFTER_S = 20.0
-TINY = {"imgsz": 64, "batch": 4, "max_steps": 6, "workers": 0, "device": "cpu", "synthetic_images": 24, "val": False,
-        "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False}}
-SLOW_STEP = '''
+TINY = {
+    "imgsz": 64,
+    "batch": 4,
+    "max_steps": 6,
+    "workers": 0,
+    "device": "cpu",
+    "synthetic_images": 24,
+    "val": False,
+    "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+}
+SLOW_STEP = """
 import time
 import torch
 _backward = torch.Tensor.backward
@@ -37,7 +45,7 @@ def _slow_backward(self, *args, **kwargs):
     time.sleep(2.0)  # planted: every training step of this machine is slower, far above the noise
     return _backward(self, *args, **kwargs)
 torch.Tensor.backward = _slow_backward
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +73,19 @@ def _parent_id(log: Path) -> str:
 
 @pytest.fixture(scope="module")
 def pool_sweep(fleet: LocalFleet):
-    proc, log = fleet.cli("sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "4",
-                          "--config", str(fleet.work_dir / "tiny.yaml"), "--lost-after", str(LOST_AFTER_S))
+    proc, log = fleet.cli(
+        "sweep",
+        "--pool",
+        POOL,
+        "--variants",
+        "batch_2",
+        "--repeats",
+        "4",
+        "--config",
+        str(fleet.work_dir / "tiny.yaml"),
+        "--lost-after",
+        str(LOST_AFTER_S),
+    )
     assert proc.wait(1500) == 0, log.read_text(errors="replace")[-6000:]
     return _parent_id(log), log
 
@@ -93,24 +112,39 @@ def test_fleet_names_the_planted_slow_machine(pool_sweep, fleet: LocalFleet):
     proc, log = fleet.cli("fleet", "--experiment", "fleet-sweep", "--format", "json")
     assert proc.wait(600) == 0, log.read_text(errors="replace")[-4000:]
     text = log.read_text(errors="replace")
-    report = json.loads(text[text.index("{"):])
+    report = json.loads(text[text.index("{") :])
     slow = {m["machine"] for w in report["workloads"] for m in w["slow_machines"]}
     assert slow == {SLOW}
 
 
 def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, fleet: LocalFleet):
     # 2 repeats: one block a machine, enough to lose one mid-sweep and finish with the other's
-    proc, log = fleet.cli("sweep", "--pool", POOL, "--variants", "batch_2", "--repeats", "2",
-                          "--config", str(fleet.work_dir / "tiny.yaml"), "--experiment", "fleet-lost", "--lost-after",
-                          str(LOST_AFTER_S))
+    proc, log = fleet.cli(
+        "sweep",
+        "--pool",
+        POOL,
+        "--variants",
+        "batch_2",
+        "--repeats",
+        "2",
+        "--config",
+        str(fleet.work_dir / "tiny.yaml"),
+        "--experiment",
+        "fleet-lost",
+        "--lost-after",
+        str(LOST_AFTER_S),
+    )
     # wait until a child runs on the slow machine, then take that machine away (worker + flow-run process)
     with fleet.prefect() as client:
         from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
         from prefect.client.schemas.objects import StateType
 
         def running_on_slow():
-            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
+            runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))
+                )
+            )
             return next((r for r in runs if r.work_queue_name == SLOW), None)
 
         assert poll_until(lambda: running_on_slow() is not None, 900, proc), log.read_text(errors="replace")[-4000:]

@@ -12,8 +12,13 @@ from yolo_mlops.sweeps import VariantRow, stats
 
 
 def finding(rule: str, recommended: list[str], severity: str = "medium") -> Finding:
-    return Finding(rule=rule, severity=severity, title=f"{rule} finding", evidence={"share_pct": 42.0},
-                   recommended_variants=recommended)
+    return Finding(
+        rule=rule,
+        severity=severity,
+        title=f"{rule} finding",
+        evidence={"share_pct": 42.0},
+        recommended_variants=recommended,
+    )
 
 
 FINDINGS = [
@@ -49,9 +54,14 @@ def test_report_says_which_recommendations_held_and_by_how_much():
     ]
     report_rows, markdown = sweeps.recommendation_report(recs, rows, "r1")
     outcome = {r.variant: r.outcome for r in report_rows}
-    assert outcome == {"workers_8": "held", "cache_ram": "did not hold", "amp_bf16": "skipped",
-                       "amp_bf16+channels_last": "failed", "persistent_workers": "not swept",
-                       "warp_drive": "not swept"}
+    assert outcome == {
+        "workers_8": "held",
+        "cache_ram": "did not hold",
+        "amp_bf16": "skipped",
+        "amp_bf16+channels_last": "failed",
+        "persistent_workers": "not swept",
+        "warp_drive": "not swept",
+    }
     held = report_rows[0]
     assert held.speedup == 1.40004 and (held.ci_low, held.ci_high) == (1.3, 1.5)  # full precision, not rounded
     assert held.recommended_by == "data_wait_high"
@@ -64,8 +74,9 @@ def test_report_says_which_recommendations_held_and_by_how_much():
 
 def test_faster_with_changed_accuracy_is_not_held():
     recs = sweeps.recommendations([finding("batch_small", ["batch_8"])])
-    rows = [VariantRow("batch_8", status="ok", verdict=stats.FASTER, speedup=1.2, ci_low=1.1, ci_high=1.3,
-                       loss_flag=True)]
+    rows = [
+        VariantRow("batch_8", status="ok", verdict=stats.FASTER, speedup=1.2, ci_low=1.1, ci_high=1.3, loss_flag=True)
+    ]
     report_rows, markdown = sweeps.recommendation_report(recs, rows, "r1")
     assert [r.outcome for r in report_rows] == ["faster but accuracy changed"]
     assert "0 of 1 swept recommendations held." in markdown
@@ -93,13 +104,17 @@ def test_estimated_saving_is_set_beside_the_measured_one():
     also.saving = Saving(ms_per_step=10.0, pct_of_step=8.0, assumption="x")
     recs = sweeps.recommendations([slow_data, also, finding("no_estimate", ["cache_ram"])])
     assert recs.estimated_saving_pct == {"workers_8": 30.0}  # the largest bound among its findings
-    rows = [VariantRow("workers_8", status="ok", verdict=stats.FASTER, speedup=1.25, ci_low=1.2, ci_high=1.3),
-            VariantRow("cache_ram", status="ok", verdict=stats.SAME, speedup=1.0, ci_low=0.95, ci_high=1.05)]
+    rows = [
+        VariantRow("workers_8", status="ok", verdict=stats.FASTER, speedup=1.25, ci_low=1.2, ci_high=1.3),
+        VariantRow("cache_ram", status="ok", verdict=stats.SAME, speedup=1.0, ci_low=0.95, ci_high=1.05),
+    ]
     report_rows, markdown = sweeps.recommendation_report(recs, rows, "r1")
     workers = report_rows[0]
     assert workers.estimated_saving_pct == 30.0
     assert math.isclose(workers.measured_saving_pct, 20.0)  # 1 - 1/1.25 of the step time
     assert "| <= 30.0% | 20.0% |" in markdown
     metrics = sweeps.saving_metrics(report_rows)
-    assert metrics == {"optimize/workers_8_saving_pct_estimated": 30.0,
-                       "optimize/workers_8_saving_pct_measured": pytest.approx(20.0)}
+    assert metrics == {
+        "optimize/workers_8_saving_pct_estimated": 30.0,
+        "optimize/workers_8_saving_pct_measured": pytest.approx(20.0),
+    }

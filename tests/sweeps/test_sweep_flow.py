@@ -23,8 +23,16 @@ from yolo_mlops.sweeps import stats
 pytestmark = pytest.mark.slow
 
 LIMIT = "sweep-test-slot"
-TINY = dict(imgsz=64, batch=4, max_steps=4, workers=0, device="cpu", synthetic_images=16, val=False,
-            profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
+TINY = dict(
+    imgsz=64,
+    batch=4,
+    max_steps=4,
+    workers=0,
+    device="cpu",
+    synthetic_images=16,
+    val=False,
+    profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+)
 BAD = {"bad_optimizer": {"train_args": {"optimizer": "NoSuchOptimizer"}}}
 
 
@@ -53,11 +61,22 @@ def sweeps_done(prefect_server, mlflow_client):
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors[key] = exc
 
-    a = threading.Thread(target=run, args=("a",), kwargs=dict(
-        base=base_a, variants=["batch_2", "amp_bf16", "bad_optimizer"], repeats=2, order="interleaved",
-        warmup_steps=1, concurrency_limit=LIMIT, custom_variants=BAD))
-    b = threading.Thread(target=run, args=("b",), kwargs=dict(
-        base=base_b, variants=[], repeats=1, concurrency_limit=LIMIT))
+    a = threading.Thread(
+        target=run,
+        args=("a",),
+        kwargs=dict(
+            base=base_a,
+            variants=["batch_2", "amp_bf16", "bad_optimizer"],
+            repeats=2,
+            order="interleaved",
+            warmup_steps=1,
+            concurrency_limit=LIMIT,
+            custom_variants=BAD,
+        ),
+    )
+    b = threading.Thread(
+        target=run, args=("b",), kwargs=dict(base=base_b, variants=[], repeats=1, concurrency_limit=LIMIT)
+    )
     a.start()
     time.sleep(3.0)
     b.start()
@@ -129,8 +148,7 @@ def test_failing_variant_is_isolated_and_reported(sweeps_done, mlflow_client):
 def test_comparison_table_in_mlflow(sweeps_done, mlflow_client):
     res = sweeps_done["a"]
     parent = mlflow_client.get_run(res.parent_run_id)
-    table = mlflow_client.load_table(parent.info.experiment_id, "sweep/comparison.json",
-                                     run_ids=[res.parent_run_id])
+    table = mlflow_client.load_table(parent.info.experiment_id, "sweep/comparison.json", run_ids=[res.parent_run_id])
     rows = {r["variant"]: r for r in table.to_dict("records")}
     assert list(rows) == ["baseline", "batch_2", "amp_bf16", "bad_optimizer"]
     assert rows["baseline"]["speedup"] == 1.0 and rows["baseline"]["repeats_ok"] == 2
@@ -143,8 +161,14 @@ def test_comparison_table_in_mlflow(sweeps_done, mlflow_client):
     skipped = rows["amp_bf16"]
     assert skipped["status"] == "skipped" and "CUDA" in skipped["reason"]
     # the speed-up agrees with the children's own images/s (same steady steps: warm-up 1, profiler window out)
-    ips = {v: [c.data.metrics["perf/images_per_s"] for c in _children(mlflow_client, res.parent_run_id)
-               if c.data.tags["yolo_mlops.variant"] == v] for v in ("baseline", "batch_2")}
+    ips = {
+        v: [
+            c.data.metrics["perf/images_per_s"]
+            for c in _children(mlflow_client, res.parent_run_id)
+            if c.data.tags["yolo_mlops.variant"] == v
+        ]
+        for v in ("baseline", "batch_2")
+    }
     expected = np.median(ips["batch_2"]) / np.median(ips["baseline"])
     # val: false is no validation pass at all, not even ultralytics' one after the last epoch: no val/* number
     assert not [k for c in _children(mlflow_client, res.parent_run_id) for k in c.data.metrics if k.startswith("val/")]
@@ -197,8 +221,12 @@ def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, m
     from yolo_mlops.flows.sweep import sweep
 
     with pytest.raises(ConfigError, match="concurrency limit 'no-such-limit' does not exist"):
-        sweep(base=RunSpec.model_validate({**TINY, "experiment": "sweep-nolimit"}), variants=["batch_2"], repeats=1,
-              concurrency_limit="no-such-limit")
+        sweep(
+            base=RunSpec.model_validate({**TINY, "experiment": "sweep-nolimit"}),
+            variants=["batch_2"],
+            repeats=1,
+            concurrency_limit="no-such-limit",
+        )
     assert mlflow_client.get_experiment_by_name("sweep-nolimit") is None  # failed before any run existed
 
 
@@ -210,6 +238,12 @@ def test_gpu_sweeps_default_to_the_gpu_limit(prefect_server):
     plan = sweeps.plan_sweep(RunSpec(device="1"), ["amp_bf16", "batch_8"], repeats=2, order="blocked")
     assert plan.concurrency_limit == f"gpu-{machine_name()}-1" and not plan.skipped
     assert [(c.variant, c.repeat) for c in plan.children] == [
-        ("baseline", 1), ("baseline", 2), ("amp_bf16", 1), ("amp_bf16", 2), ("batch_8", 1), ("batch_8", 2)]
+        ("baseline", 1),
+        ("baseline", 2),
+        ("amp_bf16", 1),
+        ("amp_bf16", 2),
+        ("batch_8", 1),
+        ("batch_8", 2),
+    ]
     cpu = sweeps.plan_sweep(RunSpec(device="cpu"), ["amp_bf16"], repeats=1)
     assert cpu.concurrency_limit is None and "amp_bf16" in cpu.skipped and len(cpu.children) == 1

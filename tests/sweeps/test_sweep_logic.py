@@ -19,7 +19,13 @@ def test_plan_interleaves_and_puts_the_baseline_first_once():
     plan = sweeps.plan_sweep(CPU, ["batch_2", "baseline", "workers_1", "batch_2"], repeats=2)
     assert plan.variants == ["baseline", "batch_2", "workers_1"]
     assert [(c.variant, c.repeat) for c in plan.children] == [
-        ("baseline", 1), ("batch_2", 1), ("workers_1", 1), ("baseline", 2), ("batch_2", 2), ("workers_1", 2)]
+        ("baseline", 1),
+        ("batch_2", 1),
+        ("workers_1", 1),
+        ("baseline", 2),
+        ("batch_2", 2),
+        ("workers_1", 2),
+    ]
     assert [c.position for c in plan.children] == list(range(6))
 
 
@@ -57,20 +63,42 @@ def test_disk_cache_guard_removes_only_the_npy_files_the_child_created(tmp_path)
     assert (images / "kept.npy").exists()
 
 
-CPU_APPLIED = AppliedSettings(cudnn_benchmark=False, matmul_tf32=False, cudnn_tf32=True, amp=False,
-                              channels_last=None, compile=False, compiled=False, channels_last_effective=False)
+CPU_APPLIED = AppliedSettings(
+    cudnn_benchmark=False,
+    matmul_tf32=False,
+    cudnn_tf32=True,
+    amp=False,
+    channels_last=None,
+    compile=False,
+    compiled=False,
+    channels_last_effective=False,
+)
 
 
 def test_applied_settings_tags_are_the_recorded_strings_and_parse_back():
     tags = CPU_APPLIED.tags()
     assert tags == {
-        "yolo_mlops.applied.cudnn_benchmark": "False", "yolo_mlops.applied.matmul_tf32": "False",
-        "yolo_mlops.applied.cudnn_tf32": "True", "yolo_mlops.applied.amp": "False",
-        "yolo_mlops.applied.channels_last": "None", "yolo_mlops.applied.compile": "False",
-        "yolo_mlops.applied.compiled": "False", "yolo_mlops.applied.channels_last_effective": "False"}
+        "yolo_mlops.applied.cudnn_benchmark": "False",
+        "yolo_mlops.applied.matmul_tf32": "False",
+        "yolo_mlops.applied.cudnn_tf32": "True",
+        "yolo_mlops.applied.amp": "False",
+        "yolo_mlops.applied.channels_last": "None",
+        "yolo_mlops.applied.compile": "False",
+        "yolo_mlops.applied.compiled": "False",
+        "yolo_mlops.applied.channels_last_effective": "False",
+    }
     assert AppliedSettings.from_tags({**tags, "yolo_mlops.variant": "baseline"}) == CPU_APPLIED
-    gpu = AppliedSettings(cudnn_benchmark=True, matmul_tf32=False, cudnn_tf32=True, amp="bf16", channels_last=True,
-                          compile="max-autotune", compiled=True, channels_last_effective=True, pin_memory=False)
+    gpu = AppliedSettings(
+        cudnn_benchmark=True,
+        matmul_tf32=False,
+        cudnn_tf32=True,
+        amp="bf16",
+        channels_last=True,
+        compile="max-autotune",
+        compiled=True,
+        channels_last_effective=True,
+        pin_memory=False,
+    )
     assert gpu.tags()["yolo_mlops.applied.pin_memory"] == "False"
     assert gpu.tags()["yolo_mlops.applied.amp"] == "bf16"
     assert AppliedSettings.from_tags(gpu.tags()) == gpu
@@ -102,7 +130,8 @@ def test_compare_builds_rows_for_ok_partial_failed_and_skipped_variants(tmp_path
     plan = sweeps.plan_sweep(CPU, ["batch_2", "workers_1", "amp_bf16", "imgsz_96"], repeats=2)
     loss = {"train/loss_total": 5.0}
     records = [
-        _record("baseline", 1, [100, 102, 98, 101], metrics=loss), _record("baseline", 2, [99, 100, 103], metrics=loss),
+        _record("baseline", 1, [100, 102, 98, 101], metrics=loss),
+        _record("baseline", 2, [99, 100, 103], metrics=loss),
         _record("batch_2", 1, [50, 51, 49], metrics={"train/loss_total": 9.0}, images=2),
         _record("batch_2", 2, [52, 50, 48], metrics={"train/loss_total": 9.2}, images=2),
         _record("workers_1", 1, [70, 71, 69], metrics=loss),
@@ -139,13 +168,33 @@ def test_compare_builds_rows_for_ok_partial_failed_and_skipped_variants(tmp_path
 
 def test_the_mlflow_table_and_the_prefect_rows_are_the_typed_rows_at_the_edge():
     plan = sweeps.plan_sweep(CPU, ["workers_1", "amp_bf16"], repeats=1)
-    report = sweeps.compare(plan, [_record("baseline", 1, [100, 102, 98, 101]),
-                                   _record("workers_1", 1, [70.123456, 71, 69])])
+    report = sweeps.compare(
+        plan, [_record("baseline", 1, [100, 102, 98, 101]), _record("workers_1", 1, [70.123456, 71, 69])]
+    )
     frame = sweeps.frame(report.rows)
-    assert list(frame.columns) == ["variant", "status", "repeats_ok", "repeats_failed", "steps", "median_step_ms",
-                                   "images_per_s", "speedup", "ci_low", "ci_high", "step_time_ratio", "verdict",
-                                   "loss_delta", "loss_flag", "map_delta", "map_flag", "gpu_util_delta_pct",
-                                   "peak_mem_delta_gib", "reason", "note", "method"]
+    assert list(frame.columns) == [
+        "variant",
+        "status",
+        "repeats_ok",
+        "repeats_failed",
+        "steps",
+        "median_step_ms",
+        "images_per_s",
+        "speedup",
+        "ci_low",
+        "ci_high",
+        "step_time_ratio",
+        "verdict",
+        "loss_delta",
+        "loss_flag",
+        "map_delta",
+        "map_flag",
+        "gpu_util_delta_pct",
+        "peak_mem_delta_gib",
+        "reason",
+        "note",
+        "method",
+    ]
     assert frame["speedup"].dtype == float and frame["loss_flag"].dtype == bool
     table = {r["variant"]: r for r in sweeps.prefect_table(report)}
     workers = {r.variant: r for r in report.rows}["workers_1"]
@@ -172,10 +221,14 @@ def test_over_lanes_the_comparison_is_paired_within_blocks():
     assert row.speedup == pytest.approx(1.2, rel=0.03) and row.ci_low < 1.2 < row.ci_high
     assert row.verdict == stats.FASTER and row.method.startswith("paired by block on 2 lanes, 5 blocks")
     assert [(lane.lane, lane.blocks, lane.disagrees) for lane in row.lanes] == [
-        ("fast/cpu", 2, False), ("slow/cpu", 3, False)]
+        ("fast/cpu", 2, False),
+        ("slow/cpu", 3, False),
+    ]
     # the groups pooled without pairing: 2 fast + 3 slow baselines against 3 + 3 variants -> biased
-    naive = stats.compare([r.repeat for r in records if r.repeat and r.outcome.child.variant == "baseline"],
-                          [r.repeat for r in records if r.repeat and r.outcome.child.variant == "batch_2"])
+    naive = stats.compare(
+        [r.repeat for r in records if r.repeat and r.outcome.child.variant == "baseline"],
+        [r.repeat for r in records if r.repeat and r.outcome.child.variant == "batch_2"],
+    )
     assert abs(naive.speedup - 1.2) > 0.05
     text = sweeps.markdown(plan, report)
     assert "## Per lane" in text and "`slow/cpu`" not in text and "slow/cpu" in text

@@ -32,8 +32,12 @@ def _target(pool: str) -> remote.PoolTarget:
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
         flow_id = client.create_flow(profile_training)
-        client.create_deployment(flow_id=flow_id, name=f"profile-{pool}", work_pool_name=pool,
-                                 entrypoint="flows/profile_training.py:profile_training")
+        client.create_deployment(
+            flow_id=flow_id,
+            name=f"profile-{pool}",
+            work_pool_name=pool,
+            entrypoint="flows/profile_training.py:profile_training",
+        )
         client.create_work_queue(name="machine-a", work_pool_name=pool)
         _poll(client, pool)
     return remote.find_target(pool)
@@ -41,15 +45,17 @@ def _target(pool: str) -> remote.PoolTarget:
 
 def _poll(client, pool: str) -> None:
     """What a worker's poll does to the queue (last_polled), taking nothing: the runs stay scheduled."""
-    client.get_scheduled_flow_runs_for_work_pool(pool, work_queue_names=["machine-a"],
-                                                 scheduled_before=datetime.now(UTC) - timedelta(days=365))
+    client.get_scheduled_flow_runs_for_work_pool(
+        pool, work_queue_names=["machine-a"], scheduled_before=datetime.now(UTC) - timedelta(days=365)
+    )
 
 
 def _child(target: remote.PoolTarget, **timeouts: float) -> ChildOutcome:
     lane = Lane(name="machine-a/default", machine="machine-a", device=None, limit=None)
     outcome = ChildOutcome(Child(0, "baseline", 1), "pending")
-    return remote.run_remote_child(target, lane, outcome, RunSpec(device="cpu").model_dump(mode="json"),
-                                   lost_after_s=3600, poll_s=0.2, **timeouts)
+    return remote.run_remote_child(
+        target, lane, outcome, RunSpec(device="cpu").model_dump(mode="json"), lost_after_s=3600, poll_s=0.2, **timeouts
+    )
 
 
 def _state(flow_run_id: str):
@@ -84,8 +90,9 @@ def test_a_child_that_never_finishes_is_cancelled_after_the_run_timeout(prefect_
         try:
             with get_client(sync_client=True) as client:
                 while not stop.is_set():
-                    runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
-                        id=DeploymentFilterId(any_=[UUID(target.deployment_id)])))
+                    runs = client.read_flow_runs(
+                        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[UUID(target.deployment_id)]))
+                    )
                     if runs:
                         client.set_flow_run_state(runs[0].id, Running(), force=True)
                         return
@@ -118,16 +125,22 @@ def test_a_bisection_run_past_its_timeout_is_killed_and_reported(tmp_path: Path)
     from yolo_mlops.bisect import runner
 
     # a process left to its 600 s sleep would end with 0, not TIMED_OUT
-    code, output = runner._child(["-c", "import time; print('started', flush=True); time.sleep(600)"], {},
-                                 tmp_path, tmp_path / "run.log", timeout_s=0.5)
+    code, output = runner._child(
+        ["-c", "import time; print('started', flush=True); time.sleep(600)"],
+        {},
+        tmp_path,
+        tmp_path / "run.log",
+        timeout_s=0.5,
+    )
     assert code == runner.TIMED_OUT
     assert "started" in output or output == ""  # the process may be ended before it printed
     done = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "ok"
 
 
-@pytest.mark.parametrize(("flow_args", "says"), [
-    ({"run_timeout_s": 0}, "run_timeout_s"), ({"start_timeout_s": -1}, "start_timeout_s")])
+@pytest.mark.parametrize(
+    ("flow_args", "says"), [({"run_timeout_s": 0}, "run_timeout_s"), ({"start_timeout_s": -1}, "start_timeout_s")]
+)
 def test_sweep_timeouts_must_be_positive(flow_args, says):
     from prefect.exceptions import ParameterTypeError
 
@@ -145,19 +158,35 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
     from yolo_mlops import names
     from yolo_mlops.flows.sweep import sweep
 
-    tiny = dict(imgsz=64, batch=4, max_steps=200, workers=0, device="cpu", synthetic_images=16, val=False,
-                profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False})
+    tiny = dict(
+        imgsz=64,
+        batch=4,
+        max_steps=200,
+        workers=0,
+        device="cpu",
+        synthetic_images=16,
+        val=False,
+        profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+    )
     # 200 CPU steps a child: a lane that was not ended would finish its children, not fail them with the bound
-    result = sweep(base=RunSpec.model_validate({**tiny, "experiment": "sweep-lane-timeout"}), variants=["batch_2"],
-                   repeats=1, devices=["cpu"], start_timeout_s=0.01, run_timeout_s=0.015)
+    result = sweep(
+        base=RunSpec.model_validate({**tiny, "experiment": "sweep-lane-timeout"}),
+        variants=["batch_2"],
+        repeats=1,
+        devices=["cpu"],
+        start_timeout_s=0.01,
+        run_timeout_s=0.015,
+    )
     assert [c["status"] for c in result.children] == ["failed", "failed"]
     assert all("did not finish within 0.05 s" in c["error"] for c in result.children)
     assert result.failed_children == 2
     parent = mlflow_client.get_run(result.parent_run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags[names.SWEEP_FAILED_CHILDREN] == "2"
     children = mlflow_client.search_runs(
-        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")
+        [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
     # none left RUNNING: a child the lane's process was training when it was ended (SIGTERM) ends KILLED by its own
     # run guard, one it had not started yet or that the signal caught outside the guard is ended FAILED by the sweep
-    assert all(c.info.status in ("FAILED", "KILLED") for c in children), \
-        [(c.info.status, c.data.tags.get(names.ERROR)) for c in children]
+    assert all(c.info.status in ("FAILED", "KILLED") for c in children), [
+        (c.info.status, c.data.tags.get(names.ERROR)) for c in children
+    ]

@@ -16,22 +16,25 @@ def test_baseline_changes_nothing_but_the_name():
     assert spec == BASE.model_copy(update={"variant": "baseline"})
 
 
-@pytest.mark.parametrize("expr, field, expected", [
-    ("amp_bf16", ("train_args", "amp"), "bf16"),
-    ("amp_fp16", ("train_args", "amp"), "fp16"),
-    ("fp32", ("train_args", "amp"), False),
-    ("channels_last", ("train_args", "channels_last"), True),
-    ("channels_first", ("train_args", "channels_last"), False),
-    ("compile", ("train_args", "compile"), True),
-    ("compile_max_autotune", ("train_args", "compile"), "max-autotune"),
-    ("cache_ram", ("train_args", "cache"), "ram"),
-    ("cache_disk", ("train_args", "cache"), "disk"),
-    ("tf32", ("torch", "tf32"), True),
-    ("pin_memory_off", ("torch", "pin_memory"), False),
-    ("batch_32", ("batch",), 32),
-    ("workers_8", ("workers",), 8),
-    ("imgsz_320", ("imgsz",), 320),
-])
+@pytest.mark.parametrize(
+    "expr, field, expected",
+    [
+        ("amp_bf16", ("train_args", "amp"), "bf16"),
+        ("amp_fp16", ("train_args", "amp"), "fp16"),
+        ("fp32", ("train_args", "amp"), False),
+        ("channels_last", ("train_args", "channels_last"), True),
+        ("channels_first", ("train_args", "channels_last"), False),
+        ("compile", ("train_args", "compile"), True),
+        ("compile_max_autotune", ("train_args", "compile"), "max-autotune"),
+        ("cache_ram", ("train_args", "cache"), "ram"),
+        ("cache_disk", ("train_args", "cache"), "disk"),
+        ("tf32", ("torch", "tf32"), True),
+        ("pin_memory_off", ("torch", "pin_memory"), False),
+        ("batch_32", ("batch",), 32),
+        ("workers_8", ("workers",), 8),
+        ("imgsz_320", ("imgsz",), 320),
+    ],
+)
 def test_each_variant_maps_to_its_exact_change(expr, field, expected):
     spec = apply_variant(BASE, expr)
     value = spec
@@ -57,18 +60,21 @@ def test_composition_is_canonical_and_merges_changes():
     assert canonical("baseline+tf32") == "tf32"
 
 
-@pytest.mark.parametrize("expr, words", [
-    ("amp_bf16+fp32", ["conflicts", "precision"]),
-    ("batch_8+batch_16", ["conflicts", "batch"]),
-    ("compile+compile_reduce-overhead", ["conflicts", "compile"]),
-    ("cache_ram+cache_disk", ["conflicts", "cache"]),
-    ("channels_last+channels_first", ["conflicts", "memory_format"]),
-    ("tf32+tf32", ["appears twice"]),
-    ("imgsz_100", ["multiple of 32"]),
-    ("compile_turbo", ["unknown compile mode"]),
-    ("nonsense", ["unknown variant", "yolo-mlops variants"]),
-    ("amp_bf16+", ["empty variant"]),
-])
+@pytest.mark.parametrize(
+    "expr, words",
+    [
+        ("amp_bf16+fp32", ["conflicts", "precision"]),
+        ("batch_8+batch_16", ["conflicts", "batch"]),
+        ("compile+compile_reduce-overhead", ["conflicts", "compile"]),
+        ("cache_ram+cache_disk", ["conflicts", "cache"]),
+        ("channels_last+channels_first", ["conflicts", "memory_format"]),
+        ("tf32+tf32", ["appears twice"]),
+        ("imgsz_100", ["multiple of 32"]),
+        ("compile_turbo", ["unknown compile mode"]),
+        ("nonsense", ["unknown variant", "yolo-mlops variants"]),
+        ("amp_bf16+", ["empty variant"]),
+    ],
+)
 def test_bad_expressions_are_rejected_with_a_clear_error(expr, words):
     with pytest.raises(VariantError) as err:
         apply_variant(BASE, expr)
@@ -109,9 +115,22 @@ def test_metric_suffix_is_a_valid_mlflow_name():
 
 def test_describe_lists_every_fixed_variant_and_family():
     text = variants.describe()
-    for name in ("baseline", "amp_fp16", "amp_bf16", "fp32", "tf32", "cudnn_benchmark", "channels_last",
-                 "pin_memory_off", "cache_ram", "cache_disk", "batch_<n>", "workers_<n>", "imgsz_<n>",
-                 "compile_<mode>"):
+    for name in (
+        "baseline",
+        "amp_fp16",
+        "amp_bf16",
+        "fp32",
+        "tf32",
+        "cudnn_benchmark",
+        "channels_last",
+        "pin_memory_off",
+        "cache_ram",
+        "cache_disk",
+        "batch_<n>",
+        "workers_<n>",
+        "imgsz_<n>",
+        "compile_<mode>",
+    ):
         assert name in text
 
 
@@ -124,8 +143,11 @@ def test_ddp_variants_change_the_job_and_are_skipped_outside_one():
     changed = variants.apply_variant(job, "ddp_bucket_100mb+ddp_no_sync_accumulate")
     assert changed.ddp.bucket_cap_mb == 100 and changed.ddp.no_sync_accumulation and changed.ddp.ranks == 2
     assert changed.variant == "ddp_no_sync_accumulate+ddp_bucket_100mb"  # canonical: catalogue (axis) order
-    assert variants.apply_variant(job, "ddp_grad_bucket_view+ddp_static_graph+ddp_broadcast_buffers").ddp == \
-        job.ddp.model_copy(update={"gradient_as_bucket_view": True, "static_graph": True, "broadcast_buffers": True})
+    assert variants.apply_variant(
+        job, "ddp_grad_bucket_view+ddp_static_graph+ddp_broadcast_buffers"
+    ).ddp == job.ddp.model_copy(
+        update={"gradient_as_bucket_view": True, "static_graph": True, "broadcast_buffers": True}
+    )
     assert variants.skip_reason("ddp_no_sync_accumulate", "cpu", world_size=2) is None
     reason = variants.skip_reason("amp_bf16+ddp_static_graph", "0", world_size=1)
     assert reason is not None and reason.startswith("ddp_static_graph: a DistributedDataParallel switch")

@@ -19,16 +19,19 @@ import yaml
 ACTIVE_STEPS = 2
 MAX_STEPS = 6
 RUN_CONFIG = {
-    "imgsz": 64, "batch": 4, "epochs": 2, "workers": 0, "device": "cpu", "synthetic_images": 16,
+    "imgsz": 64,
+    "batch": 4,
+    "epochs": 2,
+    "workers": 0,
+    "device": "cpu",
+    "synthetic_images": 16,
     "nvml": {"backend": "fake", "interval_ms": 20},
     "profiler": {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS},
 }
 
 # Run-specific parts of artifact paths, replaced by a placeholder:
 # torch's tensorboard_trace_handler names traces "<host>_<pid>.<epoch ms>.pt.trace.json.gz".
-_NORMALISE = (
-    (re.compile(r"^(profiler/).+_\d+\.\d+(\.pt\.trace\.json\.gz)$"), r"\1<host>_<pid>.<ms>\2"),
-)
+_NORMALISE = ((re.compile(r"^(profiler/).+_\d+\.\d+(\.pt\.trace\.json\.gz)$"), r"\1<host>_<pid>.<ms>\2"),)
 
 
 def normalise_path(path: str) -> str:

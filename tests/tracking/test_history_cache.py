@@ -41,8 +41,9 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def _run(mlflow, experiment_id: str, step_ms: float, end_ms: int | None, status: str = "FINISHED") -> str:
-    run = mlflow.create_run(experiment_id, start_time=(end_ms or int(time.time() * 1000)) - 1000,
-                            tags={names.SERIES: "cached"})
+    run = mlflow.create_run(
+        experiment_id, start_time=(end_ms or int(time.time() * 1000)) - 1000, tags={names.SERIES: "cached"}
+    )
     mlflow.log_batch(run.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, 0, 0)])
     if end_ms is not None:
         mlflow.set_terminated(run.info.run_id, status, end_time=end_ms)

@@ -88,7 +88,8 @@ def documented_tags(text: str) -> list[str]:
 def documented_artifacts(text: str) -> list[str]:
     # outside the Artifacts table, a path-like span is an artifact unless it is a file of this repository
     spans = set(first_column_spans(section(text, "Artifacts"))) | {
-        s for s in code_spans(text) if _PATH.match(s) and not (ROOT / s).exists()}
+        s for s in code_spans(text) if _PATH.match(s) and not (ROOT / s).exists()
+    }
     return sorted(p for span in spans for p in expand_braces(span))
 
 
@@ -114,8 +115,9 @@ TEXT = DOC.read_text()
 @pytest.mark.parametrize("attr", sorted(constants()))
 def test_every_name_constant_is_documented(attr):
     value = constants()[attr]
-    assert any(mentions(token, value) for token in doc_tokens(TEXT)), \
+    assert any(mentions(token, value) for token in doc_tokens(TEXT)), (
         f"names.{attr} = {value!r} is not in docs/mlflow.md"
+    )
 
 
 @pytest.mark.parametrize("tag", documented_tags(TEXT))
@@ -132,7 +134,8 @@ def test_the_doc_lists_the_run_layout():
     # the parsers above must find the tables they check, or the parametrized tests check nothing
     assert {names.RUN_KIND, names.SERIES_KEY, names.GIT_COMMIT_TAG} <= set(documented_tags(TEXT))
     assert {names.ENV_JSON, names.STEP_TIMES_CSV, f"{names.NVML_DIR}/{names.NVML_TIMELINE_CSV}"} <= set(
-        documented_artifacts(TEXT))
+        documented_artifacts(TEXT)
+    )
 
 
 def test_the_checks_reject_unknown_names():
@@ -150,8 +153,24 @@ def test_the_checks_reject_unknown_names():
 # The Metrics section (and the sweep list below it) names each metric or a pattern of them: `<x>` stands for
 # one name part, `*` for any, `{a,b}` for either. A bare `group/*` only points at a full list elsewhere, so it
 # documents nothing here.
-METRIC_GROUPS = ("perf/", "trace/", "gpu/", "analysis/", "memory/", "data/", "train/", "val/", "trend/", "sweep/",
-                 "power/", "bisect/", "compare/", "optimize/", "comm/", "rank")
+METRIC_GROUPS = (
+    "perf/",
+    "trace/",
+    "gpu/",
+    "analysis/",
+    "memory/",
+    "data/",
+    "train/",
+    "val/",
+    "trend/",
+    "sweep/",
+    "power/",
+    "bisect/",
+    "compare/",
+    "optimize/",
+    "comm/",
+    "rank",
+)
 _ARTIFACT = re.compile(r"\.(" + "|".join(ARTIFACT_SUFFIXES) + r")$")
 RECORDED = json.loads((ROOT / "tests" / "tracking" / "demo_run_names.json").read_text())
 
@@ -164,8 +183,7 @@ def documented_metric_patterns(text: str) -> list[re.Pattern]:
         if not token.startswith(METRIC_GROUPS) or _ARTIFACT.search(token) or re.fullmatch(r"\w+/\*", token):
             continue
         parts = re.split(r"(<[^>]+>|\*)", token)
-        regex = "".join(r"[\w.+-]+" if p.startswith("<") else r"[\w.+-]*" if p == "*" else re.escape(p)
-                        for p in parts)
+        regex = "".join(r"[\w.+-]+" if p.startswith("<") else r"[\w.+-]*" if p == "*" else re.escape(p) for p in parts)
         out.append(re.compile(regex))
     return out
 
@@ -183,10 +201,13 @@ def _every_gpu_metric() -> list[str]:
     from yolo_mlops.nvml.backend import CLOCKS_EVENT_REASONS
 
     s = 1_000_000_000
-    columns = {m: np.full(3, float(sum(CLOCKS_EVENT_REASONS.values())) if m == "clocks_event_mask" else 1.0 + i)
-               for i, m in enumerate(METRIC_NAMES)}
-    timeline = Timeline("fake", 0, np.array([1, 2, 3], np.int64) * s, np.zeros(3, np.int16),
-                        np.full(3, s, np.int64), columns)
+    columns = {
+        m: np.full(3, float(sum(CLOCKS_EVENT_REASONS.values())) if m == "clocks_event_mask" else 1.0 + i)
+        for i, m in enumerate(METRIC_NAMES)
+    }
+    timeline = Timeline(
+        "fake", 0, np.array([1, 2, 3], np.int64) * s, np.zeros(3, np.int16), np.full(3, s, np.int64), columns
+    )
     aligned = align(timeline, [0, 2 * s], [2 * s, 4 * s], [False, True])
     return sorted(summarise(aligned, 8).as_metrics()) + sorted({n for _, n, _ in step_history(aligned)})
 
@@ -199,8 +220,11 @@ def written_metrics() -> list[str]:
     from yolo_mlops.profiling.memory_holders import HOLDERS
     from yolo_mlops.profiling.step_timer import PerfSummary
 
-    out = {v for v in constants().values() if v.startswith(METRIC_GROUPS) and not v.endswith("/")
-           and not _ARTIFACT.search(v)}
+    out = {
+        v
+        for v in constants().values()
+        if v.startswith(METRIC_GROUPS) and not v.endswith("/") and not _ARTIFACT.search(v)
+    }
     out |= {names.gpu_idle_cause_metric(c) for c in IDLE_CAUSES}
     out |= {names.clocks_event_metric(r) for r in CLOCKS_EVENT_REASONS}
     out |= {names.memory_peak_metric(h) for h in HOLDERS}
@@ -208,8 +232,11 @@ def written_metrics() -> list[str]:
     out |= set(names.optimize_saving_metrics("amp_bf16").values())
     out |= set(names.sweep_variant_metrics("amp_bf16__channels_last").values())
     out |= {names.trace_host_metric(c) for c in ("data_loader", "cuda_sync", "optimizer", "forward_loss")}
-    out |= {names.trace_memory_metric(d, s) for d in ("gpu", "cpu")
-            for s in ("peak_allocated_gib", "peak_reserved_gib", "growth_mib_per_step")}
+    out |= {
+        names.trace_memory_metric(d, s)
+        for d in ("gpu", "cpu")
+        for s in ("peak_allocated_gib", "peak_reserved_gib", "growth_mib_per_step")
+    }
     out |= {names.train_metric("box_loss"), names.val_metric("precision"), names.val_metric("box_loss")}
     out |= set(PerfSummary(1.0, 2.0, 1.5, 10.0, 5.0, 0.1, 3, 4, step_time_ms_p50_profiled=2.0).as_metrics())
     out |= set(_every_gpu_metric())

@@ -50,6 +50,8 @@ def test_demo_run_writes_exactly_the_recorded_names(prefect_server, mlflow_clien
 
 def test_normalisation_keeps_everything_but_the_trace_file_identity():
     demo = _demo_module()
-    assert demo.normalise_path("profiler/box-7_123.1764750000123.pt.trace.json.gz") == \
-        "profiler/<host>_<pid>.<ms>.pt.trace.json.gz"
+    assert (
+        demo.normalise_path("profiler/box-7_123.1764750000123.pt.trace.json.gz")
+        == "profiler/<host>_<pid>.<ms>.pt.trace.json.gz"
+    )
     assert demo.normalise_path("profiler/key_averages_self_cpu.json") == "profiler/key_averages_self_cpu.json"

@@ -14,8 +14,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "yolo_mlops", ROOT / "flows")
 NAMES_MODULE = ROOT / "yolo_mlops" / "names.py"
-PREFIXES = ("perf/", "trace/", "gpu/", "analysis/", "memory/", "data/", "train/", "val/", "trend/", "trends/",
-            "sweep/", "power/", "bisect/", "compare/", "optimize/", "nvml/")
+PREFIXES = (
+    "perf/",
+    "trace/",
+    "gpu/",
+    "analysis/",
+    "memory/",
+    "data/",
+    "train/",
+    "val/",
+    "trend/",
+    "trends/",
+    "sweep/",
+    "power/",
+    "bisect/",
+    "compare/",
+    "optimize/",
+    "nvml/",
+)
 
 # (file relative to the repository root, the literal): strings that look like names but are none
 ALLOWED = {
@@ -32,8 +48,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 out.add(id(first.value))
     return out
 
@@ -44,8 +63,12 @@ def name_literals(path: Path) -> list[tuple[int, str]]:
     skip = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
-                and node.value.startswith(PREFIXES):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and node.value.startswith(PREFIXES)
+        ):
             found.append((node.lineno, node.value))
     return found
 
@@ -63,17 +86,21 @@ def offending_literals() -> list[str]:
 
 def test_metric_names_and_artifact_paths_come_from_names_py():
     offending = offending_literals()
-    assert not offending, ("MLflow names written as literals; use (or add) a constant or builder in "
-                           "yolo_mlops/names.py:\n" + "\n".join(offending))
+    assert not offending, (
+        "MLflow names written as literals; use (or add) a constant or builder in "
+        "yolo_mlops/names.py:\n" + "\n".join(offending)
+    )
 
 
 def test_the_scan_sees_literals_and_f_string_parts_but_not_docstrings(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text('"""perf/ in a module docstring is text."""\n'
-                      'A = "perf/step_time_ms_p50"\n'
-                      'def f(x):\n'
-                      '    """gpu/ in a docstring."""\n'
-                      '    return f"trace/host_{x}_pct", "see perf/x", f"{x}_pct"\n')
+    sample.write_text(
+        '"""perf/ in a module docstring is text."""\n'
+        'A = "perf/step_time_ms_p50"\n'
+        "def f(x):\n"
+        '    """gpu/ in a docstring."""\n'
+        '    return f"trace/host_{x}_pct", "see perf/x", f"{x}_pct"\n'
+    )
     assert name_literals(sample) == [(2, "perf/step_time_ms_p50"), (5, "trace/host_")]
 
 

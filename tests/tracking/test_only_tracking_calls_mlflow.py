@@ -9,14 +9,30 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CLIENT_METHODS = ("get_run", "search_runs", "create_run", "log_batch", "log_artifact", "log_artifacts",
-                  "log_text", "log_table", "set_terminated", "download_artifacts", "get_experiment_by_name",
-                  "create_experiment", "set_tag", "log_metric", "log_param")
+CLIENT_METHODS = (
+    "get_run",
+    "search_runs",
+    "create_run",
+    "log_batch",
+    "log_artifact",
+    "log_artifacts",
+    "log_text",
+    "log_table",
+    "set_terminated",
+    "download_artifacts",
+    "get_experiment_by_name",
+    "create_experiment",
+    "set_tag",
+    "log_metric",
+    "log_param",
+)
 IMPORT = re.compile(r"^\s*(import mlflow|from mlflow)", re.M)
 CALL = re.compile(r"\bmlflow\.(" + "|".join(CLIENT_METHODS) + r")\(")
 # MLflow's Run entity read outside tracking: its `data` (params, metrics, tags) or `info` (ids, status, times)
-ENTITY = re.compile(r"\.data\.(params|metrics|tags)\b|\.info\.(run_id|run_uuid|status|experiment_id|artifact_uri|"
-                    r"start_time|end_time|run_name|lifecycle_stage)\b|\bmlflow\.entities\b")
+ENTITY = re.compile(
+    r"\.data\.(params|metrics|tags)\b|\.info\.(run_id|run_uuid|status|experiment_id|artifact_uri|"
+    r"start_time|end_time|run_name|lifecycle_stage)\b|\bmlflow\.entities\b"
+)
 
 
 def offenders(files: list[Path], root: Path) -> list[str]:
@@ -43,8 +59,8 @@ def test_the_check_sees_a_direct_call_an_import_and_an_entity_read(tmp_path):
         "status.py": "def f(run):\n    return run.info.status == 'RUNNING'\n",
         "entities.py": "def f(x):\n    import yolo_mlops\n    return isinstance(x, mlflow.entities.Run)\n",
         "fine.py": "from yolo_mlops.tracking import connection, queries\n\n"
-                   "def f(run_id):\n    run = queries.find_run(connection.client(), run_id)\n"
-                   "    return run.params, run.metrics, run.status, run.info_text\n",
+        "def f(run_id):\n    run = queries.find_run(connection.client(), run_id)\n"
+        "    return run.params, run.metrics, run.status, run.info_text\n",
     }
     for name, text in planted.items():
         (tmp_path / name).write_text(text)

@@ -30,17 +30,25 @@ def _one_line(args: list[str], says: str) -> None:
     assert lines[0].startswith("yolo-mlops: error: ") and says in lines[0], (args, lines)
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--min-effect", "50"],
-     "--min-effect 50: must be a fraction in [0, 1) (0.05 = 5%; 50 would mean 5000%)"),
-    (["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--alpha", "1"], "--alpha 1: must be a probability"),
-    (["fleet", "--min-effect", "50"], "--min-effect 50: must be a fraction in [0, 1)"),
-    (["fleet", "--min-effect", "-0.1"], "--min-effect -0.1: must be a fraction in [0, 1)"),
-    (["fleet", "--alpha", "1.5"], "--alpha 1.5: must be a probability in (0, 1)"),
-    (["fleet", "--max-pvalue", "0"], "--max-pvalue 0: must be a probability in (0, 1)"),
-    (["trends", "--max-pvalue", "1"], "--max-pvalue 1: must be a probability in (0, 1)"),
-    (["compare", "0123abcd", "0123abcd"], "A and B are the same run (0123abcd)"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--min-effect", "50"],
+            "--min-effect 50: must be a fraction in [0, 1) (0.05 = 5%; 50 would mean 5000%)",
+        ),
+        (
+            ["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--alpha", "1"],
+            "--alpha 1: must be a probability",
+        ),
+        (["fleet", "--min-effect", "50"], "--min-effect 50: must be a fraction in [0, 1)"),
+        (["fleet", "--min-effect", "-0.1"], "--min-effect -0.1: must be a fraction in [0, 1)"),
+        (["fleet", "--alpha", "1.5"], "--alpha 1.5: must be a probability in (0, 1)"),
+        (["fleet", "--max-pvalue", "0"], "--max-pvalue 0: must be a probability in (0, 1)"),
+        (["trends", "--max-pvalue", "1"], "--max-pvalue 1: must be a probability in (0, 1)"),
+        (["compare", "0123abcd", "0123abcd"], "A and B are the same run (0123abcd)"),
+    ],
+)
 def test_bad_values_are_one_line_before_anything_runs(args, says):
     _one_line(args, says)
 

@@ -127,8 +127,9 @@ def test_a_large_step_between_short_quiet_levels_is_never_missed():
     operator): the split step also cuts each quiet level into single runs, and a t test against a one-point
     segment has no degrees of freedom (p = 1). The merge must not read that as "no change" and drop the
     step first: segments too short are resolved by how far each point moves the mean."""
-    real = np.array([62.710658, 63.2094135, 62.853096, 65.042858, 1067.5219035, 1069.866224, 1069.0701025,
-                     1068.9345945])
+    real = np.array(
+        [62.710658, 63.2094135, 62.853096, 65.042858, 1067.5219035, 1069.866224, 1069.0701025, 1068.9345945]
+    )
     assert [c.index for c in detect(real, max_pvalue=0.01)] == [4]
     missed = []
     for seed in range(300):
@@ -200,11 +201,18 @@ def test_missing_or_infinite_values_are_a_clear_error(bad, where):
         segments(z, [])
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"window": 1}, "window"), ({"window": 2.5}, "window"), ({"max_pvalue": 0.0}, "max_pvalue"),
-    ({"max_pvalue": 1.5}, "max_pvalue"), ({"min_magnitude": -0.1}, "min_magnitude"),
-    ({"min_magnitude": float("nan")}, "min_magnitude"), ({"min_segment": 0}, "min_segment"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"window": 1}, "window"),
+        ({"window": 2.5}, "window"),
+        ({"max_pvalue": 0.0}, "max_pvalue"),
+        ({"max_pvalue": 1.5}, "max_pvalue"),
+        ({"min_magnitude": -0.1}, "min_magnitude"),
+        ({"min_magnitude": float("nan")}, "min_magnitude"),
+        ({"min_segment": 0}, "min_segment"),
+    ],
+)
 def test_bad_settings_are_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         detect(series(50, 1.0, 0), **kwargs)
@@ -222,7 +230,7 @@ def test_segments_cover_the_series_with_their_statistics():
     assert [(s.start, s.end) for s in segs] == [(0, found[0].index), (found[0].index, 200)]
     assert sum(s.size for s in segs) == 200
     for s in segs:
-        part = z[s.start:s.end]
+        part = z[s.start : s.end]
         assert (s.mean, s.median) == (pytest.approx(part.mean()), pytest.approx(np.median(part)))
         assert s.std == pytest.approx(part.std(ddof=1))
     assert segs[0].mean == pytest.approx(found[0].mean_before) and segs[1].mean == pytest.approx(found[0].mean_after)
@@ -260,7 +268,7 @@ def test_divergence_matches_the_energy_statistic_by_brute_force():
 
     for _ in range(15):
         z = rng.normal(size=24)
-        z[rng.integers(4, 20):] += rng.uniform(0, 3)
+        z[rng.integers(4, 20) :] += rng.uniform(0, 3)
         a, b = sorted(rng.choice(25, 2, replace=False))
         if b - a < 2:
             continue

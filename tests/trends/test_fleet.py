@@ -41,8 +41,10 @@ def test_power_to_find_one_machine_20pct_slower_by_simulation(runs, max_pvalue, 
     # first step needs z > 2.88 where the expected z is 4.08 (power <= 88.5%); measured ~72% (docs/trends.md)
     rng = np.random.default_rng(2)
     seeds = 1000
-    found = sum([m for m, *_ in fleet.slow_machines(_logs(rng, 5, runs, NOISE, {3: 1.2}), max_pvalue)] == ["m3"]
-                for _ in range(seeds))
+    found = sum(
+        [m for m, *_ in fleet.slow_machines(_logs(rng, 5, runs, NOISE, {3: 1.2}), max_pvalue)] == ["m3"]
+        for _ in range(seeds)
+    )
     assert found / seeds >= power, found
 
 
@@ -51,10 +53,22 @@ def test_holm_adjusts_step_down():
 
 
 def _record(i: int, machine: str, step_ms: float, host: dict | None = None, **metrics) -> HistoryRun:
-    return HistoryRun(run_id=f"r{machine}{i}", experiment_id="1", start_time_ms=i, series=f"s-{machine}",
-                      label="w", metrics={"perf/step_time_ms_p50": step_ms, **metrics}, versions={}, night=None,
-                      profiled_steps=5, step_time_ms=step_ms, machine=machine, workload="w1",
-                      workload_label="yolo11n 640px", host={"cpu_count": "16"} if host is None else host)
+    return HistoryRun(
+        run_id=f"r{machine}{i}",
+        experiment_id="1",
+        start_time_ms=i,
+        series=f"s-{machine}",
+        label="w",
+        metrics={"perf/step_time_ms_p50": step_ms, **metrics},
+        versions={},
+        night=None,
+        profiled_steps=5,
+        step_time_ms=step_ms,
+        machine=machine,
+        workload="w1",
+        workload_label="yolo11n 640px",
+        host={"cpu_count": "16"} if host is None else host,
+    )
 
 
 def test_the_records_path_agrees_with_the_simulated_test():
@@ -71,9 +85,18 @@ def test_the_records_path_agrees_with_the_simulated_test():
 
 
 def _gpu(clock: float, limit: float | None, power_cap_pct: float, **more) -> dict:
-    metrics = {"gpu/sm_clock_mhz_mean": clock, "gpu/sm_clock_max_mhz": 1980.0, "gpu/sm_clock_mhz_min": clock - 50,
-               "gpu/power_w_mean": 300.0, "gpu/temp_c_max": 70.0, "gpu/clocks_event_power_pct": power_cap_pct,
-               "gpu/clocks_event_thermal_pct": 0.0, "gpu/pcie_gen": 5.0, "gpu/pcie_width": 16.0, **more}
+    metrics = {
+        "gpu/sm_clock_mhz_mean": clock,
+        "gpu/sm_clock_max_mhz": 1980.0,
+        "gpu/sm_clock_mhz_min": clock - 50,
+        "gpu/power_w_mean": 300.0,
+        "gpu/temp_c_max": 70.0,
+        "gpu/clocks_event_power_pct": power_cap_pct,
+        "gpu/clocks_event_thermal_pct": 0.0,
+        "gpu/pcie_gen": 5.0,
+        "gpu/pcie_width": 16.0,
+        **more,
+    }
     if limit is not None:
         metrics["gpu/power_limit_w"] = limit
     if power_cap_pct:
@@ -84,10 +107,14 @@ def _gpu(clock: float, limit: float | None, power_cap_pct: float, **more) -> dic
 def test_a_throttled_gpu_is_named_with_its_clock_limit_and_reasons():
     rng = np.random.default_rng(3)
     records = []
-    for machine, factor, clock, limit, capped in (("a", 1.0, 1980.0, 700.0, 0.0), ("b", 1.0, 1975.0, 700.0, 0.0),
-                                                  ("c", 1.3, 1410.0, 450.0, 85.0)):
-        records += [_record(i, machine, 100 * factor * rng.normal(1, 0.02), **_gpu(clock, limit, capped))
-                    for i in range(4)]
+    for machine, factor, clock, limit, capped in (
+        ("a", 1.0, 1980.0, 700.0, 0.0),
+        ("b", 1.0, 1975.0, 700.0, 0.0),
+        ("c", 1.3, 1410.0, 450.0, 85.0),
+    ):
+        records += [
+            _record(i, machine, 100 * factor * rng.normal(1, 0.02), **_gpu(clock, limit, capped)) for i in range(4)
+        ]
     report = fleet.fleet_report(records)
     (workload,) = report.workloads
     (slow,) = workload.slow_machines
@@ -112,8 +139,9 @@ def test_absent_evidence_is_said_to_be_absent_never_zero():
     for machine, factor in (("a", 1.0), ("b", 1.0), ("c", 1.3)):
         limit = None if machine == "c" else 700.0  # c's runs did not record the power limit
         host = {"cpu_count": "16"} if machine == "c" else {"cpu_count": "16", "cpu_mhz": "2600.0"}
-        records += [_record(i, machine, 100 * factor * rng.normal(1, 0.02), host, **_gpu(1980.0, limit, 0.0))
-                    for i in range(4)]
+        records += [
+            _record(i, machine, 100 * factor * rng.normal(1, 0.02), host, **_gpu(1980.0, limit, 0.0)) for i in range(4)
+        ]
     (slow,) = fleet.fleet_report(records).workloads[0].slow_machines
     by_name = {e.name: e for e in slow.evidence}
     assert by_name["power limit"].machine is None
@@ -122,9 +150,16 @@ def test_absent_evidence_is_said_to_be_absent_never_zero():
     assert by_name["clocks events"].text == "clocks events: none seen on this machine or its peers"
     assert slow.explanation == fleet.NOT_EXPLAINED  # nothing recorded stands out
 
-    cpu = [_record(i, m, 100 * (1.3 if m == "c" else 1) * rng.normal(1, 0.02),
-                   {"cpu_count": "8", "cpu_model": "Intel(R) Xeon(R)", "cpu_mhz": "2000" if m == "c" else "2600"})
-           for m in "abc" for i in range(4)]
+    cpu = [
+        _record(
+            i,
+            m,
+            100 * (1.3 if m == "c" else 1) * rng.normal(1, 0.02),
+            {"cpu_count": "8", "cpu_model": "Intel(R) Xeon(R)", "cpu_mhz": "2000" if m == "c" else "2600"},
+        )
+        for m in "abc"
+        for i in range(4)
+    ]
     (slow,) = fleet.fleet_report(cpu).workloads[0].slow_machines
     texts = [e.text for e in slow.evidence]
     assert texts[0] == "CPU clock: 2000 MHz vs peers 2600 MHz" and slow.evidence[0].stands_out
@@ -166,22 +201,48 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     rng = np.random.default_rng(4)
     for machine, slow in (("node-1", 1.0), ("node-2", 1.0), ("node-3", 1.25)):
         env = environment.Environment(
-            python="3.11.7", platform="Linux", hostname=machine, machine=machine, cpu_count=64,
-            torch="2.14.1", torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3", prefect="3",
-            device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580", git_commit="a" * 40,
-            git_dirty=False, cpu_mhz=2600.0)
-        plan = TrainingPlan(spec=spec, data_yaml=tmp_path / "data.yaml", device="0", output_dir=tmp_path,
-                            steps_expected=60)
+            python="3.11.7",
+            platform="Linux",
+            hostname=machine,
+            machine=machine,
+            cpu_count=64,
+            torch="2.14.1",
+            torch_cuda="13.0",
+            cudnn="92400",
+            ultralytics="8.4.190",
+            mlflow="3",
+            prefect="3",
+            device_type="cuda",
+            device_name="NVIDIA H200",
+            gpu_count=8,
+            nvidia_driver="580",
+            git_commit="a" * 40,
+            git_dirty=False,
+            cpu_mhz=2600.0,
+        )
+        plan = TrainingPlan(
+            spec=spec, data_yaml=tmp_path / "data.yaml", device="0", output_dir=tmp_path, steps_expected=60
+        )
         for _ in range(3):
-            run = mlflow_client.create_run(experiment_id, tags={
-                names.SERIES: environment.series_key(spec, env, data, "0"), names.VARIANT: spec.variant,
-                names.DEVICE_TYPE: "cuda", names.DATASET: "synthetic"})
+            run = mlflow_client.create_run(
+                experiment_id,
+                tags={
+                    names.SERIES: environment.series_key(spec, env, data, "0"),
+                    names.VARIANT: spec.variant,
+                    names.DEVICE_TYPE: "cuda",
+                    names.DATASET: "synthetic",
+                },
+            )
             writes.log_values(mlflow_client, run.info.run_id, params=run_params(spec, plan, env))
             now = int(time.time() * 1000)
-            mlflow_client.log_batch(run.info.run_id, metrics=[
-                Metric(names.STEP_TIME_P50, 80.0 * slow * rng.normal(1, 0.02), now, 0),
-                Metric(names.GPU_SM_CLOCK_MEAN, 1980.0 / slow, now, 0),
-                Metric(names.GPU_SM_CLOCK_MAX, 1980.0, now, 0)])
+            mlflow_client.log_batch(
+                run.info.run_id,
+                metrics=[
+                    Metric(names.STEP_TIME_P50, 80.0 * slow * rng.normal(1, 0.02), now, 0),
+                    Metric(names.GPU_SM_CLOCK_MEAN, 1980.0 / slow, now, 0),
+                    Metric(names.GPU_SM_CLOCK_MAX, 1980.0, now, 0),
+                ],
+            )
             mlflow_client.set_terminated(run.info.run_id)
     code, out, _ = _main("fleet", "--experiment", experiment, "--format", "json")
     assert code == 0
@@ -207,9 +268,11 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     assert "Phases and operators of `node-3` against its peers: no attribution: none of node-3's" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # bad input: one line each, exit 2
-    for args, message in ((["--experiment", "no-such-experiment"], "does not exist"),
-                          (["--experiment", experiment, "--plot", str(tmp_path / "nope" / "f.png")], "does not exist"),
-                          (["--experiment", experiment, "--max-pvalue", "1.5"], "must be a probability in (0, 1)")):
+    for args, message in (
+        (["--experiment", "no-such-experiment"], "does not exist"),
+        (["--experiment", experiment, "--plot", str(tmp_path / "nope" / "f.png")], "does not exist"),
+        (["--experiment", experiment, "--max-pvalue", "1.5"], "must be a probability in (0, 1)"),
+    ):
         code, out, err = _main("fleet", *args)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     # an experiment whose workloads ran on one machine: said plainly, exit 0
@@ -238,10 +301,20 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
     from yolo_mlops.run.environment import MACHINE_VAR
 
     experiment = f"fleet-night-{time.time_ns()}"
-    tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 5, "workers": 0, "device": "cpu",
-                           "synthetic_images": 8, "experiment": experiment, "val": False,
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
-                                        "profile_memory": False}})
+    tiny = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "epochs": 2,
+            "max_steps": 5,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "experiment": experiment,
+            "val": False,
+            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+        }
+    )
     suite = BenchmarkSuite(runs=[tiny], repeats=3, fail_on_regression=False)
     monkeypatch.setenv(MACHINE_VAR, "fleet-fast")
     benchmark(suite)
@@ -263,12 +336,13 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
 
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"]))
+        )
     texts = [str(a.data) for a in artifacts if f"Experiment `{experiment}`" in str(a.data)]
     assert len(texts) == 2
     first, second = sorted(texts, key=lambda t: "fleet-slow" in t)
     assert "## Fleet" in first and "no fleet to compare" in first  # one machine after the first night
-    fleet_part = second[second.index("## Fleet"):]
+    fleet_part = second[second.index("## Fleet") :]
     assert "`fleet-slow` is slower than its peers" in fleet_part
     # explained by what moved: the planted operator, from the runs' key_averages tables against its peer's
     slow_line = next(line for line in fleet_part.splitlines() if line.startswith("`fleet-slow` is slower"))

@@ -34,20 +34,48 @@ def _profiled_run(mlflow_client, experiment_id: str, machine: str, tmp_path) -> 
     from yolo_mlops.run.training import TrainingPlan
     from yolo_mlops.tracking import writes
 
-    spec = build_run_spec({"imgsz": 64, "batch": 4, "device": "cpu", "experiment": "fleet-moved",
-                           "profiler": {"wait": 0, "warmup": 1, "active": STEPS, "record_shapes": False,
-                                        "profile_memory": False}})
+    spec = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "device": "cpu",
+            "experiment": "fleet-moved",
+            "profiler": {"wait": 0, "warmup": 1, "active": STEPS, "record_shapes": False, "profile_memory": False},
+        }
+    )
     env = environment.Environment(
-        python="3.11.7", platform="Linux", hostname=machine, machine=machine, cpu_count=8, torch=torch.__version__,
-        torch_cuda="none", cudnn="none", ultralytics="8.4.190", mlflow="3", prefect="3", device_type="cpu",
-        device_name="Intel(R) Xeon(R) Processor", gpu_count=0, nvidia_driver="none", git_commit="b" * 40,
-        git_dirty=False, cpu_mhz=2600.0)
+        python="3.11.7",
+        platform="Linux",
+        hostname=machine,
+        machine=machine,
+        cpu_count=8,
+        torch=torch.__version__,
+        torch_cuda="none",
+        cudnn="none",
+        ultralytics="8.4.190",
+        mlflow="3",
+        prefect="3",
+        device_type="cpu",
+        device_name="Intel(R) Xeon(R) Processor",
+        gpu_count=0,
+        nvidia_driver="none",
+        git_commit="b" * 40,
+        git_dirty=False,
+        cpu_mhz=2600.0,
+    )
     data = environment.data_identity("/data/synthetic-1/data.yaml", True)
-    plan = TrainingPlan(spec=spec, data_yaml=tmp_path / "data.yaml", device="cpu", output_dir=tmp_path,
-                        steps_expected=STEPS)
-    run = mlflow_client.create_run(experiment_id, tags={
-        names.SERIES: environment.series_key(spec, env, data, "cpu"), names.VARIANT: spec.variant,
-        names.DEVICE_TYPE: "cpu", names.DATASET: "synthetic"})
+    plan = TrainingPlan(
+        spec=spec, data_yaml=tmp_path / "data.yaml", device="cpu", output_dir=tmp_path, steps_expected=STEPS
+    )
+    run = mlflow_client.create_run(
+        experiment_id,
+        tags={
+            names.SERIES: environment.series_key(spec, env, data, "cpu"),
+            names.VARIANT: spec.variant,
+            names.DEVICE_TYPE: "cpu",
+            names.DATASET: "synthetic",
+        },
+    )
     run_id = run.info.run_id
     writes.log_values(mlflow_client, run_id, params=run_params(spec, plan, env))
     x = torch.ones(32, 32)
@@ -111,8 +139,7 @@ def test_each_slow_machine_is_explained_by_its_own_operator(mlflow_client, moved
         assert first["name"] == op and first["before_ms"] < first["after_ms"]
 
 
-def test_the_newest_runs_alone_are_read_and_the_nightly_section_names_the_operators(mlflow_client,
-                                                                                   moved_experiment):
+def test_the_newest_runs_alone_are_read_and_the_nightly_section_names_the_operators(mlflow_client, moved_experiment):
     from yolo_mlops import trends
 
     report = fleet.load_fleet(mlflow_client, moved_experiment)

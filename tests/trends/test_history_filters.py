@@ -31,10 +31,25 @@ DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
 RUNS_PER_SERIES = 4
 # the untagged filters send back the 3 old runs without env.machine, and twice the run with only the old key
 UNTAGGED_SENT = 5
-ENV = Environment(python="3.11.7", platform="Linux", hostname="node-1", machine="node-1", cpu_count=16,
-                  torch="2.14.1+cpu", torch_cuda=None, cudnn=None, ultralytics="8.4.190", mlflow="3.17.2",
-                  prefect="3.9.1", device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0, nvidia_driver=None,
-                  git_commit="a" * 40, git_dirty=False)
+ENV = Environment(
+    python="3.11.7",
+    platform="Linux",
+    hostname="node-1",
+    machine="node-1",
+    cpu_count=16,
+    torch="2.14.1+cpu",
+    torch_cuda=None,
+    cudnn=None,
+    ultralytics="8.4.190",
+    mlflow="3.17.2",
+    prefect="3.9.1",
+    device_type="cpu",
+    device_name="AMD EPYC 9654",
+    gpu_count=0,
+    nvidia_driver=None,
+    git_commit="a" * 40,
+    git_dirty=False,
+)
 
 
 class Counting(MlflowClient):
@@ -62,21 +77,37 @@ class Store:
 
 
 def _logged(batch: int, machine: str) -> tuple[dict[str, str], dict[str, str], str]:
-    spec = build_run_spec({"batch": batch, "device": "cpu", "experiment": "history-filters",
-                           "profiler": {"skip_first": 10, "wait": 5, "warmup": 2, "active": 5}})
+    spec = build_run_spec(
+        {
+            "batch": batch,
+            "device": "cpu",
+            "experiment": "history-filters",
+            "profiler": {"skip_first": 10, "wait": 5, "warmup": 2, "active": 5},
+        }
+    )
     env = dataclasses.replace(ENV, hostname=machine, machine=machine)
     plan = TrainingPlan(spec=spec, data_yaml=DATA_YAML, device="cpu", output_dir=Path("/tmp/unused"), steps_expected=60)
     identity = series_identity(spec, env, data_identity(DATA_YAML, True), "cpu")
-    tags = {names.RUN_KIND: "benchmark", names.VARIANT: spec.variant, names.DEVICE_TYPE: "cpu",
-            names.DATASET: "synthetic", names.SERIES: identity.key}
+    tags = {
+        names.RUN_KIND: "benchmark",
+        names.VARIANT: spec.variant,
+        names.DEVICE_TYPE: "cpu",
+        names.DATASET: "synthetic",
+        names.SERIES: identity.key,
+    }
     return run_params(spec, plan, env), tags, identity.key
 
 
 def _create(mlflow, experiment_id: str, params, tags, step_ms: float, status: str = "FINISHED") -> str:
     run = mlflow.create_run(experiment_id, tags=tags)
     writes.log_values(mlflow, run.info.run_id, params=params)
-    mlflow.log_batch(run.info.run_id, metrics=[Metric(names.STEP_TIME_P50, step_ms, int(time.time() * 1000), 0),
-                                               Metric(names.IMAGES_PER_S, 1e4 / step_ms, int(time.time() * 1000), 0)])
+    mlflow.log_batch(
+        run.info.run_id,
+        metrics=[
+            Metric(names.STEP_TIME_P50, step_ms, int(time.time() * 1000), 0),
+            Metric(names.IMAGES_PER_S, 1e4 / step_ms, int(time.time() * 1000), 0),
+        ],
+    )
     mlflow.set_terminated(run.info.run_id, status)
     time.sleep(0.005)  # distinct start times order the history
     return run.info.run_id
@@ -96,8 +127,9 @@ def store(mlflow_client) -> Store:
     for i in range(3):
         legacy_params = {k: v for k, v in params.items() if k != names.ENV_MACHINE}
         workload = series_identity_from(legacy_params, tags)
-        ids[key].append(_create(mlflow_client, experiment_id, legacy_params, {**tags, names.SERIES: workload},
-                                100.0 + i))
+        ids[key].append(
+            _create(mlflow_client, experiment_id, legacy_params, {**tags, names.SERIES: workload}, 100.0 + i)
+        )
         total += 1
     _create(mlflow_client, experiment_id, {}, {names.SERIES_KEY: "0123456789abcdef"}, 90.0)  # only the old key
     total += 1
@@ -107,7 +139,8 @@ def store(mlflow_client) -> Store:
                 params, tags, key = _logged(batch, machine)
                 keys[(batch, machine)] = key
                 ids.setdefault(key, []).append(
-                    _create(mlflow_client, experiment_id, params, tags, 100.0 + batch + night))
+                    _create(mlflow_client, experiment_id, params, tags, 100.0 + batch + night)
+                )
                 total += 1
     params, tags, key = _logged(16, "node-2")
     _create(mlflow_client, experiment_id, params, tags, 500.0, status="FAILED")  # never part of a history

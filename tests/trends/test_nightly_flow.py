@@ -24,12 +24,30 @@ POOL, DEPLOYMENT = "nightly-bisect-pool", "bisect-nightly"
 def _suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
-                           "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
-                                        "profile_memory": False}})
-    return BenchmarkSuite(runs=[tiny], repeats="auto", target_shift_pct=50, max_repeats=3, max_pvalue=0.01,
-                          confirm_repeats=2, auto_bisect=True, bisect_deployment=f"bisect/{DEPLOYMENT}")
+    tiny = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "epochs": 2,
+            "max_steps": 6,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "experiment": EXPERIMENT,
+            "val": False,
+            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+        }
+    )
+    return BenchmarkSuite(
+        runs=[tiny],
+        repeats="auto",
+        target_shift_pct=50,
+        max_repeats=3,
+        max_pvalue=0.01,
+        confirm_repeats=2,
+        auto_bisect=True,
+        bisect_deployment=f"bisect/{DEPLOYMENT}",
+    )
 
 
 def _slow_runs(monkeypatch, seconds: float) -> None:
@@ -96,8 +114,9 @@ def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client
     assert f"auto-bisect: started bisect/{DEPLOYMENT} run" in message
     assert f"on work queue '{machine_name()}' of pool '{POOL}'" in message
     with get_client(sync_client=True) as client:
-        (flow_run,) = client.read_flow_runs(deployment_filter=DeploymentFilter(
-            id=DeploymentFilterId(any_=[deployment_id])))
+        (flow_run,) = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+        )
     assert flow_run.parameters["good"] == GOOD and flow_run.parameters["bad"] == BAD
     assert flow_run.parameters["run_id"] in {r.info.run_id for r in night2}
     assert flow_run.work_queue_name == machine_name()

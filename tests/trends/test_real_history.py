@@ -41,10 +41,20 @@ SETTINGS = _settings()
 def tiny_suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
-                           "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
-                                        "profile_memory": False}})
+    tiny = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "epochs": 2,
+            "max_steps": 6,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "experiment": EXPERIMENT,
+            "val": False,
+            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+        }
+    )
     # One profiled step, without shapes or memory events: the attribution needs the operator, not the allocator,
     # and a small trace is quick to parse and write.
     # confirm_repeats=0: this history is about the verdict, the attribution and the artifacts of a night; the
@@ -176,8 +186,10 @@ def test_benchmark_runs_carry_verdict_tags_plot_and_report(nights, series, mlflo
         assert run.data.tags[names.TREND] == "regression"
         assert run.data.tags[names.TREND_PREFIX + "step_time_ms_p50"] == "regression"
         assert run.data.tags[names.TREND_CHANGE_RUN] == series[4].run_id
-        assert run.data.tags[names.BENCHMARK_NIGHT] == mlflow_client.get_run(series[4].run_id).data.tags[
-            names.BENCHMARK_NIGHT]
+        assert (
+            run.data.tags[names.BENCHMARK_NIGHT]
+            == mlflow_client.get_run(series[4].run_id).data.tags[names.BENCHMARK_NIGHT]
+        )
         logged = {f.path for f in mlflow_client.list_artifacts(r.run_id, names.TRENDS_DIR)}
         assert logged == {names.TRENDS_PLOT_PNG, names.TRENDS_REPORT_MD}
     local = mlflow_client.download_artifacts(series[-1].run_id, names.TRENDS_PLOT_PNG)
@@ -192,9 +204,11 @@ def test_prefect_artifacts_of_the_nights(nights, series):
 
     with get_client(sync_client=True) as client:
         markdown = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"])))
-        images = client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=[f"benchmark-series-{series[0].series}"])))
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["benchmark-trends"]))
+        )
+        images = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"benchmark-series-{series[0].series}"]))
+        )
     texts = [str(a.data) for a in markdown]
     assert any("**regression**" in t and INJECTED in t for t in texts)
     assert any("**insufficient_history**" in t for t in texts)
@@ -226,12 +240,34 @@ def test_trends_command_lists_and_shows_the_series_with_its_plot(series, tmp_pat
     rc, text = _cli(["trends", "--experiment", EXPERIMENT, "--max-pvalue", str(MAX_PVALUE)])
     assert rc == 0 and series[0].series in text and "regression" in text
     plot = tmp_path / "series.png"
-    rc, text = _cli(["trends", "--experiment", EXPERIMENT, "--series", series[0].series[:6], "--plot", str(plot),
-                     "--max-pvalue", str(MAX_PVALUE)])
+    rc, text = _cli(
+        [
+            "trends",
+            "--experiment",
+            EXPERIMENT,
+            "--series",
+            series[0].series[:6],
+            "--plot",
+            str(plot),
+            "--max-pvalue",
+            str(MAX_PVALUE),
+        ]
+    )
     assert rc == 0 and f"regression from run {series[4].run_id}" in text and INJECTED in text
     assert plot.read_bytes()[:4] == b"\x89PNG"
-    rc, text = _cli(["trends", "--experiment", EXPERIMENT, "--series", series[0].series, "--format", "json",
-                     "--max-pvalue", str(MAX_PVALUE)])
+    rc, text = _cli(
+        [
+            "trends",
+            "--experiment",
+            EXPERIMENT,
+            "--series",
+            series[0].series,
+            "--format",
+            "json",
+            "--max-pvalue",
+            str(MAX_PVALUE),
+        ]
+    )
     data = json.loads(text)
     step = next(m for m in data["metrics"] if m["metric"] == names.STEP_TIME_P50)
     assert [c["run_id"] for c in step["changes"]] == [series[4].run_id]

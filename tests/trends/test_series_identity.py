@@ -34,16 +34,37 @@ DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
 
 
 def gpu_env(**changes) -> Environment:
-    env = Environment(python="3.11.7", platform="Linux", hostname="node-1", cpu_count=64, torch="2.14.1+cu130",
-                      torch_cuda="13.0", cudnn="92400", ultralytics="8.4.190", mlflow="3.17.2", prefect="3.9.1",
-                      device_type="cuda", device_name="NVIDIA H200", gpu_count=8, nvidia_driver="580.65.06",
-                      git_commit="a" * 40, git_dirty=False, machine="node-1")
+    env = Environment(
+        python="3.11.7",
+        platform="Linux",
+        hostname="node-1",
+        cpu_count=64,
+        torch="2.14.1+cu130",
+        torch_cuda="13.0",
+        cudnn="92400",
+        ultralytics="8.4.190",
+        mlflow="3.17.2",
+        prefect="3.9.1",
+        device_type="cuda",
+        device_name="NVIDIA H200",
+        gpu_count=8,
+        nvidia_driver="580.65.06",
+        git_commit="a" * 40,
+        git_dirty=False,
+        machine="node-1",
+    )
     return dataclasses.replace(env, **changes)
 
 
 def spec(**changes):
-    base = {"imgsz": 640, "batch": 16, "workers": 8, "device": "0", "experiment": "series-id",
-            "profiler": {"skip_first": 10, "wait": 5, "warmup": 2, "active": 5}}
+    base = {
+        "imgsz": 640,
+        "batch": 16,
+        "workers": 8,
+        "device": "0",
+        "experiment": "series-id",
+        "profiler": {"skip_first": 10, "wait": 5, "warmup": 2, "active": 5},
+    }
     base.update(changes)
     return build_run_spec(base)
 
@@ -54,18 +75,31 @@ def key(s=None, env=None, device="0") -> str:
 
 def test_versions_stay_inside_the_series():
     base = key()
-    for change in ({"torch": "2.15.0+cu130"}, {"torch_cuda": "13.1"}, {"cudnn": "92500"},
-                   {"ultralytics": "8.4.200"}, {"nvidia_driver": "590.10"}, {"python": "3.12.1"},
-                   {"git_commit": "b" * 40}, {"hostname": "node-2"}, {"gpu_count": 4}):
+    for change in (
+        {"torch": "2.15.0+cu130"},
+        {"torch_cuda": "13.1"},
+        {"cudnn": "92500"},
+        {"ultralytics": "8.4.200"},
+        {"nvidia_driver": "590.10"},
+        {"python": "3.12.1"},
+        {"git_commit": "b" * 40},
+        {"hostname": "node-2"},
+        {"gpu_count": 4},
+    ):
         assert key(env=gpu_env(**change)) == base, change
 
 
 def test_workload_and_hardware_define_the_series():
     base = key()
     different = [
-        key(spec(batch=32)), key(spec(imgsz=320)), key(spec(workers=4)), key(spec(variant="amp")),
-        key(spec(model="yolo11s.yaml")), key(spec(profiler={"skip_first": 10, "wait": 5, "warmup": 2, "active": 3})),
-        key(env=gpu_env(device_name="NVIDIA A100-SXM4-80GB")), key(device="0,1"),
+        key(spec(batch=32)),
+        key(spec(imgsz=320)),
+        key(spec(workers=4)),
+        key(spec(variant="amp")),
+        key(spec(model="yolo11s.yaml")),
+        key(spec(profiler={"skip_first": 10, "wait": 5, "warmup": 2, "active": 3})),
+        key(env=gpu_env(device_name="NVIDIA A100-SXM4-80GB")),
+        key(device="0,1"),
         series_key(spec(), gpu_env(), data_identity(DATA_YAML.with_name("x") / "data.yaml", True), "0"),
         series_key(spec(), gpu_env(), data_identity("/data/coco.yaml", synthetic=False), "0"),
         key(spec(device="cpu"), gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0), "cpu"),
@@ -87,18 +121,30 @@ def test_key_rebuilt_from_logged_params_equals_the_key_of_the_run():
 
 def old_series_key(s, env: Environment, data_identity_: str) -> str:
     """The formula runs used before the `yolo_mlops.series` tag: it hashed library versions."""
-    fields = {"model": Path(s.model).name, "data": data_identity_, "imgsz": s.imgsz, "batch": s.batch,
-              "workers": s.workers, "variant": s.variant, "device": env.device_name, "torch": env.torch,
-              "cuda": env.torch_cuda, "ultralytics": env.ultralytics}
+    fields = {
+        "model": Path(s.model).name,
+        "data": data_identity_,
+        "imgsz": s.imgsz,
+        "batch": s.batch,
+        "workers": s.workers,
+        "variant": s.variant,
+        "device": env.device_name,
+        "torch": env.torch,
+        "cuda": env.torch_cuda,
+        "ultralytics": env.ultralytics,
+    }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _logged(s, env: Environment, device: str = "0") -> tuple[dict[str, str], dict[str, str]]:
-    plan = TrainingPlan(spec=s, data_yaml=DATA_YAML, device=device, output_dir=Path("/tmp/unused"),
-                        steps_expected=60)
+    plan = TrainingPlan(spec=s, data_yaml=DATA_YAML, device=device, output_dir=Path("/tmp/unused"), steps_expected=60)
     params = run_params(s, plan, env)
-    tags = {names.RUN_KIND: "benchmark", names.VARIANT: s.variant, names.DEVICE_TYPE: env.device_type,
-            names.DATASET: "synthetic"}
+    tags = {
+        names.RUN_KIND: "benchmark",
+        names.VARIANT: s.variant,
+        names.DEVICE_TYPE: env.device_type,
+        names.DATASET: "synthetic",
+    }
     return params, tags
 
 
@@ -202,8 +248,11 @@ def test_a_data_parallel_job_is_a_series_of_its_own_and_reads_back_from_its_para
     keys = {key(single, cpu, "cpu"), key(job, cpu, "cpu"), key(spec(device="cpu", ddp={"ranks": 4}), cpu, "cpu")}
     assert len(keys) == 3  # the world size is part of the workload: CPU ranks are not in device_count
     # a single-process run keeps the key it had before data-parallel jobs existed (no `ranks` in its hash)
-    legacy = {k: v for k, v in dataclasses.asdict(series_identity(single, cpu, data_identity(DATA_YAML, True),
-                                                                  "cpu")).items() if k != "ranks"}
+    legacy = {
+        k: v
+        for k, v in dataclasses.asdict(series_identity(single, cpu, data_identity(DATA_YAML, True), "cpu")).items()
+        if k != "ranks"
+    }
     legacy["profiler_window"] = list(legacy["profiler_window"])
     assert key(single, cpu, "cpu") == hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()[:16]
     params, tags = _logged(job, cpu, device="cpu")

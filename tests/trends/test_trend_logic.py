@@ -19,15 +19,30 @@ from yolo_mlops.trends import attribution, history, trend
 from yolo_mlops.trends.attribution import Key, RunProfile
 from yolo_mlops.trends.history import HistoryRun
 
-VERSIONS = {"commit": "c" * 40, "torch": "2.14.1", "cuda": "13.0", "cudnn": "92400", "ultralytics": "8.4.190",
-            "driver": "580.65", "python": "3.11.7"}
+VERSIONS = {
+    "commit": "c" * 40,
+    "torch": "2.14.1",
+    "cuda": "13.0",
+    "cudnn": "92400",
+    "ultralytics": "8.4.190",
+    "driver": "580.65",
+    "python": "3.11.7",
+}
 
 
 def record(i: int, metrics: dict[str, float], night: str | None = None, **versions) -> HistoryRun:
-    return HistoryRun(run_id=f"run{i:03d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * 3_600_000,
-                      series="s1", label="yolo11n.yaml 640px b16", metrics=metrics,
-                      versions={**VERSIONS, **versions}, night=night, profiled_steps=5,
-                      step_time_ms=metrics.get(names.STEP_TIME_P50))
+    return HistoryRun(
+        run_id=f"run{i:03d}",
+        experiment_id="1",
+        start_time_ms=1_700_000_000_000 + i * 3_600_000,
+        series="s1",
+        label="yolo11n.yaml 640px b16",
+        metrics=metrics,
+        versions={**VERSIONS, **versions},
+        night=night,
+        profiled_steps=5,
+        step_time_ms=metrics.get(names.STEP_TIME_P50),
+    )
 
 
 def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: float = 1.12) -> list[HistoryRun]:
@@ -36,8 +51,14 @@ def shifted_history(seed: int = 0, n_before: int = 12, n_after: int = 9, shift: 
     for i in range(n_before + n_after):
         after = i >= n_before
         step = 100.0 * (shift if after else 1.0) * (1 + 0.01 * rng.standard_normal())
-        runs.append(record(i, {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 16_000.0 / step},
-                           night=f"n{i // 3}", **({"torch": "2.15.0", "commit": "d" * 40} if after else {})))
+        runs.append(
+            record(
+                i,
+                {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 16_000.0 / step},
+                night=f"n{i // 3}",
+                **({"torch": "2.15.0", "commit": "d" * 40} if after else {}),
+            )
+        )
     return runs
 
 
@@ -84,14 +105,17 @@ def test_stationary_history_and_short_history():
     assert all(not m.changes for m in t.metrics)
     assert trend.verdict(t, {runs[-1].run_id}).status == "stable"
     short = runs[:4]
-    assert trend.verdict(trend.series_trend(short), {short[-1].run_id, short[-2].run_id}).status == \
-        "insufficient_history"
+    assert (
+        trend.verdict(trend.series_trend(short), {short[-1].run_id, short[-2].run_id}).status == "insufficient_history"
+    )
 
 
 def test_metric_missing_in_some_runs_is_counted_not_fatal():
     runs = shifted_history(seed=3)
-    runs = [r if i % 4 else dataclasses.replace(r, metrics={names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]})
-            for i, r in enumerate(runs)]
+    runs = [
+        r if i % 4 else dataclasses.replace(r, metrics={names.STEP_TIME_P50: r.metrics[names.STEP_TIME_P50]})
+        for i, r in enumerate(runs)
+    ]
     t = trend.series_trend(runs)
     throughput = t.metric(names.IMAGES_PER_S)
     assert throughput is not None
@@ -107,10 +131,24 @@ def profile(run_id: str, step: float, ops: dict[str, float], phases: dict[str, f
 
 
 def test_attribution_ranks_by_share_of_shift_with_consistency():
-    before = [profile(f"b{i}", 100 + i, {"aten::conv": 40 + i, "aten::mm": 10.0 + 0.1 * i, "aten::add": 5.0},
-                      {"forward_loss": 40.0, "backward": 50.0 + i}) for i in range(4)]
-    after = [profile(f"a{i}", 110 + i, {"aten::conv": 40 + i, "aten::mm": 19.0 + 0.1 * i, "aten::add": 5.5},
-                     {"forward_loss": 49.0, "backward": 50.0 + i}) for i in range(4)]
+    before = [
+        profile(
+            f"b{i}",
+            100 + i,
+            {"aten::conv": 40 + i, "aten::mm": 10.0 + 0.1 * i, "aten::add": 5.0},
+            {"forward_loss": 40.0, "backward": 50.0 + i},
+        )
+        for i in range(4)
+    ]
+    after = [
+        profile(
+            f"a{i}",
+            110 + i,
+            {"aten::conv": 40 + i, "aten::mm": 19.0 + 0.1 * i, "aten::add": 5.5},
+            {"forward_loss": 49.0, "backward": 50.0 + i},
+        )
+        for i in range(4)
+    ]
     a = attribution.attribute(before, after)
     assert a.shift_ms == pytest.approx(10.0)
     first_op = next(c for c in a.contributions if c.kind == "operator")
@@ -199,8 +237,9 @@ def test_the_documented_automation_is_a_valid_prefect_automation():
     text = (Path(__file__).parents[2] / "docs" / "deploy.md").read_text()
     found = re.search(r"```yaml\n# nightly-regression.yaml\n(.*?)```", text, re.S)
     assert found is not None
-    automation = AutomationCore.model_validate(yaml.safe_load(
-        re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', found.group(1))))
+    automation = AutomationCore.model_validate(
+        yaml.safe_load(re.sub(r'"<id of .*?>"', '"00000000-0000-0000-0000-000000000001"', found.group(1)))
+    )
     trigger = automation.trigger
     assert isinstance(trigger, EventTrigger)  # one event trigger, related to one resource
     assert trigger.expect == {"prefect.flow-run.Failed"}

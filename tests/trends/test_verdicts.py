@@ -21,21 +21,32 @@ def drifting(n: int, total_pct: float, seed: int, noise_pct: float = 1.0, step: 
     rng = np.random.default_rng(seed)
     z = 100.0 + noise_pct * rng.standard_normal(n) + np.linspace(0.0, total_pct, n)
     if step:
-        z[step[0]:] += step[1]
+        z[step[0] :] += step[1]
     return z
 
 
 def records(values, versions=None, nights_of: int = 3, night_prefix: str = "n") -> list[HistoryRun]:
     out = []
     for i, v in enumerate(values):
-        out.append(HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                              series="s1", label="yolo11n.yaml 640px b16", metrics={names.STEP_TIME_P50: float(v)},
-                              versions=(versions[i] if versions else {"torch": "2.14.1"}),
-                              night=f"{night_prefix}{i // nights_of}", profiled_steps=5, step_time_ms=float(v)))
+        out.append(
+            HistoryRun(
+                run_id=f"run{i:04d}",
+                experiment_id="1",
+                start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                series="s1",
+                label="yolo11n.yaml 640px b16",
+                metrics={names.STEP_TIME_P50: float(v)},
+                versions=(versions[i] if versions else {"torch": "2.14.1"}),
+                night=f"{night_prefix}{i // nights_of}",
+                profiled_steps=5,
+                step_time_ms=float(v),
+            )
+        )
     return out
 
 
 # --- drift --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("total_pct", [2.0, 5.0, 10.0, 30.0])
 def test_a_drift_is_one_drift_not_a_staircase(total_pct):
@@ -94,7 +105,7 @@ def test_drift_verdict_is_reported_once_as_it_becomes_significant():
     runs = records(drifting(180, 10.0, seed=3))
     events = []
     for night in range(5, 60):  # 3 runs a night
-        hist = runs[:3 * (night + 1)]
+        hist = runs[: 3 * (night + 1)]
         t = trend.series_trend(hist, metrics=(trend.WATCHED_BY_NAME[names.STEP_TIME_P50],))
         v = trend.verdict(t, {r.run_id for r in hist if r.night == f"n{night}"})
         events += [(night, "drift")] * len(v.new_drifts) + [(night, c.direction) for c in v.new_changes]
@@ -107,8 +118,9 @@ def test_drift_is_plotted_and_reported(tmp_path):
     from yolo_mlops.trends import report
 
     versions = [{"torch": "2.14.1" if i < 120 else "2.15.0"} for i in range(200)]
-    t = trend.series_trend(records(drifting(200, 10.0, 4), versions),
-                           metrics=(trend.WATCHED_BY_NAME[names.STEP_TIME_P50],))
+    t = trend.series_trend(
+        records(drifting(200, 10.0, 4), versions), metrics=(trend.WATCHED_BY_NAME[names.STEP_TIME_P50],)
+    )
     m = t.metric(names.STEP_TIME_P50)
     assert m is not None and m.drift is not None and m.drift.direction == "regression"  # step time went up
     text = report.series_report(t, {}, detectable=power.for_trend(t, 3))
@@ -119,6 +131,7 @@ def test_drift_is_plotted_and_reported(tmp_path):
 
 
 # --- known changes ------------------------------------------------------------------------------------------
+
 
 def torch_upgrade(seed: int, noise: float = 0.12):
     """12 runs; from run 7 (index 6) torch changes and step time goes from 112 to 139 ms, ~12% noise."""
@@ -185,8 +198,11 @@ def test_the_night_s_tests_are_one_family_held_to_holm():
 
 def _three_metrics(rng, n: int) -> dict[str, np.ndarray]:
     step = 100 + rng.standard_normal(n)
-    return {names.STEP_TIME_P50: step, names.IMAGES_PER_S: 4000 / step * (1 + 0.002 * rng.standard_normal(n)),
-            names.DATA_WAIT_PCT: 5 + 0.5 * rng.standard_normal(n)}
+    return {
+        names.STEP_TIME_P50: step,
+        names.IMAGES_PER_S: 4000 / step * (1 + 0.002 * rng.standard_normal(n)),
+        names.DATA_WAIT_PCT: 5 + 0.5 * rng.standard_normal(n),
+    }
 
 
 def test_the_night_s_family_errs_at_most_its_rate_by_simulation():
@@ -198,15 +214,25 @@ def test_the_night_s_family_errs_at_most_its_rate_by_simulation():
     for s in range(series):
         rng = np.random.default_rng(4_000 + s)
         values = _three_metrics(rng, history + 3 * nights)
-        runs = [HistoryRun(run_id=f"run{i:04d}", experiment_id="1", start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                           series="s1", label="w", metrics={k: float(v[i]) for k, v in values.items()},
-                           versions={"commit": f"c{i // 3}"}, night=f"n{i // 3}", profiled_steps=5,
-                           step_time_ms=float(values[names.STEP_TIME_P50][i])) for i in range(len(values[
-                               names.STEP_TIME_P50]))]
+        runs = [
+            HistoryRun(
+                run_id=f"run{i:04d}",
+                experiment_id="1",
+                start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+                series="s1",
+                label="w",
+                metrics={k: float(v[i]) for k, v in values.items()},
+                versions={"commit": f"c{i // 3}"},
+                night=f"n{i // 3}",
+                profiled_steps=5,
+                step_time_ms=float(values[names.STEP_TIME_P50][i]),
+            )
+            for i in range(len(values[names.STEP_TIME_P50]))
+        ]
         for night in range(nights):
             first = history + 3 * night
-            t = trend.series_trend(runs[:first + 3])
-            tonight = {r.run_id for r in runs[first:first + 3]}
+            t = trend.series_trend(runs[: first + 3])
+            tonight = {r.run_id for r in runs[first : first + 3]}
             v = trend.verdict(t, tonight)
             raw += v.status != "stable"
             held += confirm.night_family(t, v, tonight).status != "stable"
@@ -227,6 +253,7 @@ def test_boundaries_are_bounded_by_neighbours_and_name_the_machine():
 
 # --- detection power ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(("history", "repeats"), [(30, 3), (60, 3), (20, 5)])
 def test_min_detectable_shift_matches_simulation_within_20_percent(history, repeats):
     predicted = power.min_detectable_shift(1.0, history, repeats)
@@ -241,7 +268,8 @@ def test_min_detectable_shift_scales_and_repeats_auto():
     k, ok = power.repeats_needed(1.0, 40, target_pct=3.0, max_repeats=10)
     at = power.AUTO_POWER  # repeats='auto' aims at 95%: with the confirmation, >= 90% alerted within the night
     assert ok and power.min_detectable_shift(1.0, 40, k, power=at) <= 3.0 < power.min_detectable_shift(
-        1.0, 40, k - 1, power=at)
+        1.0, 40, k - 1, power=at
+    )
     assert power.repeats_needed(1.0, 40, target_pct=0.5, max_repeats=6) == (6, False)
     recent = 100 + np.random.default_rng(0).standard_normal(40)
     recent[5] = 500  # one outlier does not blind the robust noise
@@ -257,7 +285,8 @@ def test_benchmark_suite_bad_input_is_one_line_each():
         ({"confirm_repeats": -1}, "confirm_repeats must be >= 0"),
         ({"target_shift_pct": 0}, "target_shift_pct must be > 0"),
         ({"repeats": "auto", "target_shift_pct": 5}, "needs target_shift_pct and max_repeats"),
-        ({"repeats": 0}, "repeats must be >= 1")]
+        ({"repeats": 0}, "repeats must be >= 1"),
+    ]
     for fields, says in cases:
         with pytest.raises(ValidationError) as err:
             BenchmarkSuite(runs=[], **fields)
@@ -267,6 +296,7 @@ def test_benchmark_suite_bad_input_is_one_line_each():
 
 
 # --- confirmation (library) ---------------------------------------------------------------------------------
+
 
 def test_confirmation_dismisses_a_blip_and_confirms_a_persistent_step():
     rng = np.random.default_rng(7)
@@ -278,8 +308,9 @@ def test_confirmation_dismisses_a_blip_and_confirms_a_persistent_step():
         tonight = {r.run_id for r in runs[30:33]}
         first = trend.verdict(trend.series_trend(runs[:33]), tonight)
         assert first.status == "regression" and confirm.needs_confirmation(first) == (names.STEP_TIME_P50,)
-        v, c = confirm.judge(trend.series_trend(runs), tonight, {r.run_id for r in runs[33:]},
-                             confirm.needs_confirmation(first))
+        v, c = confirm.judge(
+            trend.series_trend(runs), tonight, {r.run_id for r in runs[33:]}, confirm.needs_confirmation(first)
+        )
         assert v.status == expected and c.confirmed == (expected == "regression")
         assert c.runs_tonight == 3 and c.confirmation_runs == 3
         assert ("confirmed" if c.confirmed else "dismissed") + " by 3 confirmation runs" in c.summary()
@@ -306,17 +337,23 @@ def test_a_step_split_a_run_or_two_early_is_tonight_s(seed, split):
     assert trend.verdict(trend.series_trend(later), {r.run_id for r in later[63:]}).status == "stable"
 
 
-@pytest.mark.parametrize(("tonight_level", "again_level", "again_noise"), [
-    (130.0, 140.0, 1.0),  # the regression got worse during the confirmation
-    (400.0, 360.0, 1.0),  # the machine's load moved between tonight and the confirmation: another bad level
-    (400.0, 360.0, 10.0),  # ... and the confirmation runs are noisier
-])
+@pytest.mark.parametrize(
+    ("tonight_level", "again_level", "again_noise"),
+    [
+        (130.0, 140.0, 1.0),  # the regression got worse during the confirmation
+        (400.0, 360.0, 1.0),  # the machine's load moved between tonight and the confirmation: another bad level
+        (400.0, 360.0, 10.0),  # ... and the confirmation runs are noisier
+    ],
+)
 def test_confirmation_runs_at_another_bad_level_confirm(tonight_level, again_level, again_noise):
     """The newest change point then starts among the confirmation runs; judged directly against the level before
     tonight, the regression holds (the newest-only rule dismissed these, and the next night read `stable`)."""
     rng = np.random.default_rng(11)
-    values = np.r_[100 + rng.standard_normal(30), tonight_level + rng.standard_normal(3),
-                   again_level + again_noise * rng.standard_normal(3)]
+    values = np.r_[
+        100 + rng.standard_normal(30),
+        tonight_level + rng.standard_normal(3),
+        again_level + again_noise * rng.standard_normal(3),
+    ]
     runs = records(values)
     tonight, again = {r.run_id for r in runs[30:33]}, {r.run_id for r in runs[33:]}
     assert trend.verdict(trend.series_trend(runs[:33]), tonight).status == "regression"
@@ -332,19 +369,29 @@ def test_confirmation_back_at_the_old_level_dismisses_at_the_stated_rate():
     held = 0
     for seed in range(4000):
         rng = np.random.default_rng(seed)
-        test = confirm.level_test(100 + rng.standard_normal(30), 130 + rng.standard_normal(3),
-                                  100 + rng.standard_normal(3), higher_is_better=False, confirm_pvalue=0.01)
+        test = confirm.level_test(
+            100 + rng.standard_normal(30),
+            130 + rng.standard_normal(3),
+            100 + rng.standard_normal(3),
+            higher_is_better=False,
+            confirm_pvalue=0.01,
+        )
         assert not test.pooled  # tonight's +30 sd and the confirmation runs never agree: sized apart
         held += test.holds
     assert held / 4000 <= 0.015
-    throughput = confirm.level_test(np.asarray([50.0, 51.0, 49.0, 50.5]), np.asarray([40.0, 41.0]),
-                                    np.asarray([40.5, 39.5]), higher_is_better=True,
-                                    confirm_pvalue=0.01)  # higher is better: lower throughput is the bad way
+    throughput = confirm.level_test(
+        np.asarray([50.0, 51.0, 49.0, 50.5]),
+        np.asarray([40.0, 41.0]),
+        np.asarray([40.5, 39.5]),
+        higher_is_better=True,
+        confirm_pvalue=0.01,
+    )  # higher is better: lower throughput is the bad way
     assert throughput.holds and throughput.pooled and throughput.shift_pct > 0  # 40-41 against 49-51
 
 
 def test_several_metrics_re_measured_are_held_to_holm():
     """Each metric re-measured tonight is one test of the night's family: the smallest p against alpha / m."""
+
     def level(p: float, shift: float = 5.0) -> confirm.LevelTest:
         return confirm.LevelTest((), (), (), False, float("nan"), p, shift, p <= 0.01 and shift >= 0)
 
@@ -372,14 +419,18 @@ def test_a_dismissed_level_is_judged_again_on_the_next_nights():
     assert v.status == "regression" and c.confirmed and "(mean of 30 runs)" in c.evidence
     assert "from the new level's and the confirmation runs pooled, the new level's vs confirmation p=" in c.evidence
     assert "since its first run 104.8 (+4.7%, 9 runs)" in c.evidence
-    alerted = [replace(r, verdicts={names.trend_metric_tag(names.STEP_TIME_P50): "regression"})
-               if i >= 36 else r for i, r in enumerate(runs)]
+    alerted = [
+        replace(r, verdicts={names.trend_metric_tag(names.STEP_TIME_P50): "regression"}) if i >= 36 else r
+        for i, r in enumerate(runs)
+    ]
     later = records(np.r_[values, 105 + rng.standard_normal(3)])
     history = alerted + later[42:]
     assert trend.verdict(trend.series_trend(history), {r.run_id for r in history[42:]}).status == "stable"
     never_dismissed = records(np.r_[values, 105 + rng.standard_normal(3)])  # no suspected tag: reported once
-    assert trend.verdict(trend.series_trend(never_dismissed),
-                         {r.run_id for r in never_dismissed[36:39]}).status == "stable"
+    assert (
+        trend.verdict(trend.series_trend(never_dismissed), {r.run_id for r in never_dismissed[36:39]}).status
+        == "stable"
+    )
 
 
 # --- the real flow ------------------------------------------------------------------------------------------
@@ -390,10 +441,20 @@ EXPERIMENT = f"verdicts-real-{time.time_ns()}"
 def _suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec({"imgsz": 64, "batch": 4, "epochs": 2, "max_steps": 6, "workers": 0, "device": "cpu",
-                           "synthetic_images": 8, "experiment": EXPERIMENT, "val": False,
-                           "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False,
-                                        "profile_memory": False}})
+    tiny = build_run_spec(
+        {
+            "imgsz": 64,
+            "batch": 4,
+            "epochs": 2,
+            "max_steps": 6,
+            "workers": 0,
+            "device": "cpu",
+            "synthetic_images": 8,
+            "experiment": EXPERIMENT,
+            "val": False,
+            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
+        }
+    )
     return BenchmarkSuite(runs=[tiny], repeats=3, max_pvalue=0.01, confirm_repeats=3)
 
 

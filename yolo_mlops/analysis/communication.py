@@ -132,12 +132,21 @@ def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans] | 
     calls = int((step_of_comm >= 0).sum())
     comm_us, exposed_us = float(sum(comm_by_step)), float(sum(exposed_by_step))
     result = RankCommunication(
-        rank=trace.rank, backend=backend, steps=window_steps, step_time_us=step_us,
-        collective_calls=calls, collective_time_us=comm_us, exposed_time_us=exposed_us,
-        optimizer_steps=optimizer_steps, collective_pct=_pct(comm_us, step_us), exposed_pct=_pct(exposed_us, step_us),
+        rank=trace.rank,
+        backend=backend,
+        steps=window_steps,
+        step_time_us=step_us,
+        collective_calls=calls,
+        collective_time_us=comm_us,
+        exposed_time_us=exposed_us,
+        optimizer_steps=optimizer_steps,
+        collective_pct=_pct(comm_us, step_us),
+        exposed_pct=_pct(exposed_us, step_us),
         calls_per_optimizer_step=calls / optimizer_steps if optimizer_steps else None,
         synced_steps=sum(1 for ms in comm_by_step if ms > 0),
-        collective_ms_by_step=[v / 1000 for v in comm_by_step], exposed_ms_by_step=[v / 1000 for v in exposed_by_step])
+        collective_ms_by_step=[v / 1000 for v in comm_by_step],
+        exposed_ms_by_step=[v / 1000 for v in exposed_by_step],
+    )
     counted = step_of_comm >= 0
     return result, (comm_end[counted], (comm_end - comm_start)[counted], step_of_comm[counted])
 
@@ -155,8 +164,7 @@ def _nccl_spans(trace: RankTrace, steps):
     step_of = steps.index_of(launch)
     step_of = np.where(step_of < window_steps, step_of, -1)
     comm, compute = kinds == COMMUNICATION, kinds == COMPUTATION
-    return ("nccl", start[comm], end[comm], start[compute], end[compute], step_of[comm], step_of[compute],
-            window_steps)
+    return ("nccl", start[comm], end[comm], start[compute], end[compute], step_of[comm], step_of[compute], window_steps)
 
 
 def _gloo_spans(trace: RankTrace, host: np.ndarray, steps):
@@ -177,8 +185,16 @@ def _gloo_spans(trace: RankTrace, host: np.ndarray, steps):
         cover_start.append(s)
         cover_end.append(e)
         step_of_cover.append(np.full(s.size, i))
-    return (trace.backend or "gloo", comm_start, comm_end, np.concatenate(cover_start), np.concatenate(cover_end),
-            step_of_comm, np.concatenate(step_of_cover).astype(int), steps.count)
+    return (
+        trace.backend or "gloo",
+        comm_start,
+        comm_end,
+        np.concatenate(cover_start),
+        np.concatenate(cover_end),
+        step_of_comm,
+        np.concatenate(step_of_cover).astype(int),
+        steps.count,
+    )
 
 
 def _training_thread_compute(trace: RankTrace, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -209,8 +225,9 @@ def _cross_rank_waits(analysis: CommunicationAnalysis, spans: list[_Spans]) -> N
         analysis.note = "one rank's trace: no cross-rank waits"
         return
     if len(counts) != 1 or not durations[0].size:
-        analysis.note = (f"the ranks recorded different numbers of collectives ({sorted(counts)}): not matched, "
-                         "no cross-rank waits")
+        analysis.note = (
+            f"the ranks recorded different numbers of collectives ({sorted(counts)}): not matched, no cross-rank waits"
+        )
         return
     table = np.vstack(durations)  # rank x collective
     latency = table.min(axis=0)

@@ -115,8 +115,7 @@ SEVERITY_ORDER = {HIGH: 0, MEDIUM: 1, LOW: 2}
 def diagnose(diagnosis_input: DiagnosisInput) -> list[Finding]:
     """Every rule's finding, largest estimated saving first (unestimated last, then by severity)."""
     findings = [f for f in (rule(diagnosis_input) for rule in RULES) if f is not None]
-    return sorted(findings, key=lambda f: (-(f.saving.ms_per_step if f.saving else -1.0),
-                                           SEVERITY_ORDER[f.severity]))
+    return sorted(findings, key=lambda f: (-(f.saving.ms_per_step if f.saving else -1.0), SEVERITY_ORDER[f.severity]))
 
 
 def headline(findings: list[Finding]) -> str:
@@ -208,8 +207,11 @@ def data_wait_high(diagnosis_input: DiagnosisInput) -> Finding | None:
         return None
     # no persistent_workers: ultralytics' InfiniteDataLoader already keeps its workers for the whole run
     variants = [f"workers_{_doubled_or(diagnosis_input.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
-    evidence: dict[str, float | str] = {"data_wait_pct": round(pct, 2), "source": source,
-                                        "threshold_pct": DATA_WAIT_PCT_WARN}
+    evidence: dict[str, float | str] = {
+        "data_wait_pct": round(pct, 2),
+        "source": source,
+        "threshold_pct": DATA_WAIT_PCT_WARN,
+    }
     idle = _worst(_gpu_ranks(diagnosis_input), _data_loader_idle_pct)
     if idle is not None:
         evidence["gpu_idle_data_loader_pct"] = round(idle[1], 2)
@@ -276,20 +278,32 @@ def gpu_idle_host_wait(diagnosis_input: DiagnosisInput) -> Finding | None:
         title=f"GPU idle {launch_pct:.0f}% of the time while the host launches operators (launch-bound)",
         evidence=evidence,
         recommended_variants=variants,
-        saving=_idle_saving(rank, idle_attribution.LAUNCH_OVERHEAD,
-                            "if the host queued kernels ahead of the GPU (compiled / captured graphs)"),
+        saving=_idle_saving(
+            rank,
+            idle_attribution.LAUNCH_OVERHEAD,
+            "if the host queued kernels ahead of the GPU (compiled / captured graphs)",
+        ),
     )
 
 
 def no_reduced_precision(diagnosis_input: DiagnosisInput) -> Finding | None:
     if not _on_gpu(diagnosis_input) or diagnosis_input.amp is True:
         return None
-    measured = [(r, r.gpu.reduced_precision_kernel_pct) for r in _ranks(diagnosis_input)
-                if r.gpu is not None and r.gpu.reduced_precision_kernel_pct is not None]
+    measured = [
+        (r, r.gpu.reduced_precision_kernel_pct)
+        for r in _ranks(diagnosis_input)
+        if r.gpu is not None and r.gpu.reduced_precision_kernel_pct is not None
+    ]
     if not measured:
         if diagnosis_input.amp is False:  # no (usable) trace: the configuration alone says fp32
-            return Finding("no_reduced_precision", MEDIUM, "Training runs in fp32 (AMP off)",
-                           {"amp": "off"}, ["amp_bf16", "amp_fp16"], saving=None)
+            return Finding(
+                "no_reduced_precision",
+                MEDIUM,
+                "Training runs in fp32 (AMP off)",
+                {"amp": "off"},
+                ["amp_bf16", "amp_fp16"],
+                saving=None,
+            )
         return None
     rank, pct = min(measured, key=lambda rank_pct: rank_pct[1])
     if pct >= REDUCED_PRECISION_PCT_MIN:
@@ -307,8 +321,11 @@ def no_reduced_precision(diagnosis_input: DiagnosisInput) -> Finding | None:
             "compute_capability": str(capability) if capability is not None else "unknown",
         },
         recommended_variants=variants,
-        saving=_per_step(rank, _gpu(rank).compute_time_us * (1 - 1 / AMP_COMPUTE_SPEEDUP),
-                         f"if mixed precision ran the fp32 compute kernels {AMP_COMPUTE_SPEEDUP:g}x faster"),
+        saving=_per_step(
+            rank,
+            _gpu(rank).compute_time_us * (1 - 1 / AMP_COMPUTE_SPEEDUP),
+            f"if mixed precision ran the fp32 compute kernels {AMP_COMPUTE_SPEEDUP:g}x faster",
+        ),
     )
 
 
@@ -339,12 +356,18 @@ def layout_conversions(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="layout_conversions",
         severity=LOW,
         title=f"{worst[1]:.1f}% of kernel time converts tensors between NCHW and NHWC",
-        evidence={"rank": str(worst[0].rank), "layout_conversion_kernel_pct": round(worst[1], 2),
-                  "threshold_pct": LAYOUT_CONVERSION_PCT_WARN},
+        evidence={
+            "rank": str(worst[0].rank),
+            "layout_conversion_kernel_pct": round(worst[1], 2),
+            "threshold_pct": LAYOUT_CONVERSION_PCT_WARN,
+        },
         recommended_variants=["channels_last"],
         # conversion kernels may overlap other streams' work: their summed time bounds what removing them saves
-        saving=_per_step(worst[0], _gpu(worst[0]).layout_conversion_time_us or 0.0,
-                         "if channels_last removed every conversion kernel"),
+        saving=_per_step(
+            worst[0],
+            _gpu(worst[0]).layout_conversion_time_us or 0.0,
+            "if channels_last removed every conversion kernel",
+        ),
     )
 
 
@@ -366,8 +389,12 @@ def sync_in_step(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="sync_in_step",
         severity=_severity(pct, SYNC_PCT_HIGH),
         title=f"Synchronising CUDA calls take {pct:.1f}% of step time (.item(), .cpu(), blocking copies)",
-        evidence={"rank": str(rank.rank), "sync_pct": round(pct, 2), "sync_calls_per_step": round(calls / steps, 2),
-                  "threshold_pct": SYNC_PCT_WARN},
+        evidence={
+            "rank": str(rank.rank),
+            "sync_pct": round(pct, 2),
+            "sync_calls_per_step": round(calls / steps, 2),
+            "threshold_pct": SYNC_PCT_WARN,
+        },
         recommended_variants=[],
         saving=saving,
     )
@@ -400,12 +427,21 @@ def communication_high(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="communication_high",
         severity=_severity(pct, COMMUNICATION_PCT_HIGH),
         title=f"{pct:.0f}% of GPU busy time is communication not overlapped with compute",
-        evidence={"rank": str(rank.rank), "exposed_communication_pct": round(pct, 2),
-                  "threshold_pct": COMMUNICATION_PCT_WARN},
+        evidence={
+            "rank": str(rank.rank),
+            "exposed_communication_pct": round(pct, 2),
+            "threshold_pct": COMMUNICATION_PCT_WARN,
+        },
         recommended_variants=[f"batch_{_doubled_or(diagnosis_input.batch_size, 32)}"],
-        saving=_per_step(rank, sum(k.time_us for k in rank.kernel_types
-                                   if "COMMUNICATION" in k.kernel_type and "COMPUTATION" not in k.kernel_type),
-                         "if communication were fully overlapped with compute"),
+        saving=_per_step(
+            rank,
+            sum(
+                k.time_us
+                for k in rank.kernel_types
+                if "COMMUNICATION" in k.kernel_type and "COMPUTATION" not in k.kernel_type
+            ),
+            "if communication were fully overlapped with compute",
+        ),
     )
 
 
@@ -417,6 +453,7 @@ def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None
     comm = _communication(diagnosis_input)
     if comm is None or comm.backend == "nccl":
         return None  # NCCL kernels: communication_high judges them as HTA does, against GPU busy time
+
     # time a rank waits inside a collective for a slower peer is the straggler's cost (ddp_straggler), not the
     # transfer's: what no compute hides and no waiting explains is what hiding or skipping collectives saves
     def transfer_us(r) -> float:
@@ -427,21 +464,28 @@ def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None
     if pct < DDP_EXPOSED_PCT_WARN or rank.steps <= 0:
         return None
     evidence: dict[str, float | str] = {
-        "rank": str(rank.rank), "backend": comm.backend, "exposed_pct": round(rank.exposed_pct, 2),
-        "exposed_not_waiting_pct": round(pct, 2), "wait_pct": round(rank.wait_pct or 0.0, 2),
-        "collective_pct": round(rank.collective_pct, 2), "collective_calls": rank.collective_calls,
-        "threshold_pct": DDP_EXPOSED_PCT_WARN}
+        "rank": str(rank.rank),
+        "backend": comm.backend,
+        "exposed_pct": round(rank.exposed_pct, 2),
+        "exposed_not_waiting_pct": round(pct, 2),
+        "wait_pct": round(rank.wait_pct or 0.0, 2),
+        "collective_pct": round(rank.collective_pct, 2),
+        "collective_calls": rank.collective_calls,
+        "threshold_pct": DDP_EXPOSED_PCT_WARN,
+    }
     if rank.calls_per_optimizer_step is not None:
         evidence["calls_per_optimizer_step"] = round(rank.calls_per_optimizer_step, 2)
     return Finding(
         rule="ddp_exposed_communication",
         severity=_severity(pct, DDP_EXPOSED_PCT_HIGH),
-        title=f"{pct:.0f}% of rank {rank.rank}'s step is gradient communication ({comm.backend}) that no compute "
-              "hides",
+        title=f"{pct:.0f}% of rank {rank.rank}'s step is gradient communication ({comm.backend}) that no compute hides",
         evidence=evidence,
         recommended_variants=list(DDP_COMMUNICATION_VARIANTS),
-        saving=Saving(transfer_us(rank) / 1000 / rank.steps, pct,
-                      "if the collectives were hidden behind compute or skipped on accumulated micro-batches"),
+        saving=Saving(
+            transfer_us(rank) / 1000 / rank.steps,
+            pct,
+            "if the collectives were hidden behind compute or skipped on accumulated micro-batches",
+        ),
     )
 
 
@@ -455,8 +499,11 @@ def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
     others_ms = [w for rank, w in waits.items() if rank != slow]
     lost_ms = (sum(others_ms) / len(others_ms) - waits[slow]) if others_ms else 0.0
     by_rank = {r.rank: r for r in _ranks(diagnosis_input)}
-    evidence: dict[str, float | str] = {"rank": str(slow), "others_wait_ms_per_step": round(lost_ms, 2),
-                                        "wait_spread_pct": round(comm.wait_spread_pct or 0.0, 2)}
+    evidence: dict[str, float | str] = {
+        "rank": str(slow),
+        "others_wait_ms_per_step": round(lost_ms, 2),
+        "wait_spread_pct": round(comm.wait_spread_pct or 0.0, 2),
+    }
     data_wait = {rank: _data_wait_ms(analysis) for rank, analysis in by_rank.items()}
     slow_data, other_data = data_wait.get(slow), [v for r, v in data_wait.items() if r != slow and v is not None]
     cause, variants = "its own compute (compare its operators and clocks with its peers')", []
@@ -474,8 +521,10 @@ def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
         evidence["sm_clock_mhz_mean"] = round(clocks[slow], 1)
         evidence["peers_sm_clock_mhz_mean"] = round(peers_mhz, 1)
         if not variants and clocks[slow] < DDP_SLOW_CLOCK_FRACTION * peers_mhz:
-            cause = (f"its GPU's slower clocks ({clocks[slow]:.0f} MHz mean SM clock against its peers' "
-                     f"{peers_mhz:.0f}; rank{slow}/gpu/clocks_event_* says why)")
+            cause = (
+                f"its GPU's slower clocks ({clocks[slow]:.0f} MHz mean SM clock against its peers' "
+                f"{peers_mhz:.0f}; rank{slow}/gpu/clocks_event_* says why)"
+            )
     evidence["cause"] = cause
     step_ms = _step_ms(diagnosis_input, by_rank.get(slow))
     return Finding(
@@ -484,8 +533,11 @@ def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
         title=f"The other ranks wait for rank {slow} ({lost_ms:.0f} ms/step inside collectives); cause: {cause}",
         evidence=evidence,
         recommended_variants=variants,
-        saving=Saving(lost_ms, 100.0 * lost_ms / step_ms if step_ms else 0.0,
-                      f"if rank {slow} kept pace with the others") if lost_ms > 0 else None,
+        saving=Saving(
+            lost_ms, 100.0 * lost_ms / step_ms if step_ms else 0.0, f"if rank {slow} kept pace with the others"
+        )
+        if lost_ms > 0
+        else None,
     )
 
 
@@ -504,9 +556,14 @@ def ddp_unbalanced_data(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="ddp_unbalanced_data",
         severity=MEDIUM,
         title=f"Data wait differs across ranks: rank {high} {measured[high]:.0f}% of its step, rank {low} "
-              f"{measured[low]:.0f}%",
-        evidence={"rank": str(high), "data_wait_pct": round(measured[high], 2), "lowest_rank": str(low),
-                  "lowest_data_wait_pct": round(measured[low], 2), "threshold_pts": DDP_DATA_WAIT_IMBALANCE_PTS},
+        f"{measured[low]:.0f}%",
+        evidence={
+            "rank": str(high),
+            "data_wait_pct": round(measured[high], 2),
+            "lowest_rank": str(low),
+            "lowest_data_wait_pct": round(measured[low], 2),
+            "threshold_pts": DDP_DATA_WAIT_IMBALANCE_PTS,
+        },
         recommended_variants=[f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"],
         no_saving_reason="the job's cost of it is the slowest rank's: see ddp_straggler",
     )
@@ -528,8 +585,11 @@ def memory_growth(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="memory_growth",
         severity=MEDIUM,
         title="Allocated memory rises every step (a tensor kept alive across steps?)",
-        evidence={"rank": str(rank.rank), "device": memory.device,
-                  "growth_mib_per_step": round((memory.growth_bytes_per_step or 0.0) / 2**20, 2)},
+        evidence={
+            "rank": str(rank.rank),
+            "device": memory.device,
+            "growth_mib_per_step": round((memory.growth_bytes_per_step or 0.0) / 2**20, 2),
+        },
         recommended_variants=[],
         no_saving_reason="no step time to save: growing memory ends in an out-of-memory error, not a slower step",
     )
@@ -554,8 +614,13 @@ def memory_near_capacity(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="memory_near_capacity",
         severity=HIGH,
         title=f"Peak GPU memory is {pct:.0f}% of the device's {total:.1f} GiB",
-        evidence={"peak_memory_gib": round(peak, 3), "gpu_memory_total_gib": round(total, 3),
-                  "memory_pct": round(pct, 2), "source": source, "threshold_pct": MEMORY_NEAR_CAPACITY_PCT},
+        evidence={
+            "peak_memory_gib": round(peak, 3),
+            "gpu_memory_total_gib": round(total, 3),
+            "memory_pct": round(pct, 2),
+            "source": source,
+            "threshold_pct": MEMORY_NEAR_CAPACITY_PCT,
+        },
         recommended_variants=variants,
         no_saving_reason="no step time to save: it is a risk of running out of memory, not a cost per step",
     )

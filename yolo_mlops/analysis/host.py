@@ -115,15 +115,19 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
         n = numbers[int(trace.name_id[ev])]
         start, end = float(trace.ts[ev]), float(trace.ts[ev] + trace.dur[ev])
         if n in longest and (start >= longest[n][1] or end <= longest[n][0]):
-            raise TraceError(f"{trace.path}: ProfilerStep#{n} appears twice, at {longest[n][0]:.0f} and {start:.0f} us "
-                             "(a duplicate step id): the steps are ambiguous")
+            raise TraceError(
+                f"{trace.path}: ProfilerStep#{n} appears twice, at {longest[n][0]:.0f} and {start:.0f} us "
+                "(a duplicate step id): the steps are ambiguous"
+            )
         if n not in longest or end - start > longest[n][1] - longest[n][0]:
             longest[n] = (start, end)
     ordered = sorted(longest.items(), key=lambda kv: kv[1][0])
     for (n_before, _), (n_after, (start, _)) in zip(ordered, ordered[1:], strict=False):
         if n_after < n_before:
-            raise TraceError(f"{trace.path}: ProfilerStep#{n_after} at {start:.0f} us starts after ProfilerStep#"
-                             f"{n_before} (step ids out of time order): the steps are ambiguous")
+            raise TraceError(
+                f"{trace.path}: ProfilerStep#{n_after} at {start:.0f} us starts after ProfilerStep#"
+                f"{n_before} (step ids out of time order): the steps are ambiguous"
+            )
     return Steps(
         number=np.array([n for n, _ in ordered], dtype=np.int64),
         start=np.array([s for _, (s, _) in ordered]),
@@ -131,8 +135,9 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
     )
 
 
-def host_category_times(trace: RankTrace, host: np.ndarray, steps: Steps,
-                        category_by_name: list[str | None]) -> dict[str, np.ndarray]:
+def host_category_times(
+    trace: RankTrace, host: np.ndarray, steps: Steps, category_by_name: list[str | None]
+) -> dict[str, np.ndarray]:
     """Per category, an array with the category's time in each step (us) and one with event counts."""
     categories = sorted({c for c in category_by_name if c is not None})
     result: dict[str, np.ndarray] = {}

@@ -41,7 +41,13 @@ from yolo_mlops.analysis.trace_loader import RankTrace
 from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
 
 DATA_LOADER, PREPROCESS, OPTIMIZER, CUDA_SYNC, LAUNCH_OVERHEAD, OTHER = (
-    "data_loader", "preprocess", "optimizer", "cuda_sync", "launch_overhead", "other")
+    "data_loader",
+    "preprocess",
+    "optimizer",
+    "cuda_sync",
+    "launch_overhead",
+    "other",
+)
 # Every cause, in the order the host layers are matched (other last); the JSON/metrics list all of them.
 IDLE_CAUSES = (DATA_LOADER, CUDA_SYNC, OPTIMIZER, PREPROCESS, LAUNCH_OVERHEAD, OTHER)
 BETWEEN_PHASES = "between_phases"
@@ -116,8 +122,9 @@ def _union(*sets: Intervals) -> Intervals:
     return _merged(np.concatenate([s for s, _ in sets]), np.concatenate([e for _, e in sets]))
 
 
-def _host_layers(trace: RankTrace, host: np.ndarray,
-                 category_by_name: list[str | None]) -> tuple[dict[str, Intervals], Intervals]:
+def _host_layers(
+    trace: RankTrace, host: np.ndarray, category_by_name: list[str | None]
+) -> tuple[dict[str, Intervals], Intervals]:
     """Merged host intervals per cause, and those of every launching host event."""
     cause_by_name = [
         _CAUSE_LABELS.get(category) or _CAUSE_CATEGORIES.get(category) if category is not None else None
@@ -141,9 +148,15 @@ def _empty() -> Intervals:
     return np.zeros(0), np.zeros(0)
 
 
-def gpu_idle_by_cause(trace: RankTrace, host: np.ndarray, steps: Steps, acts: GpuActivities,
-                      window_steps: int, window_step_us: float,
-                      category_by_name: list[str | None]) -> list[CauseTime]:
+def gpu_idle_by_cause(
+    trace: RankTrace,
+    host: np.ndarray,
+    steps: Steps,
+    acts: GpuActivities,
+    window_steps: int,
+    window_step_us: float,
+    category_by_name: list[str | None],
+) -> list[CauseTime]:
     """GPU idle time of the window's activities by host cause (rows for every cause, in IDLE_CAUSES order)."""
     if acts.count == 0:
         return []
@@ -167,9 +180,13 @@ def gpu_idle_by_cause(trace: RankTrace, host: np.ndarray, steps: Steps, acts: Gp
         sync = _union(sync, (hs[began_in_sync], he[began_in_sync]))
         in_steps = _merged(steps.start, steps.end) if steps.count else _empty()
         step_launch = _intersect(_union(layers.get(LAUNCH_OVERHEAD, _empty()), launching), in_steps)
-        ordered = [(DATA_LOADER, layers.get(DATA_LOADER, _empty())), (CUDA_SYNC, sync),
-                   (OPTIMIZER, layers.get(OPTIMIZER, _empty())), (PREPROCESS, layers.get(PREPROCESS, _empty())),
-                   (LAUNCH_OVERHEAD, step_launch)]
+        ordered = [
+            (DATA_LOADER, layers.get(DATA_LOADER, _empty())),
+            (CUDA_SYNC, sync),
+            (OPTIMIZER, layers.get(OPTIMIZER, _empty())),
+            (PREPROCESS, layers.get(PREPROCESS, _empty())),
+            (LAUNCH_OVERHEAD, step_launch),
+        ]
         for cause, t in exclusive_split((hs, he), ordered, OTHER).items():
             totals[cause] += t
     return [_cause_time(c, t, span, window_steps, window_step_us) for c, t in totals.items()]
@@ -197,8 +214,9 @@ def _cause_time(cause: str, time_us: float, whole_us: float, steps: int, step_us
     )
 
 
-def step_time_by_phase(trace: RankTrace, host: np.ndarray, steps: Steps,
-                       category_by_name: list[str | None]) -> list[CauseTime]:
+def step_time_by_phase(
+    trace: RankTrace, host: np.ndarray, steps: Steps, category_by_name: list[str | None]
+) -> list[CauseTime]:
     """Each instant of every step assigned to one phase label (or built-in category), the rest to
     `between_phases`. Rows in step order; labels that never occur are left out."""
     if steps.count == 0:

@@ -43,8 +43,10 @@ class TerminalProgress(ProgressReporter):
     def _draw(self, now: float) -> None:
         fraction = min(self.done / self.total, 1.0)
         filled = int(fraction * BAR_WIDTH)
-        line = (f"\r{self.name}  {fraction * 100:3.0f}% |{'#' * filled}{' ' * (BAR_WIDTH - filled)}| "
-                f"{self.done / 2**20:.0f}/{self.total / 2**20:.0f} MiB  {now - self.started:.1f} s")
+        line = (
+            f"\r{self.name}  {fraction * 100:3.0f}% |{'#' * filled}{' ' * (BAR_WIDTH - filled)}| "
+            f"{self.done / 2**20:.0f}/{self.total / 2**20:.0f} MiB  {now - self.started:.1f} s"
+        )
         self.width = max(self.width, len(line) - 1)
         self.stream.write(line)
         self.stream.flush()
@@ -59,6 +61,8 @@ class TerminalProgress(ProgressReporter):
 
 def terminal_progress(stream: TextIO):
     """The factory `trace_loader.reporting_progress` takes: a bar on `stream` for every file loaded."""
+
     def factory(path: Path, total: int) -> TerminalProgress:
         return TerminalProgress(path, total, stream)
+
     return factory

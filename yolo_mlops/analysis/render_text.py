@@ -39,8 +39,10 @@ def _render_rank(r: RankAnalysis) -> list[str]:
         lines += [f"  {c.category:<28} {c.time_us / 1000:10.2f} ms {c.pct:6.1f}%  ({c.count} events)" for c in r.host]
     if r.step_by_phase:
         lines.append("step time by phase (each instant counted once):")
-        lines += [f"  {_phase_name(c.cause):<28} {fmt(c.ms_per_step, '.2f'):>10} ms/step {fmt(c.step_pct, '.1f'):>6}%"
-                  for c in r.step_by_phase]
+        lines += [
+            f"  {_phase_name(c.cause):<28} {fmt(c.ms_per_step, '.2f'):>10} ms/step {fmt(c.step_pct, '.1f'):>6}%"
+            for c in r.step_by_phase
+        ]
     if r.gpu is None:
         lines.append("gpu: none (CPU-only trace)")
     else:
@@ -54,8 +56,10 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             "  kernel types:",
             *(f"    {k.kernel_type:<55} {k.time_us / 1000:10.2f} ms {k.pct:6.1f}%" for k in r.kernel_types),
             "  GPU idle by host cause (share of kernel-time span; of step time):",
-            *(f"    {c.cause:<16} {fmt(c.ms_per_step, '.2f'):>10} ms/step {c.pct:6.1f}% {fmt(c.step_pct, '.1f'):>6}%"
-              for c in r.gpu_idle_by_cause),
+            *(
+                f"    {c.cause:<16} {fmt(c.ms_per_step, '.2f'):>10} ms/step {c.pct:6.1f}% {fmt(c.step_pct, '.1f'):>6}%"
+                for c in r.gpu_idle_by_cause
+            ),
             "  idle time per stream:",
             *(
                 f"    stream {i.stream:<5} {i.idle_category:<12} {i.idle_time_us / 1000:10.2f} ms "
@@ -82,7 +86,7 @@ def _render_rank(r: RankAnalysis) -> list[str]:
 
 
 def _phase_name(name: str) -> str:
-    return name[len(PHASE_LABEL_PREFIX):] if name.startswith(PHASE_LABEL_PREFIX) else name
+    return name[len(PHASE_LABEL_PREFIX) :] if name.startswith(PHASE_LABEL_PREFIX) else name
 
 
 def _pct_text(pct: float | None) -> str:

@@ -81,21 +81,25 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
     put(names.TRACE_GPU_IDLE_HOST_WAIT, [None if s is None else 100.0 * s for s in host_wait_shares])
     put(names.TRACE_GPU_REDUCED_PRECISION, [g.reduced_precision_kernel_pct for g in gpus])
     for cause in IDLE_CAUSES:
-        put(names.gpu_idle_cause_metric(cause),
-            [row.pct for r in gpu_ranks for row in r.gpu_idle_by_cause if row.cause == cause])
+        put(
+            names.gpu_idle_cause_metric(cause),
+            [row.pct for r in gpu_ranks for row in r.gpu_idle_by_cause if row.cause == cause],
+        )
 
     for device in ("cuda", "cpu"):
         memories = [r.memory for r in ranks if r.memory is not None and r.memory.device == device]
         prefix = "gpu" if device == "cuda" else "cpu"
         if memories:
-            metrics[names.trace_memory_metric(prefix, "peak_allocated_gib")] = max(
-                m.peak_allocated_bytes for m in memories) / 2**30
+            metrics[names.trace_memory_metric(prefix, "peak_allocated_gib")] = (
+                max(m.peak_allocated_bytes for m in memories) / 2**30
+            )
             reserved = [m.peak_reserved_bytes for m in memories if m.peak_reserved_bytes is not None]
             if reserved:
                 metrics[names.trace_memory_metric(prefix, "peak_reserved_gib")] = max(reserved) / 2**30
-            put(names.trace_memory_metric(prefix, "growth_mib_per_step"),
-                [None if m.growth_bytes_per_step is None else m.growth_bytes_per_step / 2**20
-                 for m in memories])
+            put(
+                names.trace_memory_metric(prefix, "growth_mib_per_step"),
+                [None if m.growth_bytes_per_step is None else m.growth_bytes_per_step / 2**20 for m in memories],
+            )
     metrics.update(communication_metrics(analysis.communication))
     return metrics
 
@@ -106,9 +110,12 @@ def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float
     if comm is None:
         return {}
     metrics: dict[str, float] = {}
-    per_rank = {names.COMM_COLLECTIVE_PCT: lambda r: r.collective_pct, names.COMM_EXPOSED_PCT: lambda r: r.exposed_pct,
-                names.COMM_WAIT_PCT: lambda r: r.wait_pct,
-                names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step}
+    per_rank = {
+        names.COMM_COLLECTIVE_PCT: lambda r: r.collective_pct,
+        names.COMM_EXPOSED_PCT: lambda r: r.exposed_pct,
+        names.COMM_WAIT_PCT: lambda r: r.wait_pct,
+        names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step,
+    }
     for name, value_of in per_rank.items():
         values = []
         for rank in comm.ranks:
@@ -127,7 +134,7 @@ def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float
 
 def _metric_token(category: str) -> str:
     """yolo_mlops/data_wait -> data_wait; data_loader stays."""
-    token = category[len(PHASE_LABEL_PREFIX):] if category.startswith(PHASE_LABEL_PREFIX) else category
+    token = category[len(PHASE_LABEL_PREFIX) :] if category.startswith(PHASE_LABEL_PREFIX) else category
     return "".join(ch if ch.isalnum() else "_" for ch in token)
 
 
@@ -168,8 +175,9 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.2f}"
 
 
-def _report_blocks(analysis: TraceAnalysis, findings: list[Finding], extra: dict | None,
-                   images: list[Image], sections: list[Block]) -> list[Block]:
+def _report_blocks(
+    analysis: TraceAnalysis, findings: list[Finding], extra: dict | None, images: list[Image], sections: list[Block]
+) -> list[Block]:
     summary = f"Trace: {analysis.source}, {len(analysis.ranks)} rank(s)."
     blocks: list[Block] = [Heading("Profiling report", 1), Paragraph(summary)]
     blocks += _findings_blocks(findings)
@@ -191,54 +199,82 @@ def _findings_blocks(findings: list[Finding]) -> list[Block]:
     if not findings:
         return [Heading("Findings"), Paragraph("No rule fired: nothing stands out in this run.")]
     rows = [
-        [f.severity, f.title,
-         fmt(f.saving.ms_per_step, ".1f") if f.saving else "-", fmt(f.saving.pct_of_step, ".1f") if f.saving else "-",
-         f.saving.assumption if f.saving else "not estimable from the trace",
-         ", ".join(f.recommended_variants) or "-",
-         "; ".join(f"{k}={fmt(v)}" for k, v in f.evidence.items())]
+        [
+            f.severity,
+            f.title,
+            fmt(f.saving.ms_per_step, ".1f") if f.saving else "-",
+            fmt(f.saving.pct_of_step, ".1f") if f.saving else "-",
+            f.saving.assumption if f.saving else "not estimable from the trace",
+            ", ".join(f.recommended_variants) or "-",
+            "; ".join(f"{k}={fmt(v)}" for k, v in f.evidence.items()),
+        ]
         for f in findings
     ]
-    return [Heading("Findings"), Paragraph(headline(findings)),
-            Table(["severity", "finding", "saves up to ms/step", "% of step", "assuming", "try variants", "evidence"],
-                  rows)]
+    return [
+        Heading("Findings"),
+        Paragraph(headline(findings)),
+        Table(
+            ["severity", "finding", "saves up to ms/step", "% of step", "assuming", "try variants", "evidence"], rows
+        ),
+    ]
 
 
 def _step_blocks(analysis: TraceAnalysis) -> list[Block]:
     rows = [
-        [str(r.rank), str(r.step_time.count), _ms(r.step_time.mean_us), _ms(r.step_time.median_us),
-         _ms(r.step_time.min_us), _ms(r.step_time.max_us)]
-        for r in analysis.ranks if r.step_time is not None
+        [
+            str(r.rank),
+            str(r.step_time.count),
+            _ms(r.step_time.mean_us),
+            _ms(r.step_time.median_us),
+            _ms(r.step_time.min_us),
+            _ms(r.step_time.max_us),
+        ]
+        for r in analysis.ranks
+        if r.step_time is not None
     ]
     if not rows:
         return [Heading("Step time"), Paragraph("No ProfilerStep spans in the trace.")]
-    blocks: list[Block] = [Heading("Step time"),
-                           Table(["rank", "steps", "mean ms", "median ms", "min ms", "max ms"], rows)]
+    blocks: list[Block] = [
+        Heading("Step time"),
+        Table(["rank", "steps", "mean ms", "median ms", "min ms", "max ms"], rows),
+    ]
     if analysis.spread is not None:
         s = analysis.spread
-        blocks.append(Paragraph(f"Spread between ranks: {_ms(s.spread_us)} ms ({s.spread_pct:.1f}%); "
-                                f"slowest rank {s.slowest_rank}, fastest rank {s.fastest_rank}."))
+        blocks.append(
+            Paragraph(
+                f"Spread between ranks: {_ms(s.spread_us)} ms ({s.spread_pct:.1f}%); "
+                f"slowest rank {s.slowest_rank}, fastest rank {s.fastest_rank}."
+            )
+        )
     return blocks
 
 
 def _host_blocks(analysis: TraceAnalysis) -> list[Block]:
-    rows = [[str(r.rank), c.category, _ms(c.time_us), f"{c.pct:.1f}", str(c.count)]
-            for r in analysis.ranks for c in r.host]
+    rows = [
+        [str(r.rank), c.category, _ms(c.time_us), f"{c.pct:.1f}", str(c.count)] for r in analysis.ranks for c in r.host
+    ]
     blocks: list[Block] = [Heading("Host time per category")]
     if rows:
         blocks.append(Table(["rank", "category", "ms", "% of step time", "events"], rows))
     else:
         blocks.append(Paragraph("No data-loader, phase-label, optimizer or sync events inside profiled steps."))
-    phase_rows = [[str(r.rank), c.cause, _ms(c.time_us), fmt(c.ms_per_step, ".2f"), fmt(c.step_pct, ".1f")]
-                  for r in analysis.ranks for c in r.step_by_phase]
+    phase_rows = [
+        [str(r.rank), c.cause, _ms(c.time_us), fmt(c.ms_per_step, ".2f"), fmt(c.step_pct, ".1f")]
+        for r in analysis.ranks
+        for c in r.step_by_phase
+    ]
     if phase_rows:
-        blocks += [Heading("Step time by phase", 3),
-                   Paragraph(f"Each instant of a step counted once: the phase label covering it, else "
-                             f"`{BETWEEN_PHASES}`."),
-                   Table(["rank", "phase", "ms", "ms/step", "% of step time"], phase_rows)]
+        blocks += [
+            Heading("Step time by phase", 3),
+            Paragraph(f"Each instant of a step counted once: the phase label covering it, else `{BETWEEN_PHASES}`."),
+            Table(["rank", "phase", "ms", "ms/step", "% of step time"], phase_rows),
+        ]
     top = analysis.ranks[0].top_host_ops if analysis.ranks else []
     if top:
-        blocks += [Heading(f"Top host operators (rank {analysis.ranks[0].rank}, inclusive time)", 3),
-                   Table(["operator", "ms", "calls"], [[o.name, _ms(o.time_us), str(o.count)] for o in top])]
+        blocks += [
+            Heading(f"Top host operators (rank {analysis.ranks[0].rank}, inclusive time)", 3),
+            Table(["operator", "ms", "calls"], [[o.name, _ms(o.time_us), str(o.count)] for o in top]),
+        ]
     return blocks
 
 
@@ -249,26 +285,47 @@ def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
     g = rank.gpu
     return [
         Heading(title),
-        Paragraph(f"Device: {rank.device_name or 'unknown'}; window: {rank.gpu_window}. Shares of the span "
-                  f"from the first kernel start to the last kernel end ({_ms(g.kernel_time_us)} ms), "
-                  "with HolisticTraceAnalysis' definitions."),
-        Table(["idle %", "compute %", "non-compute %", "reduced-precision kernels %", "layout conversions %"],
-              [[f"{g.idle_pct:.2f}", f"{g.compute_pct:.2f}", f"{g.non_compute_pct:.2f}",
-                _pct_cell(g.reduced_precision_kernel_pct), _pct_cell(g.layout_conversion_kernel_pct)]]),
+        Paragraph(
+            f"Device: {rank.device_name or 'unknown'}; window: {rank.gpu_window}. Shares of the span "
+            f"from the first kernel start to the last kernel end ({_ms(g.kernel_time_us)} ms), "
+            "with HolisticTraceAnalysis' definitions."
+        ),
+        Table(
+            ["idle %", "compute %", "non-compute %", "reduced-precision kernels %", "layout conversions %"],
+            [
+                [
+                    f"{g.idle_pct:.2f}",
+                    f"{g.compute_pct:.2f}",
+                    f"{g.non_compute_pct:.2f}",
+                    _pct_cell(g.reduced_precision_kernel_pct),
+                    _pct_cell(g.layout_conversion_kernel_pct),
+                ]
+            ],
+        ),
         Heading("Kernel types", 3),
         Table(["kernel type", "ms", "%"], [[k.kernel_type, _ms(k.time_us), f"{k.pct:.1f}"] for k in rank.kernel_types]),
         Heading("GPU idle by host cause", 3),
         Paragraph("Each GPU idle interval matched with what the host was doing meanwhile (docs/analysis.md)."),
-        Table(["cause", "ms/step", "% of kernel-time span", "% of step time"],
-              [[c.cause, fmt(c.ms_per_step, ".2f"), f"{c.pct:.1f}", fmt(c.step_pct, ".1f")]
-               for c in rank.gpu_idle_by_cause]),
+        Table(
+            ["cause", "ms/step", "% of kernel-time span", "% of step time"],
+            [
+                [c.cause, fmt(c.ms_per_step, ".2f"), f"{c.pct:.1f}", fmt(c.step_pct, ".1f")]
+                for c in rank.gpu_idle_by_cause
+            ],
+        ),
         Heading("Idle time per stream (HTA)", 3),
-        Table(["stream", "category", "ms", "share of stream idle"],
-              [[str(i.stream), i.idle_category, _ms(i.idle_time_us), f"{100 * i.idle_ratio:.1f}%"]
-               for i in rank.idle_breakdown]),
+        Table(
+            ["stream", "category", "ms", "share of stream idle"],
+            [
+                [str(i.stream), i.idle_category, _ms(i.idle_time_us), f"{100 * i.idle_ratio:.1f}%"]
+                for i in rank.idle_breakdown
+            ],
+        ),
         Heading("Top kernels", 3),
-        Table(["kernel", "type", "ms", "count"],
-              [[k.name, k.kernel_type, _ms(k.time_us), str(k.count)] for k in rank.top_kernels]),
+        Table(
+            ["kernel", "type", "ms", "count"],
+            [[k.name, k.kernel_type, _ms(k.time_us), str(k.count)] for k in rank.top_kernels],
+        ),
     ]
 
 
@@ -278,17 +335,22 @@ def _memory_blocks(analysis: TraceAnalysis) -> list[Block]:
         m = r.memory
         if m is None:
             continue
-        rows.append([
-            str(r.rank), m.device, f"{m.peak_allocated_bytes / 2**30:.3f}",
-            f"{m.peak_reserved_bytes / 2**30:.3f}" if m.peak_reserved_bytes is not None else "-",
-            f"{m.growth_bytes_per_step / 2**20:+.1f}" if m.growth_bytes_per_step is not None else "-",
-            "yes" if m.steadily_rising else "no",
-        ])
+        rows.append(
+            [
+                str(r.rank),
+                m.device,
+                f"{m.peak_allocated_bytes / 2**30:.3f}",
+                f"{m.peak_reserved_bytes / 2**30:.3f}" if m.peak_reserved_bytes is not None else "-",
+                f"{m.growth_bytes_per_step / 2**20:+.1f}" if m.growth_bytes_per_step is not None else "-",
+                "yes" if m.steadily_rising else "no",
+            ]
+        )
     if not rows:
         return [Heading("Memory"), Paragraph("No `[memory]` events (profile with profile_memory=True).")]
-    return [Heading("Memory"),
-            Table(["rank", "allocator", "peak allocated GiB", "peak reserved GiB", "MiB/step", "steadily rising"],
-                  rows)]
+    return [
+        Heading("Memory"),
+        Table(["rank", "allocator", "peak allocated GiB", "peak reserved GiB", "MiB/step", "steadily rising"], rows),
+    ]
 
 
 # ----------------------------------------------------------------------------------------- plots
@@ -301,8 +363,11 @@ def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
     known = [PHASE_LABEL_PREFIX + p for p in PHASE_ORDER if PHASE_LABEL_PREFIX + p in labelled]
     categories = known + sorted(labelled - set(known))
     if not categories:  # no phase labels: the built-in categories are (nearly) disjoint too
-        categories = [c for c in (DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, CUDA_SYNC_CATEGORY)
-                      if any(c in s.host_us for s in rank.steps)]
+        categories = [
+            c
+            for c in (DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, CUDA_SYNC_CATEGORY)
+            if any(c in s.host_us for s in rank.steps)
+        ]
     labels = [str(s.step) for s in rank.steps]
     fig = new_figure(max(6, 0.5 * len(labels) + 3), 4)
     ax = fig.add_subplot()
@@ -366,17 +431,29 @@ def render_html(blocks: list[Block], out_dir: Path) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif isinstance(b, Image):
             data = base64.b64encode((out_dir / b.file_name).read_bytes()).decode()
-            body.append(f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{html.escape(b.alt)}</figcaption></figure>")
-    style = ("body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}"
-             "th{background:#f3f3f3}img{max-width:100%}")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Profiling report</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            body.append(
+                f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(b.alt)}</figcaption></figure>"
+            )
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}"
+        "th{background:#f3f3f3}img{max-width:100%}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Profiling report</title>'
+        f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
-def write_report(out_dir: str | Path, analysis: TraceAnalysis, findings: list[Finding], extra: dict | None = None,
-                 nvml_plot: Path | None = None, sections: list[Block] | None = None) -> list[Path]:
+def write_report(
+    out_dir: str | Path,
+    analysis: TraceAnalysis,
+    findings: list[Finding],
+    extra: dict | None = None,
+    nvml_plot: Path | None = None,
+    sections: list[Block] | None = None,
+) -> list[Path]:
     """Write report.md, report.html and the plots into out_dir; return every file written. `sections`: blocks
     of what the trace cannot say (the run's own measurements), placed before the plots."""
     out_dir = Path(out_dir)

@@ -89,9 +89,11 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         top_host_ops=[HostOp(*op) for op in top_host_ops(trace, host)],
         memory=memory,
         steps=_step_summaries(all_acts, steps, category_times, memory),
-        gpu_idle_by_cause=gpu_idle_by_cause(trace, host, steps, window_acts, window_steps, window_step_us,
-                                           category_by_name)
-        if has_gpu else [],
+        gpu_idle_by_cause=gpu_idle_by_cause(
+            trace, host, steps, window_acts, window_steps, window_step_us, category_by_name
+        )
+        if has_gpu
+        else [],
         step_by_phase=step_time_by_phase(trace, host, steps, category_by_name),
         window_steps=window_steps,
         window_step_us=window_step_us,
@@ -190,8 +192,13 @@ class _RankResult:
 
 def _analyze_file(path: Path, default_rank: int) -> _RankResult:
     trace = load_trace_file(path, default_rank=default_rank)
-    return _RankResult(trace.rank, trace.path, analyze_rank(trace), rank_collectives(trace),
-                       [*trace.warnings, *_labels_outside_steps(trace)])
+    return _RankResult(
+        trace.rank,
+        trace.path,
+        analyze_rank(trace),
+        rank_collectives(trace),
+        [*trace.warnings, *_labels_outside_steps(trace)],
+    )
 
 
 def analyze_traces(path: str | Path | list[Path], workers: int | None = None) -> TraceAnalysis:
@@ -217,14 +224,20 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
     by_rank: dict[int, _RankResult] = {}
     for result in results:
         if result.rank in by_rank:
-            raise TraceError(f"{source}: two traces for rank {result.rank} ({Path(by_rank[result.rank].path).name}, "
-                             f"{Path(result.path).name}); analyze one file at a time")
+            raise TraceError(
+                f"{source}: two traces for rank {result.rank} ({Path(by_rank[result.rank].path).name}, "
+                f"{Path(result.path).name}); analyze one file at a time"
+            )
         by_rank[result.rank] = result
     ordered = [by_rank[r] for r in sorted(by_rank)]
     ranks = [r.analysis for r in ordered]
-    return TraceAnalysis(source=source, ranks=ranks, spread=rank_spread(ranks),
-                         communication=combine([r.collectives for r in ordered]),
-                         warnings=[w for r in ordered for w in r.warnings])
+    return TraceAnalysis(
+        source=source,
+        ranks=ranks,
+        spread=rank_spread(ranks),
+        communication=combine([r.collectives for r in ordered]),
+        warnings=[w for r in ordered for w in r.warnings],
+    )
 
 
 def _trace_files(path: str | Path | list[Path]) -> tuple[list[Path], str]:
@@ -257,5 +270,7 @@ def _labels_outside_steps(trace: RankTrace) -> list[str]:
     if not outside.size:
         return []
     first = int(outside[0])
-    return [f"{Path(trace.path).name}: {outside.size} phase label event(s) outside every ProfilerStep left out of "
-            f"the step breakdown, e.g. {trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us"]
+    return [
+        f"{Path(trace.path).name}: {outside.size} phase label event(s) outside every ProfilerStep left out of "
+        f"the step breakdown, e.g. {trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us"
+    ]

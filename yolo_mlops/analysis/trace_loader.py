@@ -257,8 +257,13 @@ def _read_blocks(fh) -> Iterator[bytes]:
     return iter(lambda: fh.read(READ_BUFFER_BYTES), b"")
 
 
-def _decode_events_chunked(blocks: Iterator[bytes], columns: _ColumnBuilder, pending: bytes = b"",
-                           in_events: bool = False, ends_at_event: bool = False) -> bool:
+def _decode_events_chunked(
+    blocks: Iterator[bytes],
+    columns: _ColumnBuilder,
+    pending: bytes = b"",
+    in_events: bool = False,
+    ends_at_event: bool = False,
+) -> bool:
     """Decode traceEvents in blocks with msgspec, starting with `pending` (the bytes before `blocks`);
     False when the file has no traceEvents key.
 
@@ -667,8 +672,20 @@ class _ColumnBuilder:
             _append_floats(self.mem_allocated, list(map(_ALLOCATED, args)))
             _append_floats(self.mem_reserved, list(map(_RESERVED, args)))
 
-    _COLUMNS = ("name_id", "cat_id", "pid_id", "tid_id", "ts", "dur", "stream", "correlation", "mem_ts",
-                "mem_device_type", "mem_allocated", "mem_reserved")
+    _COLUMNS = (
+        "name_id",
+        "cat_id",
+        "pid_id",
+        "tid_id",
+        "ts",
+        "dur",
+        "stream",
+        "correlation",
+        "mem_ts",
+        "mem_device_type",
+        "mem_allocated",
+        "mem_reserved",
+    )
     _INTERNED = (("name_id", "names"), ("cat_id", "categories"), ("pid_id", "pids"), ("tid_id", "tids"))
 
     def state(self) -> dict:
@@ -795,7 +812,8 @@ def _without_negative_durations(trace: RankTrace) -> RankTrace:
     first = int(np.flatnonzero(negative)[0])
     trace.warnings.append(
         f"{Path(trace.path).name}: {int(negative.sum())} event(s) with a negative duration left out, e.g. "
-        f"{trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us (dur {trace.dur[first]:g} us)")
+        f"{trace.names[int(trace.name_id[first])]!r} at {trace.ts[first]:.0f} us (dur {trace.dur[first]:g} us)"
+    )
     keep = ~negative
     for column in ("name_id", "cat_id", "pid_id", "ts", "dur", "stream", "correlation", "tid_id"):
         values = getattr(trace, column)

@@ -36,8 +36,10 @@ def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> Bisec
     if watched is None:
         raise ConfigError(f"--metric {request.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
     if (request.series is None) == (request.run_id is None):
-        raise ConfigError("bisect needs one workload: --run RUN_ID (its run_spec.yaml) or --series KEY (the "
-                          "newest run of the series in --experiment)")
+        raise ConfigError(
+            "bisect needs one workload: --run RUN_ID (its run_spec.yaml) or --series KEY (the "
+            "newest run of the series in --experiment)"
+        )
     repo = git.check_repo(Path(request.repo).expanduser()) if request.repo else git.project_repo()
     good, bad = git.resolve(repo, request.good), git.resolve(repo, request.bad)
     commits = git.commit_range(repo, good, bad)
@@ -49,26 +51,43 @@ def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> Bisec
 
     record = record_from_stored(run)
     note = check_good_not_slow(repo, good, history, request.metric, watched.higher_is_better, request.min_effect)
-    return BisectPlan(request, repo, good, bad, tuple(commits), spec, run.run_id,
-                      record.label if record else run.run_id, watched.higher_is_better, note)
+    return BisectPlan(
+        request,
+        repo,
+        good,
+        bad,
+        tuple(commits),
+        spec,
+        run.run_id,
+        record.label if record else run.run_id,
+        watched.higher_is_better,
+        note,
+    )
 
 
-def check_good_not_slow(repo: Path, good: Commit, history: list, metric: str, higher_is_better: bool,
-                        min_effect: float) -> str:
+def check_good_not_slow(
+    repo: Path, good: Commit, history: list, metric: str, higher_is_better: bool, min_effect: float
+) -> str:
     """ConfigError when the series' history shows the good commit already slow: its runs sit in a segment
     worse by at least min_effect than an earlier segment of runs at its ancestors (a change point before it).
     Returns a note of what was checked."""
     from yolo_mlops.trends import changepoint
 
     commits = {r.versions.get("commit") for r in history}
-    ancestors = {c for c in commits if c and len(c) >= 7 and c not in ("none", "?")
-                 and (c == good.hash or git.is_ancestor(repo, c, good.hash))}
-    points = [r for r in history if r.versions.get("commit") in ancestors and metric in r.metrics
-              and np.isfinite(r.metrics[metric])]
+    ancestors = {
+        c
+        for c in commits
+        if c and len(c) >= 7 and c not in ("none", "?") and (c == good.hash or git.is_ancestor(repo, c, good.hash))
+    }
+    points = [
+        r
+        for r in history
+        if r.versions.get("commit") in ancestors and metric in r.metrics and np.isfinite(r.metrics[metric])
+    ]
     at_good = [i for i, r in enumerate(points) if r.versions.get("commit") == good.hash]
     if not at_good:
-        return (f"the series' history has no run at the good commit {good.short}: not checked against history")
-    points = points[:at_good[-1] + 1]
+        return f"the series' history has no run at the good commit {good.short}: not checked against history"
+    points = points[: at_good[-1] + 1]
     values = np.array([r.metrics[metric] for r in points], dtype=float)
     cps = changepoint.detect(values)
     segs = changepoint.segments(values, cps)
@@ -81,5 +100,6 @@ def check_good_not_slow(repo: Path, good: Commit, history: list, metric: str, hi
                 f"good commit {good.short} is already slow: its runs in the series' history are at {last.mean:.4g} "
                 f"({metric}), {100 * (last.mean / seg.mean - 1):+.1f}% from an earlier level of {seg.mean:.4g} "
                 f"(change point at run {first.run_id}, commit {first.versions.get('commit', '?')[:10]}, "
-                f"p={cp.pvalue:.2g}): pick a good commit before that change")
+                f"p={cp.pvalue:.2g}): pick a good commit before that change"
+            )
     return f"the good commit's {len(at_good)} runs in the series' history are at its best level"

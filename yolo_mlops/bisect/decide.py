@@ -125,8 +125,15 @@ def _p_above(t: float, df: int) -> float:
     return float(stdtr(df, -t))
 
 
-def step_decision(candidate: Sequence[float], good: Sequence[float], ref_bad: Sequence[float],
-                  ref_good: Sequence[float], noise: Noise, alpha_look: float, looks: int = 1) -> Decision:
+def step_decision(
+    candidate: Sequence[float],
+    good: Sequence[float],
+    ref_bad: Sequence[float],
+    ref_good: Sequence[float],
+    noise: Noise,
+    alpha_look: float,
+    looks: int = 1,
+) -> Decision:
     """One look at a step: the candidate's shift against half of the premise's good-to-bad shift."""
     c, g, rb, rg = (np.asarray(x, dtype=float) for x in (candidate, good, ref_bad, ref_good))
     d = float(c.mean() - g.mean())
@@ -137,8 +144,15 @@ def step_decision(candidate: Sequence[float], good: Sequence[float], ref_bad: Se
     return Decision(verdict, d, half, t, noise.df, p_bad, p_good, len(c), len(g), looks)
 
 
-def premise_decision(bad: Sequence[float], good: Sequence[float], noise: Noise, alpha_look: float,
-                     min_effect: float, looks: int = 1, last: bool = False) -> Decision:
+def premise_decision(
+    bad: Sequence[float],
+    good: Sequence[float],
+    noise: Noise,
+    alpha_look: float,
+    min_effect: float,
+    looks: int = 1,
+    last: bool = False,
+) -> Decision:
     """Bad vs good: regression (slower beyond noise by at least min_effect), no_regression, or inconclusive
     (more runs wanted; at the `last` look an undecided premise is no_regression)."""
     b, g = np.asarray(bad, dtype=float), np.asarray(good, dtype=float)
@@ -157,8 +171,9 @@ def premise_decision(bad: Sequence[float], good: Sequence[float], noise: Noise, 
     return Decision(verdict, d, floor, t, noise.df, p_slower, p_below_floor, len(b), len(g), looks)
 
 
-def shift_interval(after: Sequence[float], before: Sequence[float], noise: Noise, level: float = 0.95
-                   ) -> tuple[float, float, float]:
+def shift_interval(
+    after: Sequence[float], before: Sequence[float], noise: Noise, level: float = 0.95
+) -> tuple[float, float, float]:
     """Relative change (fraction) of the geometric mean from `before` to `after`, with its `level` interval."""
     a, b = np.asarray(after, dtype=float), np.asarray(before, dtype=float)
     d = float(a.mean() - b.mean())
@@ -190,14 +205,22 @@ def run_premise(measure: Measure, settings: Settings) -> tuple[Decision, Sides]:
             sides.other.append(b)
         look += 1
         noise = pooled_noise([sides.good, sides.other])
-        decision = premise_decision(sides.other, sides.good, noise, settings.alpha_look, settings.min_effect,
-                                    looks=look, last=look >= settings.looks)
+        decision = premise_decision(
+            sides.other,
+            sides.good,
+            noise,
+            settings.alpha_look,
+            settings.min_effect,
+            looks=look,
+            last=look >= settings.looks,
+        )
         if decision.verdict != INCONCLUSIVE:
             return decision, sides
 
 
-def run_step(measure: Measure, settings: Settings, premise: Sides, earlier: Sequence[Sequence[float]] = ()
-             ) -> tuple[Decision, Sides]:
+def run_step(
+    measure: Measure, settings: Settings, premise: Sides, earlier: Sequence[Sequence[float]] = ()
+) -> tuple[Decision, Sides]:
     """Step k: pairs of (good, candidate) runs until the step decides or max_repeats a side were run.
     `earlier`: the groups of earlier steps (their noise joins the pool)."""
     sides = Sides([], [])
@@ -209,13 +232,15 @@ def run_step(measure: Measure, settings: Settings, premise: Sides, earlier: Sequ
             sides.other.append(c)
         look += 1
         noise = pooled_noise([premise.good, premise.other, *earlier, sides.good, sides.other])
-        decision = step_decision(sides.other, sides.good, premise.other, premise.good, noise,
-                                 settings.alpha_look, looks=look)
+        decision = step_decision(
+            sides.other, sides.good, premise.other, premise.good, noise, settings.alpha_look, looks=look
+        )
         if decision.verdict != INCONCLUSIVE or look >= settings.looks:
             return decision, sides
 
 
 # simulation -------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SimulatedRates:
@@ -232,8 +257,9 @@ class SimulatedRates:
         return {"good": self.decided_bad, "bad": self.decided_good}.get(self.truth, float("nan"))
 
 
-def simulate_step(effect_sd: float, truth: str, settings: Settings = Settings(), trials: int = 4000,
-                  seed: int = 0) -> SimulatedRates:
+def simulate_step(
+    effect_sd: float, truth: str, settings: Settings = Settings(), trials: int = 4000, seed: int = 0
+) -> SimulatedRates:
     """Error rates of one bisection step over generated normal log values (noise sd 1): the premise's groups
     are drawn at good (0) and bad (effect_sd), the step's good at 0 and its candidate at 0, effect_sd / 2
     or effect_sd (`truth` good, half, bad)."""
@@ -242,40 +268,57 @@ def simulate_step(effect_sd: float, truth: str, settings: Settings = Settings(),
     counts = {BAD: 0, GOOD: 0, INCONCLUSIVE: 0}
     runs = 0
     for _ in range(trials):
-        premise = Sides(list(rng.normal(0.0, 1.0, settings.repeats)),
-                        list(rng.normal(effect_sd, 1.0, settings.repeats)))
+        premise = Sides(
+            list(rng.normal(0.0, 1.0, settings.repeats)), list(rng.normal(effect_sd, 1.0, settings.repeats))
+        )
         decision, sides = run_step(lambda _i: (rng.normal(0.0, 1.0), rng.normal(level, 1.0)), settings, premise)
         counts[decision.verdict] += 1
         runs += len(sides.other)
-    return SimulatedRates(effect_sd, truth, trials, counts[BAD] / trials, counts[GOOD] / trials,
-                          counts[INCONCLUSIVE] / trials, runs / trials)
+    return SimulatedRates(
+        effect_sd,
+        truth,
+        trials,
+        counts[BAD] / trials,
+        counts[GOOD] / trials,
+        counts[INCONCLUSIVE] / trials,
+        runs / trials,
+    )
 
 
-def simulate_premise(effect_sd: float, settings: Settings = Settings(), trials: int = 4000, seed: int = 0,
-                     noise_sd: float = 0.05) -> tuple[float, float]:
+def simulate_premise(
+    effect_sd: float, settings: Settings = Settings(), trials: int = 4000, seed: int = 0, noise_sd: float = 0.05
+) -> tuple[float, float]:
     """(regression found, mean runs a side) of the premise when bad is slower by effect_sd noise sds, with the
     noise at `noise_sd` (log units; min_effect is a fraction, so the noise level matters here)."""
     rng = np.random.default_rng(seed)
     found, runs = 0, 0
     for _ in range(trials):
-        decision, sides = run_premise(lambda _i: (rng.normal(0.0, noise_sd), rng.normal(effect_sd * noise_sd,
-                                                                                        noise_sd)), settings)
+        decision, sides = run_premise(
+            lambda _i: (rng.normal(0.0, noise_sd), rng.normal(effect_sd * noise_sd, noise_sd)), settings
+        )
         found += decision.verdict == REGRESSION
         runs += len(sides.good)
     return found / trials, runs / trials
 
 
-def simulation_table(settings_list: Sequence[Settings] = (Settings(), Settings(repeats=2, max_repeats=4)),
-                     effects: Sequence[float] = (3.0, 5.0, 8.0, 12.0), trials: int = 4000) -> str:
-    lines = ["| repeats..max | alpha | D / noise sd | candidate | decided bad | decided good | inconclusive | "
-             "runs a side |", "|---|---|---|---|---|---|---|---|"]
+def simulation_table(
+    settings_list: Sequence[Settings] = (Settings(), Settings(repeats=2, max_repeats=4)),
+    effects: Sequence[float] = (3.0, 5.0, 8.0, 12.0),
+    trials: int = 4000,
+) -> str:
+    lines = [
+        "| repeats..max | alpha | D / noise sd | candidate | decided bad | decided good | inconclusive | runs a side |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s in settings_list:
         for effect in effects:
             for truth in ("good", "half", "bad"):
                 r = simulate_step(effect, truth, s, trials)
-                lines.append(f"| {s.repeats}..{s.max_repeats} | {s.alpha} | {effect:g} | {truth} | "
-                             f"{100 * r.decided_bad:.2f}% | {100 * r.decided_good:.2f}% | "
-                             f"{100 * r.inconclusive:.1f}% | {r.runs_per_side:.2f} |")
+                lines.append(
+                    f"| {s.repeats}..{s.max_repeats} | {s.alpha} | {effect:g} | {truth} | "
+                    f"{100 * r.decided_bad:.2f}% | {100 * r.decided_good:.2f}% | "
+                    f"{100 * r.inconclusive:.1f}% | {r.runs_per_side:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -284,8 +327,10 @@ if __name__ == "__main__":
     s = Settings()
     for effect in (0.0, 1.0, 3.0):
         found, runs = simulate_premise(effect, s)
-        print(f"premise, noise 5%, bad slower by {effect:g} sd: regression found {100 * found:.2f}%, "
-              f"{runs:.2f} runs a side")
+        print(
+            f"premise, noise 5%, bad slower by {effect:g} sd: regression found {100 * found:.2f}%, "
+            f"{runs:.2f} runs a side"
+        )
 
 
 # deciding on what moved: the operators (or phases) that carry the shift -----------------------------------
@@ -321,8 +366,13 @@ class Figure:
         return " + ".join(self.names)
 
 
-def name_figure(good: Sequence[Mapping[Key, float]], bad: Sequence[Mapping[Key, float]], good_step_ms: float,
-                alpha_look: float, min_effect: float) -> Figure | None:
+def name_figure(
+    good: Sequence[Mapping[Key, float]],
+    bad: Sequence[Mapping[Key, float]],
+    good_step_ms: float,
+    alpha_look: float,
+    min_effect: float,
+) -> Figure | None:
     """The entries that moved beyond noise between the premise's good and bad runs, or None.
 
     Every entry of the kinds in FIGURE_KINDS is tested on its own, bad slower than good (pooled t on its
@@ -405,29 +455,59 @@ def run_premise_named(observe: Observe, settings: Settings) -> Premise:
         alpha_look = settings.alpha_look / 2 if split else settings.alpha_look
         sides = Sides([g.slowness for g, _ in obs], [b.slowness for _, b in obs])
         last = look >= settings.looks
-        step = premise_decision(sides.other, sides.good, pooled_noise([sides.good, sides.other]), alpha_look,
-                                settings.min_effect, looks=look, last=last)
+        step = premise_decision(
+            sides.other,
+            sides.good,
+            pooled_noise([sides.good, sides.other]),
+            alpha_look,
+            settings.min_effect,
+            looks=look,
+            last=last,
+        )
         figure = None
         if split:
             good_step = float(np.mean([g.step_ms for g, _ in obs]))
-            figure = name_figure([g.entries or {} for g, _ in obs], [b.entries or {} for _, b in obs], good_step,
-                                 alpha_look, settings.min_effect)
+            figure = name_figure(
+                [g.entries or {} for g, _ in obs],
+                [b.entries or {} for _, b in obs],
+                good_step,
+                alpha_look,
+                settings.min_effect,
+            )
         if figure is not None:
-            fsides = Sides([figure.value(g.entries or {}) for g, _ in obs],
-                           [figure.value(b.entries or {}) for _, b in obs])
+            fsides = Sides(
+                [figure.value(g.entries or {}) for g, _ in obs], [figure.value(b.entries or {}) for _, b in obs]
+            )
             fnoise = pooled_noise([fsides.good, fsides.other])
-            fdecision = premise_decision(fsides.other, fsides.good, fnoise, alpha_look, settings.min_effect,
-                                         looks=look)
-            fdecision = Decision(REGRESSION, fdecision.shift, fdecision.threshold, fdecision.t, fdecision.df,
-                                 max(figure.entry_p), fdecision.p_good, fdecision.n_candidate, fdecision.n_good, look)
+            fdecision = premise_decision(fsides.other, fsides.good, fnoise, alpha_look, settings.min_effect, looks=look)
+            fdecision = Decision(
+                REGRESSION,
+                fdecision.shift,
+                fdecision.threshold,
+                fdecision.t,
+                fdecision.df,
+                max(figure.entry_p),
+                fdecision.p_good,
+                fdecision.n_candidate,
+                fdecision.n_good,
+                look,
+            )
             return Premise(fdecision, step, figure, sides, fsides, obs)
         if step.verdict != INCONCLUSIVE:
             return Premise(step, step, None, sides, None, obs)
 
 
-def simulate_bisection(effect_sd: float, commits: int = 8, figure_noise: float | None = 0.1,
-                       settings: Settings = Settings(), trials: int = 1000, seed: int = 0, null_entries: int = 200,
-                       step_sd: float = 0.05, max_runs: int = 30) -> dict[str, float]:
+def simulate_bisection(
+    effect_sd: float,
+    commits: int = 8,
+    figure_noise: float | None = 0.1,
+    settings: Settings = Settings(),
+    trials: int = 1000,
+    seed: int = 0,
+    null_entries: int = 200,
+    step_sd: float = 0.05,
+    max_runs: int = 30,
+) -> dict[str, float]:
     """Whole bisections over generated runs: `commits` after good, one of them (uniformly drawn) slows the step
     by effect_sd run-to-run sds of log step time (step_sd). With `figure_noise` (the sd of the slowing
     operator's ms/step over the sd of step time, at its slow level; a tenth of it at its fast level: an
@@ -463,6 +543,7 @@ def simulate_bisection(effect_sd: float, commits: int = 8, figure_noise: float |
             def measured(_i: int) -> tuple[Observation, Observation]:
                 log.append(2)
                 return observe(0, at), observe(commit, at)
+
             return measured
 
         premise = run_premise_named(pair(commits), settings)

@@ -50,10 +50,23 @@ class RunFailed(RuntimeError):
 class Runner:
     """Profiled runs of one bisection: one process per run, the code of the commit, children of the parent."""
 
-    def __init__(self, plan: BisectPlan, mlflow: MlflowClient, parent_id: str, installs: git.Installs, hold: Hold,
-                 log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        plan: BisectPlan,
+        mlflow: MlflowClient,
+        parent_id: str,
+        installs: git.Installs,
+        hold: Hold,
+        log: Callable[[str], None],
+    ) -> None:
         self.plan, self.mlflow, self.parent_id, self.installs, self.hold, self.log = (
-            plan, mlflow, parent_id, installs, hold, log)
+            plan,
+            mlflow,
+            parent_id,
+            installs,
+            hold,
+            log,
+        )
         self.count = 0
         self.device = plan.spec.device or "0"
 
@@ -61,9 +74,13 @@ class Runner:
         spec = self.plan.spec
         # only what differs from the defaults: older commits' RunSpecs refuse fields they do not know
         fields = spec.model_dump(mode="json", exclude_defaults=True)
-        fields.update(experiment=self.plan.request.bisect_experiment, parent_run_id=self.parent_id,
-                      run_kind=names.RUN_KIND_BISECT_RUN, run_name=f"bisect s{step} {role} {commit.short}",
-                      tags={names.BISECT_COMMIT: commit.hash, names.BISECT_STEP: str(step), names.BISECT_ROLE: role})
+        fields.update(
+            experiment=self.plan.request.bisect_experiment,
+            parent_run_id=self.parent_id,
+            run_kind=names.RUN_KIND_BISECT_RUN,
+            run_name=f"bisect s{step} {role} {commit.short}",
+            tags={names.BISECT_COMMIT: commit.hash, names.BISECT_STEP: str(step), names.BISECT_ROLE: role},
+        )
         path = self.installs.root / f"spec-{self.count:03d}.yaml"
         path.write_text(yaml.safe_dump(fields, sort_keys=False))
         return path
@@ -79,13 +96,19 @@ class Runner:
         t0 = time.perf_counter()
         with self.hold(self.device):
             timeout = self.plan.request.run_timeout_s
-            code, output = run_child(["-P", str(DRIVER_FILE), str(spec_path)], env, self.installs.root, log_path,
-                                     timeout)
+            code, output = run_child(
+                ["-P", str(DRIVER_FILE), str(spec_path)], env, self.installs.root, log_path, timeout
+            )
             if code == driver.UNSUPPORTED_EXIT and driver.UNSUPPORTED_MARK in output:
                 # older code: its own command line, with its own Prefect and no GPU limit
                 cli_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-                code, output = run_child(["-m", "yolo_mlops.cli", "profile", "--config", str(spec_path)], cli_env,
-                                         self.installs.root, log_path, timeout)
+                code, output = run_child(
+                    ["-m", "yolo_mlops.cli", "profile", "--config", str(spec_path)],
+                    cli_env,
+                    self.installs.root,
+                    log_path,
+                    timeout,
+                )
         run_id = run_id_in(output)
         killed = f"killed after {self.plan.request.run_timeout_s:g} s (--run-timeout)"
         if run_id is not None:
@@ -93,15 +116,18 @@ class Runner:
         if code == TIMED_OUT:
             raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) was {killed}: {_tail(output)}")
         if code != 0 or run_id is None:
-            raise RunFailed(f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): "
-                            f"{_tail(output)}")
+            raise RunFailed(
+                f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): {_tail(output)}"
+            )
         stored = queries.find_run(self.mlflow, run_id)
         value = stored.metrics.get(self.plan.request.metric) if stored is not None else None
         if stored is None or value is None or not value > 0:
             raise RunFailed(f"run {run_id} of commit {commit.short} logged no positive {self.plan.request.metric}")
         slowness = -math.log(value) if self.plan.higher_is_better else math.log(value)
-        self.log(f"  step {step} {role:<9} {commit.short}  {self.plan.request.metric} {value:.4g}  "
-                 f"({time.perf_counter() - t0:.0f} s, run {run_id})")
+        self.log(
+            f"  step {step} {role:<9} {commit.short}  {self.plan.request.metric} {value:.4g}  "
+            f"({time.perf_counter() - t0:.0f} s, run {run_id})"
+        )
         step_ms, entries = self._profile(stored)
         return ProfiledRun(commit, step, role, run_id, value, slowness, step_ms, entries)
 
@@ -129,8 +155,14 @@ class Runner:
             if child.status == "RUNNING":
                 run_end.finish_failed_run(self.mlflow, child.run_id, "FAILED", "the bisection ended before this run")
 
-    def pairs(self, step: int, candidate: Commit, runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
-              value: Callable[[ProfiledRun], T], role: Role = "candidate") -> Callable[[int], tuple[T, T]]:
+    def pairs(
+        self,
+        step: int,
+        candidate: Commit,
+        runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
+        value: Callable[[ProfiledRun], T],
+        role: Role = "candidate",
+    ) -> Callable[[int], tuple[T, T]]:
         """Interleaved pairs: good then candidate, candidate then good, ... (a linear drift cancels); each
         pair's (good, candidate) as `value` reads a run."""
         good = self.plan.good
@@ -144,13 +176,15 @@ class Runner:
         return measure
 
 
-def run_child(args: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float = RUN_TIMEOUT_S
-              ) -> tuple[int, str]:
+def run_child(
+    args: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float = RUN_TIMEOUT_S
+) -> tuple[int, str]:
     """A Python process; its output to `log_path`; ended (TERM, then KILL) if this process is interrupted, or
     when it runs past `timeout_s` (then the exit code is TIMED_OUT)."""
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, *args], env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -176,7 +210,7 @@ def run_id_in(output: str) -> str | None:
     """The MLflow run id a run process printed (the driver's mark, or the command line's summary)."""
     for line in output.splitlines():
         if line.startswith(driver.RUN_ID_MARK):
-            return line[len(driver.RUN_ID_MARK):].strip()
+            return line[len(driver.RUN_ID_MARK) :].strip()
         if line.startswith("MLflow run "):  # the command line's summary
             return line.split()[2]
     return None

@@ -50,8 +50,9 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 def project_repo() -> Path:
     """The repository holding this package's code (`git rev-parse --show-toplevel` of the package folder)."""
     here = Path(__file__).resolve().parent
-    done = subprocess.run(["git", "-C", str(here), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                          timeout=GIT_TIMEOUT_S)
+    done = subprocess.run(
+        ["git", "-C", str(here), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+    )
     if done.returncode != 0:
         raise ConfigError(f"this installation of yolo-mlops ({here}) is not in a git repository: pass --repo PATH")
     return Path(done.stdout.strip())
@@ -89,9 +90,11 @@ def check_clean(repo: Path) -> None:
     status = git(repo, "status", "--porcelain", "--untracked-files=no").stdout
     if status.strip():
         changed = [line[3:] for line in status.splitlines()][:3]
-        raise ConfigError(f"repository {repo} has uncommitted changes to tracked files ({', '.join(changed)}"
-                          f"{', ...' if len(status.splitlines()) > 3 else ''}): commit or stash them first "
-                          "(bisect runs committed code only)")
+        raise ConfigError(
+            f"repository {repo} has uncommitted changes to tracked files ({', '.join(changed)}"
+            f"{', ...' if len(status.splitlines()) > 3 else ''}): commit or stash them first "
+            "(bisect runs committed code only)"
+        )
 
 
 def commit_range(repo: Path, good: Commit, bad: Commit) -> list[Commit]:
@@ -101,13 +104,16 @@ def commit_range(repo: Path, good: Commit, bad: Commit) -> list[Commit]:
     if not is_ancestor(repo, good.hash, bad.hash):
         raise ConfigError(f"good commit {good.short} is not an ancestor of bad commit {bad.short}")
     out = git(repo, "rev-list", "--reverse", "--first-parent", "--format=%H %s", f"{good.hash}..{bad.hash}").stdout
-    commits = [Commit(*(line.split(" ", 1) + [""])[:2]) for line in out.splitlines()
-               if line and not line.startswith("commit ")]
+    commits = [
+        Commit(*(line.split(" ", 1) + [""])[:2]) for line in out.splitlines() if line and not line.startswith("commit ")
+    ]
     first_parent = git(repo, "rev-parse", f"{commits[0].hash}^1").stdout.strip() if commits else ""
     if first_parent != good.hash:
-        raise ConfigError(f"good commit {good.short} is not on the first-parent line of bad commit {bad.short} "
-                          f"(it was merged in from a side branch): pick --good on that line, e.g. "
-                          f"`git merge-base {good.short} {bad.short}`")
+        raise ConfigError(
+            f"good commit {good.short} is not on the first-parent line of bad commit {bad.short} "
+            f"(it was merged in from a side branch): pick --good on that line, e.g. "
+            f"`git merge-base {good.short} {bad.short}`"
+        )
     return commits
 
 
@@ -142,10 +148,26 @@ class Installs:
             git(self.repo, "worktree", "add", "--detach", str(worktree), commit.hash)
             self._worktrees.append(worktree)
             try:
-                done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                       "--no-build-isolation", "--no-compile", "--disable-pip-version-check",
-                                       "--target", str(site), str(worktree)],
-                                      capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, cwd=self.root)
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--no-deps",
+                        "--no-build-isolation",
+                        "--no-compile",
+                        "--disable-pip-version-check",
+                        "--target",
+                        str(site),
+                        str(worktree),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=INSTALL_TIMEOUT_S,
+                    cwd=self.root,
+                )
                 if done.returncode != 0:
                     raise RuntimeError(f"commit {commit.short} does not install: {_first_line(done.stderr)}")
             finally:

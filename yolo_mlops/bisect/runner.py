@@ -30,22 +30,39 @@ if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Attribution
 
 
-def run(plan: BisectPlan, mlflow: MlflowClient | None = None, hold: Hold = no_hold, log: Callable[[str],
-        None] = print) -> BisectResult:
+def run(
+    plan: BisectPlan, mlflow: MlflowClient | None = None, hold: Hold = no_hold, log: Callable[[str], None] = print
+) -> BisectResult:
     """Premise, then bisection steps; everything recorded under one parent run."""
     mlflow = mlflow or connection.client()
     r = plan.request
-    tags = {names.RUN_KIND: names.RUN_KIND_BISECT, names.BISECT_GOOD: plan.good.hash, names.BISECT_BAD: plan.bad.hash,
-            names.BISECT_WORKLOAD_RUN: plan.workload_run, names.BISECT_REPO: str(plan.repo)}
-    params = {names.BISECT_PARAM + k: str(v) for k, v in (
-        ("repeats", r.repeats), ("max_repeats", r.max_repeats), ("alpha", r.alpha), ("min_effect", r.min_effect),
-        ("run_timeout_s", r.run_timeout_s),
-        ("metric", r.metric), ("commits", len(plan.commits)))}
-    parent_id = writes.create_run(mlflow, r.bisect_experiment, f"bisect {plan.good.short}..{plan.bad.short}",
-                                    tags, params)
+    tags = {
+        names.RUN_KIND: names.RUN_KIND_BISECT,
+        names.BISECT_GOOD: plan.good.hash,
+        names.BISECT_BAD: plan.bad.hash,
+        names.BISECT_WORKLOAD_RUN: plan.workload_run,
+        names.BISECT_REPO: str(plan.repo),
+    }
+    params = {
+        names.BISECT_PARAM + k: str(v)
+        for k, v in (
+            ("repeats", r.repeats),
+            ("max_repeats", r.max_repeats),
+            ("alpha", r.alpha),
+            ("min_effect", r.min_effect),
+            ("run_timeout_s", r.run_timeout_s),
+            ("metric", r.metric),
+            ("commits", len(plan.commits)),
+        )
+    }
+    parent_id = writes.create_run(
+        mlflow, r.bisect_experiment, f"bisect {plan.good.short}..{plan.bad.short}", tags, params
+    )
     t0 = time.perf_counter()
-    log(f"bisect {plan.good.short}..{plan.bad.short}: {len(plan.commits)} commits, workload {plan.workload_label} "
-        f"(run {plan.workload_run}); parent run {parent_id}")
+    log(
+        f"bisect {plan.good.short}..{plan.bad.short}: {len(plan.commits)} commits, workload {plan.workload_label} "
+        f"(run {plan.workload_run}); parent run {parent_id}"
+    )
     with run_end.run_guard(mlflow, parent_id), git.Installs(plan.repo) as installs:
         runner = Runner(plan, mlflow, parent_id, installs, hold, log)
         try:
@@ -76,15 +93,23 @@ def _attribute(mlflow: MlflowClient, steps: list[StepRecord], first_bad: Commit)
 
 
 def _log_parent(mlflow: MlflowClient, parent_id: str, result: BisectResult) -> None:
-    tags = {names.BISECT_RESULT: result.result, names.BISECT_STEPS: str(len(result.steps)),
-            DECIDED_ON_TAG: search.figure_label(result.figure)[:5000]}
+    tags = {
+        names.BISECT_RESULT: result.result,
+        names.BISECT_STEPS: str(len(result.steps)),
+        DECIDED_ON_TAG: search.figure_label(result.figure)[:5000],
+    }
     metrics = {names.BISECT_RUNS_METRIC: float(result.runs), names.BISECT_STEPS_METRIC: float(len(result.steps))}
     if result.first_bad is not None:
         tags[names.BISECT_FIRST_BAD] = result.first_bad.hash
     if result.last_good is not None and result.first_known_bad is not None:
         tags[names.BISECT_RANGE] = f"{result.last_good.hash}..{result.first_known_bad.hash}"
     if result.shift is not None:
-        metrics.update({names.BISECT_SHIFT_PCT: 100 * result.shift[0], names.BISECT_SHIFT_CI_LOW: 100 * result.shift[1],
-                        names.BISECT_SHIFT_CI_HIGH: 100 * result.shift[2]})
+        metrics.update(
+            {
+                names.BISECT_SHIFT_PCT: 100 * result.shift[0],
+                names.BISECT_SHIFT_CI_LOW: 100 * result.shift[1],
+                names.BISECT_SHIFT_CI_HIGH: 100 * result.shift[2],
+            }
+        )
     writes.log_values(mlflow, parent_id, tags=tags, metrics=metrics)
     writes.log_text(mlflow, parent_id, result.report, names.BISECT_REPORT_MD)

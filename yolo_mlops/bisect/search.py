@@ -39,14 +39,22 @@ def bisect(plan: BisectPlan, runner: Runner, parent_id: str) -> BisectResult:
     premise_runs: dict[int, tuple[ProfiledRun, ProfiledRun]] = {}
     premise = decide.run_premise_named(runner.pairs(0, plan.bad, premise_runs, observation), settings)
     figure = premise.figure
-    steps = [record(0, plan.bad, premise.decision, premise_runs,
-                    premise.step_time if figure is not None else None)]
-    result = BisectResult(NO_REGRESSION, parent_id, plan.good, plan.bad, len(plan.commits), steps, figure=figure,
-                          premise_step_shift=_relative(plan, premise.step_time.shift))
+    steps = [record(0, plan.bad, premise.decision, premise_runs, premise.step_time if figure is not None else None)]
+    result = BisectResult(
+        NO_REGRESSION,
+        parent_id,
+        plan.good,
+        plan.bad,
+        len(plan.commits),
+        steps,
+        figure=figure,
+        premise_step_shift=_relative(plan, premise.step_time.shift),
+    )
     if premise.decision.verdict != decide.REGRESSION:
         return result
     value: Callable[[ProfiledRun], float] = (
-        (lambda run: figure.value(run.entries or {})) if figure is not None else (lambda run: run.slowness))
+        (lambda run: figure.value(run.entries or {})) if figure is not None else (lambda run: run.slowness)
+    )
     decided_sides = premise.figure_sides if premise.figure_sides is not None else premise.step_sides
     lo, hi = 0, len(commits) - 1
     earlier: list[list[float]] = []
@@ -54,8 +62,9 @@ def bisect(plan: BisectPlan, runner: Runner, parent_id: str) -> BisectResult:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         step_runs: dict[int, tuple[ProfiledRun, ProfiledRun]] = {}
-        decision, sides = decide.run_step(runner.pairs(len(steps), commits[mid], step_runs, value), settings,
-                                          decided_sides, earlier)
+        decision, sides = decide.run_step(
+            runner.pairs(len(steps), commits[mid], step_runs, value), settings, decided_sides, earlier
+        )
         earlier += [sides.good, sides.other]
         step_time = None
         if figure is not None:
@@ -81,25 +90,36 @@ def bisect(plan: BisectPlan, runner: Runner, parent_id: str) -> BisectResult:
     return result
 
 
-def _step_time(runs: dict[int, tuple[ProfiledRun, ProfiledRun]], premise: Sides, earlier: list[list[float]],
-               settings: decide.Settings) -> tuple[Decision, Sides]:
+def _step_time(
+    runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
+    premise: Sides,
+    earlier: list[list[float]],
+    settings: decide.Settings,
+) -> tuple[Decision, Sides]:
     """Step time's own test of a step the figure decided: the same test at the look the step ended on."""
     ordered = [runs[i] for i in sorted(runs)]
     sides = Sides([g.slowness for g, _ in ordered], [c.slowness for _, c in ordered])
     noise = decide.pooled_noise([premise.good, premise.other, *earlier, sides.good, sides.other])
     looks = len(ordered) - settings.repeats + 1
-    return decide.step_decision(sides.other, sides.good, premise.other, premise.good, noise, settings.alpha_look,
-                                looks), sides
+    return decide.step_decision(
+        sides.other, sides.good, premise.other, premise.good, noise, settings.alpha_look, looks
+    ), sides
 
 
-def _shift(plan: BisectPlan, steps: list[StepRecord], where: StepRecord, value: Callable[[ProfiledRun], float],
-           relative: bool = True) -> tuple[float, float, float]:
+def _shift(
+    plan: BisectPlan,
+    steps: list[StepRecord],
+    where: StepRecord,
+    value: Callable[[ProfiledRun], float],
+    relative: bool = True,
+) -> tuple[float, float, float]:
     """Relative change of `value` (log units) from the good runs to the candidate runs of `where`, with its 95%
     interval on the noise pooled over every group of the bisection."""
     groups = [[value(r) for r in runs] for s in steps for runs in (s.good_runs, s.candidate_runs)]
     noise = decide.pooled_noise(groups)
-    change, low, high = decide.shift_interval([value(r) for r in where.candidate_runs],
-                                              [value(r) for r in where.good_runs], noise)
+    change, low, high = decide.shift_interval(
+        [value(r) for r in where.candidate_runs], [value(r) for r in where.good_runs], noise
+    )
     if relative and plan.higher_is_better:  # slowness is minus the log: the metric moved by the inverse factor
         change, low, high = 1 / (1 + change) - 1, 1 / (1 + high) - 1, 1 / (1 + low) - 1
     return change, low, high
@@ -110,8 +130,13 @@ def _relative(plan: BisectPlan, shift: float) -> float:
     return 1 / (1 + change) - 1 if plan.higher_is_better else change
 
 
-def record(step: int, commit: Commit, decision: Decision, runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
-           step_time: Decision | None = None) -> StepRecord:
+def record(
+    step: int,
+    commit: Commit,
+    decision: Decision,
+    runs: dict[int, tuple[ProfiledRun, ProfiledRun]],
+    step_time: Decision | None = None,
+) -> StepRecord:
     ordered = [runs[i] for i in sorted(runs)]
     return StepRecord(step, commit, decision, [c for _, c in ordered], [g for g, _ in ordered], step_time)
 

@@ -34,17 +34,20 @@ def start(target: BisectRange, deployment: str = BISECT_DEPLOYMENT, machine: str
         with get_client(sync_client=True) as client:
             found = client.read_deployment_by_name(deployment)
     except ObjectNotFound:
-        raise ConfigError(f"auto-bisect: no deployment {deployment!r} on the Prefect server "
-                          "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)") from None
+        raise ConfigError(
+            f"auto-bisect: no deployment {deployment!r} on the Prefect server "
+            "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)"
+        ) from None
     routing: dict = {}
     where = "any machine (the series' machine is not recorded)"
     if machine:
         if not found.work_pool_name:
-            raise ConfigError(f"auto-bisect: deployment {deployment!r} has no work pool, so it cannot be sent to "
-                              f"machine {machine!r}: deploy it to the process pool (deploy/prefect.yaml)")
+            raise ConfigError(
+                f"auto-bisect: deployment {deployment!r} has no work pool, so it cannot be sent to "
+                f"machine {machine!r}: deploy it to the process pool (deploy/prefect.yaml)"
+            )
         routing = {"work_queue_name": machine, "job_variables": {"env": {MACHINE_VAR: machine}}}
         where = f"work queue {machine!r} of pool {found.work_pool_name!r}"
     # called from sync code, so run_deployment returns the FlowRun, not a coroutine
-    flow_run = cast("FlowRun", run_deployment(name=deployment, parameters=target.parameters(), timeout=0,
-                                              **routing))
+    flow_run = cast("FlowRun", run_deployment(name=deployment, parameters=target.parameters(), timeout=0, **routing))
     return str(flow_run.id), where

@@ -55,6 +55,7 @@ def workload_spec(mlflow: MlflowClient, run: queries.RunRecord) -> RunSpec:
     try:
         fields = run.logged.run_spec_fields(synthetic_data=run.tags.get(names.DATASET) == "synthetic")
     except (KeyError, ValueError):
-        raise ConfigError(f"run {run.run_id} has neither {names.RUN_SPEC_YAML} nor the params to rebuild its "
-                          "workload") from None
+        raise ConfigError(
+            f"run {run.run_id} has neither {names.RUN_SPEC_YAML} nor the params to rebuild its workload"
+        ) from None
     return build_run_spec(fields)

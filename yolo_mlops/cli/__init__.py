@@ -26,9 +26,19 @@ from yolo_mlops.errors import ConfigError
 # yolo_mlops.cli.<name>, help order
 COMMAND_MODULES = ("run", "analyze", "sweeps", "trends", "compare", "upload", "fleet", "bisect")
 # command -> its module (a test checks this against what each module registers)
-COMMANDS = {"demo": "run", "profile": "run", "analyze": "analyze", "variants": "sweeps", "sweep": "sweeps",
-            "optimize": "sweeps", "trends": "trends", "compare": "compare", "upload": "upload", "fleet": "fleet",
-            "bisect": "bisect"}
+COMMANDS = {
+    "demo": "run",
+    "profile": "run",
+    "analyze": "analyze",
+    "variants": "sweeps",
+    "sweep": "sweeps",
+    "optimize": "sweeps",
+    "trends": "trends",
+    "compare": "compare",
+    "upload": "upload",
+    "fleet": "fleet",
+    "bisect": "bisect",
+}
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FLOW_COMMANDS = ("demo", "profile", "sweep", "optimize")  # commands that run a Prefect flow
 

@@ -59,9 +59,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from yolo_mlops.analysis.trace_loader import TraceError
 
     context = DiagnosisInput(
-        data_wait_pct=args.data_wait_pct, device_type=args.device_type, amp=args.amp,
-        cudnn_benchmark=args.cudnn_benchmark, gpu_memory_total_gib=args.gpu_memory_gib,
-        peak_memory_gib=args.peak_memory_gib, batch_size=args.batch, workers=args.workers,
+        data_wait_pct=args.data_wait_pct,
+        device_type=args.device_type,
+        amp=args.amp,
+        cudnn_benchmark=args.cudnn_benchmark,
+        gpu_memory_total_gib=args.gpu_memory_gib,
+        peak_memory_gib=args.peak_memory_gib,
+        batch_size=args.batch,
+        workers=args.workers,
         step_time_ms=args.step_time_ms,
     )
     try:
@@ -101,8 +106,9 @@ def _pct(text: str) -> float:
 
 
 def register(sub) -> None:
-    analyze = sub.add_parser("analyze", help="analyze and diagnose any torch.profiler trace (file, .gz, or a "
-                                             "folder of ranks)")
+    analyze = sub.add_parser(
+        "analyze", help="analyze and diagnose any torch.profiler trace (file, .gz, or a folder of ranks)"
+    )
     analyze.add_argument("path", type=Path)
     analyze.add_argument("--format", choices=["text", "json"], default="text")
     ctx = analyze.add_argument_group("run context: what the trace cannot say (unknown context fires no rule)")

@@ -17,10 +17,20 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops import bisect as bisection
 
     request = bisection.BisectRequest(
-        good=args.good, bad=args.bad, repo=args.repo, series=args.series, run_id=args.run,
-        experiment=args.experiment, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
-        max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
-        run_timeout_s=args.run_timeout)
+        good=args.good,
+        bad=args.bad,
+        repo=args.repo,
+        series=args.series,
+        run_id=args.run,
+        experiment=args.experiment,
+        bisect_experiment=args.bisect_experiment,
+        repeats=args.repeats,
+        max_repeats=args.max_repeats,
+        metric=args.metric,
+        alpha=args.alpha,
+        min_effect=args.min_effect,
+        run_timeout_s=args.run_timeout,
+    )
     bisection.prepare(request)  # bad input fails here, in one line, before Prefect starts
     from yolo_mlops.config import data_home
     from yolo_mlops.run import prefect_server
@@ -33,10 +43,21 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops.flows.bisection import bisect
 
     quiet_prefect_tracebacks()
-    result = bisect(good=args.good, bad=args.bad, run_id=args.run, series=args.series, experiment=args.experiment,
-                    repo=args.repo, bisect_experiment=args.bisect_experiment, repeats=args.repeats,
-                    max_repeats=args.max_repeats, metric=args.metric, alpha=args.alpha, min_effect=args.min_effect,
-                    run_timeout_s=args.run_timeout)
+    result = bisect(
+        good=args.good,
+        bad=args.bad,
+        run_id=args.run,
+        series=args.series,
+        experiment=args.experiment,
+        repo=args.repo,
+        bisect_experiment=args.bisect_experiment,
+        repeats=args.repeats,
+        max_repeats=args.max_repeats,
+        metric=args.metric,
+        alpha=args.alpha,
+        min_effect=args.min_effect,
+        run_timeout_s=args.run_timeout,
+    )
     print("\n" + result.report)
     return bisection.exit_code(result)
 
@@ -54,18 +75,32 @@ def register(sub) -> None:
     workload = p.add_mutually_exclusive_group()
     workload.add_argument("--run", help="workload: the RunSpec (run_spec.yaml) this MLflow run logged")
     workload.add_argument("--series", help="workload: the newest run of this series in --experiment")
-    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT,
-                   help=f"experiment of --series and of its history (default {DEFAULT_EXPERIMENT})")
-    p.add_argument("--bisect-experiment", default=DEFAULT_BISECT_EXPERIMENT,
-                   help=f"experiment the bisection's runs go to (default {DEFAULT_BISECT_EXPERIMENT})")
+    p.add_argument(
+        "--experiment",
+        default=DEFAULT_EXPERIMENT,
+        help=f"experiment of --series and of its history (default {DEFAULT_EXPERIMENT})",
+    )
+    p.add_argument(
+        "--bisect-experiment",
+        default=DEFAULT_BISECT_EXPERIMENT,
+        help=f"experiment the bisection's runs go to (default {DEFAULT_BISECT_EXPERIMENT})",
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs a side per step at the first look (default 3)")
-    p.add_argument("--max-repeats", type=int, default=6,
-                   help="runs a side before a step is called inconclusive (default 6)")
+    p.add_argument(
+        "--max-repeats", type=int, default=6, help="runs a side before a step is called inconclusive (default 6)"
+    )
     p.add_argument("--metric", default=names.STEP_TIME_P50, help=f"watched metric (default {names.STEP_TIME_P50})")
     p.add_argument("--alpha", type=float, default=0.01, help="error bound of each decision (default 0.01)")
-    p.add_argument("--min-effect", type=float, default=0.05,
-                   help="smallest slowdown the premise calls a regression, a fraction (default 0.05)")
-    p.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S,
-                   help=f"seconds after which a profiled run is killed and counts as failed "
-                   f"(default {RUN_TIMEOUT_S:g})")
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.05,
+        help="smallest slowdown the premise calls a regression, a fraction (default 0.05)",
+    )
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=RUN_TIMEOUT_S,
+        help=f"seconds after which a profiled run is killed and counts as failed (default {RUN_TIMEOUT_S:g})",
+    )
     p.set_defaults(handler=cmd_bisect)

@@ -23,17 +23,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = args.a, args.b
     as_files = [Path(x).exists() for x in (a, b)]
     if a == b or (all(as_files) and Path(a).resolve() == Path(b).resolve()):
-        raise ConfigError(f"compare: A and B are the same {'trace file' if all(as_files) else 'run'} ({a}): "
-                          "a diff of one run against itself shows nothing; give two different runs or traces")
+        raise ConfigError(
+            f"compare: A and B are the same {'trace file' if all(as_files) else 'run'} ({a}): "
+            "a diff of one run against itself shows nothing; give two different runs or traces"
+        )
     if all(as_files):
         result, warning, run_b = _compare_traces(a, b), None, None
     elif any(as_files):
-        raise ConfigError(f"compare needs two trace files or two MLflow run ids; {a if as_files[0] else b} "
-                          f"is a file and {b if as_files[0] else a} is not")
+        raise ConfigError(
+            f"compare needs two trace files or two MLflow run ids; {a if as_files[0] else b} "
+            f"is a file and {b if as_files[0] else a} is not"
+        )
     else:
         result, warning = _compare_runs(a, b, args.rank)
         run_b = b
-    shown = dataclasses.replace(result, contributions=result.contributions[:args.top])
+    shown = dataclasses.replace(result, contributions=result.contributions[: args.top])
     if args.format == "json":
         print(json.dumps({"a": a, "b": b, "warning": warning, **shown.to_dict()}, indent=2))
     else:
@@ -76,8 +80,10 @@ def _compare_traces(a: str, b: str):
     # The trace analysis keeps only each trace's top host operators and kernels: one missing from a side's
     # list is unknown there, not zero, so only those listed on both sides are compared (phases are complete).
     both = set(profiles[0].entries) & set(profiles[1].entries)
-    profiles = [dataclasses.replace(p, entries={k: v for k, v in p.entries.items() if k[0] == "phase" or k in both})
-                for p in profiles]
+    profiles = [
+        dataclasses.replace(p, entries={k: v for k, v in p.entries.items() if k[0] == "phase" or k in both})
+        for p in profiles
+    ]
     return attribute(profiles[:1], profiles[1:], top=None)
 
 
@@ -98,14 +104,18 @@ def _compare_runs(a: str, b: str, rank: int | None = None):
         records.append(record)
     warning = None
     if records[0].series != records[1].series:
-        warning = (f"WARNING: DIFFERENT SERIES - A is {records[0].label} [{records[0].series}], "
-                   f"B is {records[1].label} [{records[1].series}]; the diff mixes workload or hardware changes")
+        warning = (
+            f"WARNING: DIFFERENT SERIES - A is {records[0].label} [{records[0].series}], "
+            f"B is {records[1].label} [{records[1].series}]; the diff mixes workload or hardware changes"
+        )
     profiles = []
     for r in records:
         profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms, rank)
         if profile is None:
-            raise ConfigError(f"run {r.run_id} has no key_averages tables (logged before they existed?): "
-                              "nothing to compare per operator")
+            raise ConfigError(
+                f"run {r.run_id} has no key_averages tables (logged before they existed?): "
+                "nothing to compare per operator"
+            )
         profiles.append(profile)
     return attribute(profiles[:1], profiles[1:], top=None), warning
 
@@ -116,9 +126,19 @@ def _log_diff(run_id: str, result) -> None:
     from yolo_mlops import names
     from yolo_mlops.tracking import connection, writes
 
-    frame = pd.DataFrame([{"kind": c.kind, "name": c.name, "a_ms_per_step": c.before_ms,
-                           "b_ms_per_step": c.after_ms, "delta_ms_per_step": c.delta_ms,
-                           "share_of_step_delta_pct": c.share_pct} for c in result.contributions])
+    frame = pd.DataFrame(
+        [
+            {
+                "kind": c.kind,
+                "name": c.name,
+                "a_ms_per_step": c.before_ms,
+                "b_ms_per_step": c.after_ms,
+                "delta_ms_per_step": c.delta_ms,
+                "share_of_step_delta_pct": c.share_pct,
+            }
+            for c in result.contributions
+        ]
+    )
     writes.log_table(connection.client(), run_id, frame, names.COMPARE_TABLE)
 
 
@@ -127,7 +147,11 @@ def register(sub) -> None:
     p.add_argument("a", help="MLflow run id or trace file (the baseline)")
     p.add_argument("b", help="MLflow run id or trace file (compared with A)")
     p.add_argument("--top", type=int, default=20, help="rows shown (default 20); the logged table has all")
-    p.add_argument("--rank", type=int, help="data-parallel jobs: compare this rank's tables (default: each job's "
-                   "slowest rank, the one its perf/* headline is over)")
+    p.add_argument(
+        "--rank",
+        type=int,
+        help="data-parallel jobs: compare this rank's tables (default: each job's "
+        "slowest rank, the one its perf/* headline is over)",
+    )
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_compare)

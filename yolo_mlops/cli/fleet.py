@@ -44,11 +44,19 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("fleet", help="each workload's step time per machine, and machines slower than their peers")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment (default {DEFAULT_EXPERIMENT})")
-    p.add_argument("--max-pvalue", type=float, default=0.01,
-                   help="family-wise false-alarm rate over a workload's machines (default 0.01)")
+    p.add_argument(
+        "--max-pvalue",
+        type=float,
+        default=0.01,
+        help="family-wise false-alarm rate over a workload's machines (default 0.01)",
+    )
     p.add_argument("--alpha", type=float, help="the same as --max-pvalue")
-    p.add_argument("--min-effect", type=float, default=0.03,
-                   help="smallest slowdown reported, a fraction of the peers' median (default 0.03 = 3%%)")
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.03,
+        help="smallest slowdown reported, a fraction of the peers' median (default 0.03 = 3%%)",
+    )
     p.add_argument("--plot", type=Path, help="write the per-machine step-time distributions (PNG) to this file")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_fleet)

@@ -8,15 +8,29 @@ from typing import Any
 
 # CLI flag -> RunSpec field path; None values are left to the config file / defaults.
 _RUN_FLAGS: dict[str, tuple[str, ...]] = {
-    "model": ("model",), "data": ("data",), "imgsz": ("imgsz",), "batch": ("batch",), "epochs": ("epochs",),
-    "max_steps": ("max_steps",), "device": ("device",), "workers": ("workers",), "seed": ("seed",),
-    "experiment": ("experiment",), "run_name": ("run_name",),
-    "skip_first": ("profiler", "skip_first"), "wait": ("profiler", "wait"), "warmup": ("profiler", "warmup"),
-    "active": ("profiler", "active"), "repeat": ("profiler", "repeat"),
-    "with_stack": ("profiler", "with_stack"), "with_modules": ("profiler", "with_modules"),
-    "nvml_backend": ("nvml", "backend"), "nvml_interval_ms": ("nvml", "interval_ms"),
+    "model": ("model",),
+    "data": ("data",),
+    "imgsz": ("imgsz",),
+    "batch": ("batch",),
+    "epochs": ("epochs",),
+    "max_steps": ("max_steps",),
+    "device": ("device",),
+    "workers": ("workers",),
+    "seed": ("seed",),
+    "experiment": ("experiment",),
+    "run_name": ("run_name",),
+    "skip_first": ("profiler", "skip_first"),
+    "wait": ("profiler", "wait"),
+    "warmup": ("profiler", "warmup"),
+    "active": ("profiler", "active"),
+    "repeat": ("profiler", "repeat"),
+    "with_stack": ("profiler", "with_stack"),
+    "with_modules": ("profiler", "with_modules"),
+    "nvml_backend": ("nvml", "backend"),
+    "nvml_interval_ms": ("nvml", "interval_ms"),
     "nvml_devices": ("nvml", "devices"),
-    "ranks": ("ddp", "ranks"), "ddp_backend": ("ddp", "backend"),
+    "ranks": ("ddp", "ranks"),
+    "ddp_backend": ("ddp", "backend"),
 }
 
 
@@ -28,14 +42,23 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--imgsz", type=int)
     run.add_argument("--batch", type=int)
     run.add_argument("--epochs", type=int, help="whole epochs (default: 1, or as many as --max-steps needs)")
-    run.add_argument("--max-steps", type=int, help="train exactly N steps; with --epochs: at most N steps "
-                     "within those epochs")
-    run.add_argument("--device", help="'cpu', '0', 'cuda:0', or '0,1,2,3' for one data-parallel rank per GPU "
-                     "(default: first GPU, else cpu)")
-    run.add_argument("--ranks", type=int, help="data-parallel CPU ranks (gloo), with --device cpu: the CPU twin "
-                     "of a multi-GPU job (docs/ddp.md)")
-    run.add_argument("--ddp-backend", choices=["auto", "nccl", "gloo"],
-                     help="process-group backend (auto: nccl on GPUs, gloo on CPU)")
+    run.add_argument(
+        "--max-steps", type=int, help="train exactly N steps; with --epochs: at most N steps within those epochs"
+    )
+    run.add_argument(
+        "--device",
+        help="'cpu', '0', 'cuda:0', or '0,1,2,3' for one data-parallel rank per GPU (default: first GPU, else cpu)",
+    )
+    run.add_argument(
+        "--ranks",
+        type=int,
+        help="data-parallel CPU ranks (gloo), with --device cpu: the CPU twin of a multi-GPU job (docs/ddp.md)",
+    )
+    run.add_argument(
+        "--ddp-backend",
+        choices=["auto", "nccl", "gloo"],
+        help="process-group backend (auto: nccl on GPUs, gloo on CPU)",
+    )
     run.add_argument("--workers", type=int, help="data-loader workers")
     run.add_argument("--seed", type=int)
     run.add_argument("--experiment", help="MLflow experiment name")
@@ -48,8 +71,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     nvml = parser.add_argument_group("NVML sampler")
     nvml.add_argument("--nvml-backend", choices=["auto", "real", "fake", "none"])
     nvml.add_argument("--nvml-interval-ms", type=float)
-    nvml.add_argument("--nvml-devices", type=lambda text: [int(d) for d in text.split(",")],
-                      help="CUDA device indices to sample, e.g. 0,1 (default: the training device)")
+    nvml.add_argument(
+        "--nvml-devices",
+        type=lambda text: [int(d) for d in text.split(",")],
+        help="CUDA device indices to sample, e.g. 0,1 (default: the training device)",
+    )
 
 
 def spec_from_args(args: argparse.Namespace, defaults: dict[str, Any] | None = None):
@@ -77,10 +103,24 @@ def demo_defaults() -> dict[str, Any]:
     import torch
 
     if torch.cuda.is_available():
-        return {"imgsz": 640, "batch": 16, "epochs": 3, "synthetic_images": 128, "workers": 4,
-                "profiler": {"wait": 2, "warmup": 2, "active": 4}, "run_name": "demo"}
-    return {"imgsz": 128, "batch": 8, "epochs": 3, "synthetic_images": 64, "workers": 2,
-            "profiler": {"wait": 2, "warmup": 1, "active": 3}, "run_name": "demo"}
+        return {
+            "imgsz": 640,
+            "batch": 16,
+            "epochs": 3,
+            "synthetic_images": 128,
+            "workers": 4,
+            "profiler": {"wait": 2, "warmup": 2, "active": 4},
+            "run_name": "demo",
+        }
+    return {
+        "imgsz": 128,
+        "batch": 8,
+        "epochs": 3,
+        "synthetic_images": 64,
+        "workers": 2,
+        "profiler": {"wait": 2, "warmup": 1, "active": 3},
+        "run_name": "demo",
+    }
 
 
 def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> int:
@@ -105,7 +145,6 @@ def cmd_profile(args: argparse.Namespace, defaults: dict[str, Any] | None = None
     print(f"\n{headline(result.findings)}")
     print(f"\nOpen the MLflow UI:  {queries.ui_command()}\n  then {result.run_url}")
     return 0
-
 
 
 def register(sub) -> None:

@@ -11,8 +11,12 @@ def register(sub) -> None:
     listing = sub.add_parser("variants", help="list the optimisation variants a sweep can run")
     listing.set_defaults(handler=cmd_variants)
     sweep = sub.add_parser("sweep", help="baseline + variants x repeats, speed-up with bootstrap 95%% CI")
-    sweep.add_argument("--variants", default="", help="comma-separated variant expressions, e.g. "
-                       "amp_bf16,channels_first,workers_8 or amp_bf16+channels_last (baseline is always included)")
+    sweep.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated variant expressions, e.g. "
+        "amp_bf16,channels_first,workers_8 or amp_bf16+channels_last (baseline is always included)",
+    )
     _add_sweep_options(sweep)
     _add_fleet_options(sweep)
     add_run_options(sweep)
@@ -20,31 +24,54 @@ def register(sub) -> None:
     optimize = sub.add_parser("optimize", help="profile the baseline, sweep the variants its diagnosis recommends")
     _add_sweep_options(optimize)
     add_run_options(optimize)
-    optimize.set_defaults(handler=cmd_optimize, devices=None, pool=None, deployment=None, isolation="side-by-side",
-                          lost_after=None)
+    optimize.set_defaults(
+        handler=cmd_optimize, devices=None, pool=None, deployment=None, isolation="side-by-side", lost_after=None
+    )
 
 
 def _add_sweep_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sweep options")
     group.add_argument("--repeats", type=int, default=3, help="repeats per variant (default 3)")
-    group.add_argument("--order", choices=["interleaved", "blocked"], default="interleaved",
-                       help="interleaved: A B C A B C (default, spreads drift over all variants); blocked: A A B B")
+    group.add_argument(
+        "--order",
+        choices=["interleaved", "blocked"],
+        default="interleaved",
+        help="interleaved: A B C A B C (default, spreads drift over all variants); blocked: A A B B",
+    )
     group.add_argument("--warmup-steps", type=int, default=1, help="steps discarded at the start of each child")
-    group.add_argument("--concurrency-limit", help="Prefect global concurrency limit held by each child "
-                       "(default gpu-<machine>-<index> on a GPU, none on CPU; it must exist)")
+    group.add_argument(
+        "--concurrency-limit",
+        help="Prefect global concurrency limit held by each child "
+        "(default gpu-<machine>-<index> on a GPU, none on CPU; it must exist)",
+    )
 
 
 def _add_fleet_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("devices and machines")
-    group.add_argument("--devices", help="run children side by side, one per device of this machine (e.g. 0,1,2,3); "
-                       "each device runs whole blocks, speed-ups are paired within a block")
-    group.add_argument("--pool", help="Prefect work pool whose machines run the children (a worker per machine "
-                       "polling the work queue named after it); needs PREFECT_API_URL")
+    group.add_argument(
+        "--devices",
+        help="run children side by side, one per device of this machine (e.g. 0,1,2,3); "
+        "each device runs whole blocks, speed-ups are paired within a block",
+    )
+    group.add_argument(
+        "--pool",
+        help="Prefect work pool whose machines run the children (a worker per machine "
+        "polling the work queue named after it); needs PREFECT_API_URL",
+    )
     group.add_argument("--deployment", help="the pool's profile-training deployment, when it has several")
-    group.add_argument("--isolation", choices=["side-by-side", "exclusive"], default="side-by-side",
-                       help="exclusive: one child at a time over all devices/machines (no interference, slower)")
-    group.add_argument("--lost-after", type=float, default=None, metavar="SECONDS",
-                       help="a pool machine whose worker has not polled for this long is lost (default 120)")
+    group.add_argument(
+        "--isolation",
+        choices=["side-by-side", "exclusive"],
+        default="side-by-side",
+        help="exclusive: one child at a time over all devices/machines (no interference, slower)",
+    )
+    group.add_argument(
+        "--lost-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a pool machine whose worker has not polled for this long is lost (default 120)",
+    )
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
@@ -60,8 +87,12 @@ def _devices(args: argparse.Namespace) -> list[str] | None:
 
 def _fleet_options(args: argparse.Namespace) -> dict:
     """The flow parameters of --devices / --pool / --isolation, as given."""
-    options: dict = {"devices": _devices(args), "pool": args.pool, "deployment": args.deployment,
-                     "isolation": args.isolation}
+    options: dict = {
+        "devices": _devices(args),
+        "pool": args.pool,
+        "deployment": args.deployment,
+        "isolation": args.isolation,
+    }
     if args.lost_after is not None:
         options["lost_after_s"] = args.lost_after
     return options
@@ -89,9 +120,18 @@ def _sweep_plan(args: argparse.Namespace, names: list[str]):
         if not PREFECT_API_URL.value():
             raise ConfigError("--pool needs the Prefect server the pool's workers poll: set PREFECT_API_URL")
         target = remote.find_target(args.pool, args.deployment, args.lost_after or remote.LOST_AFTER_S)
-    plan = sweeps.plan_sweep(spec, names, args.repeats, args.order, args.warmup_steps, args.concurrency_limit,
-                             devices=_devices(args), pool=args.pool,
-                             machines=target.machines if target else None, isolation=args.isolation)
+    plan = sweeps.plan_sweep(
+        spec,
+        names,
+        args.repeats,
+        args.order,
+        args.warmup_steps,
+        args.concurrency_limit,
+        devices=_devices(args),
+        pool=args.pool,
+        machines=target.machines if target else None,
+        isolation=args.isolation,
+    )
     if target is None:
         preflight.check(spec)
     limits = {lane.limit for lane in plan.lanes if lane.limit}
@@ -107,8 +147,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = _sweep_plan(args, names)
     from yolo_mlops.flows.sweep import sweep
 
-    result = sweep(base=spec, variants=names, repeats=args.repeats, order=args.order,
-                   warmup_steps=args.warmup_steps, concurrency_limit=args.concurrency_limit, **_fleet_options(args))
+    result = sweep(
+        base=spec,
+        variants=names,
+        repeats=args.repeats,
+        order=args.order,
+        warmup_steps=args.warmup_steps,
+        concurrency_limit=args.concurrency_limit,
+        **_fleet_options(args),
+    )
     print("\n" + result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id}: {result.run_url}")
     return 0
@@ -118,9 +165,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     spec = _sweep_plan(args, [])
     from yolo_mlops.flows.optimize import optimize
 
-    result = optimize(base=spec, repeats=args.repeats, order=args.order, warmup_steps=args.warmup_steps,
-                      concurrency_limit=args.concurrency_limit)
+    result = optimize(
+        base=spec,
+        repeats=args.repeats,
+        order=args.order,
+        warmup_steps=args.warmup_steps,
+        concurrency_limit=args.concurrency_limit,
+    )
     print("\n" + result.markdown)
     return 0
-
-

@@ -37,18 +37,33 @@ def cmd_trends(args: argparse.Namespace) -> int:
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
         detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
         if args.format == "json":
-            print(json.dumps([{"series": t.series, "label": t.label, "runs": len(t.runs),
-                               "latest_status": trends.latest_status(t),
-                               "change_points": sum(len(m.changes) for m in t.metrics),
-                               "drifts": [m.metric for m in t.metrics if m.drift is not None],
-                               "min_detectable_shift_pct": {d.metric: _finite(d.shift_pct)
-                                                            for d in detectable_by_series[t.series]},
-                               "repeats": _repeats(t, args.repeats)} for t in series], indent=2))
+            print(
+                json.dumps(
+                    [
+                        {
+                            "series": t.series,
+                            "label": t.label,
+                            "runs": len(t.runs),
+                            "latest_status": trends.latest_status(t),
+                            "change_points": sum(len(m.changes) for m in t.metrics),
+                            "drifts": [m.metric for m in t.metrics if m.drift is not None],
+                            "min_detectable_shift_pct": {
+                                d.metric: _finite(d.shift_pct) for d in detectable_by_series[t.series]
+                            },
+                            "repeats": _repeats(t, args.repeats),
+                        }
+                        for t in series
+                    ],
+                    indent=2,
+                )
+            )
         else:
             print(f"{len(series)} series in experiment {args.experiment!r}\n")
             print(report.series_table(series))
-            print("\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
-                  "last level change):")
+            print(
+                "\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
+                "last level change):"
+            )
             for t in series:
                 for d in detectable_by_series[t.series]:
                     if d.metric == names.STEP_TIME_P50:
@@ -64,12 +79,24 @@ def cmd_trends(args: argparse.Namespace) -> int:
     attributions = trends.attributions(mlflow, trend)
     detectable = power.for_trend(trend, _repeats(trend, args.repeats))
     if args.format == "json":
-        print(json.dumps({"series": trend.series, "label": trend.label, "latest_status": trends.latest_status(trend),
-                          "min_detectable_shift": [{**asdict(d), "shift_pct": _finite(d.shift_pct)}
-                                                   for d in detectable if not wanted or d.metric in wanted],
-                          "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
-                          "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()}
-                                           for k, a in attributions.items()]}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "series": trend.series,
+                    "label": trend.label,
+                    "latest_status": trends.latest_status(trend),
+                    "min_detectable_shift": [
+                        {**asdict(d), "shift_pct": _finite(d.shift_pct)}
+                        for d in detectable
+                        if not wanted or d.metric in wanted
+                    ],
+                    "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
+                    "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()} for k, a in attributions.items()],
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         print(report.series_report(trend, attributions, wanted, detectable))
     if args.plot is not None:
@@ -97,9 +124,15 @@ def register(sub) -> None:
     p.add_argument("--metric", help="only this watched metric (e.g. perf/step_time_ms_p50)")
     p.add_argument("--plot", type=Path, help="write the series' picture (PNG) to this file")
     p.add_argument("--max-pvalue", type=float, default=0.001, help="significance of a change point (default 0.001)")
-    p.add_argument("--across-machines", action="store_true",
-                   help="judge every machine's runs of a workload as one history (a series is one machine's)")
-    p.add_argument("--repeats", type=int, help="runs a night for the smallest detectable step "
-                   "(default: the runs of the series' newest night)")
+    p.add_argument(
+        "--across-machines",
+        action="store_true",
+        help="judge every machine's runs of a workload as one history (a series is one machine's)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        help="runs a night for the smallest detectable step (default: the runs of the series' newest night)",
+    )
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(handler=cmd_trends)

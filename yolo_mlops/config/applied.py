@@ -35,8 +35,11 @@ class AppliedSettings:
         return self.amp not in (False, "False", "fp32")
 
     def tags(self) -> dict[str, str]:
-        return {names.APPLIED_PREFIX + f.name: str(getattr(self, f.name)) for f in fields(self)
-                if not (f.name == "pin_memory" and self.pin_memory is None)}
+        return {
+            names.APPLIED_PREFIX + f.name: str(getattr(self, f.name))
+            for f in fields(self)
+            if not (f.name == "pin_memory" and self.pin_memory is None)
+        }
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> AppliedSettings | None:
@@ -46,12 +49,17 @@ class AppliedSettings:
         required = [f.name for f in fields(cls) if f.name != "pin_memory"]
         if not all(name in values for name in required):
             return None
-        return cls(cudnn_benchmark=_flag(values["cudnn_benchmark"]), matmul_tf32=_flag(values["matmul_tf32"]),
-                   cudnn_tf32=_flag(values["cudnn_tf32"]), amp=_flag_or_text(values["amp"]),
-                   channels_last=None if values["channels_last"] == "None" else _flag(values["channels_last"]),
-                   compile=_flag_or_text(values["compile"]), compiled=_flag(values["compiled"]),
-                   channels_last_effective=_flag(values["channels_last_effective"]),
-                   pin_memory=_flag(values["pin_memory"]) if "pin_memory" in values else None)
+        return cls(
+            cudnn_benchmark=_flag(values["cudnn_benchmark"]),
+            matmul_tf32=_flag(values["matmul_tf32"]),
+            cudnn_tf32=_flag(values["cudnn_tf32"]),
+            amp=_flag_or_text(values["amp"]),
+            channels_last=None if values["channels_last"] == "None" else _flag(values["channels_last"]),
+            compile=_flag_or_text(values["compile"]),
+            compiled=_flag(values["compiled"]),
+            channels_last_effective=_flag(values["channels_last_effective"]),
+            pin_memory=_flag(values["pin_memory"]) if "pin_memory" in values else None,
+        )
 
 
 def _flag(text: str) -> bool:

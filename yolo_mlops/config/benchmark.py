@@ -17,25 +17,41 @@ BISECT_DEPLOYMENT = "bisect/bisect"  # <flow name>/<deployment name> of deploy/p
 
 
 def default_suite() -> list[RunSpec]:
-    return [RunSpec(model="yolo11n.yaml", imgsz=640, batch=16, epochs=100, max_steps=60,
-                    synthetic_images=256, experiment=names.BENCHMARK_EXPERIMENT, run_kind="benchmark",
-                    profiler=ProfilerSettings(skip_first=10, wait=5, warmup=2, active=5))]
+    return [
+        RunSpec(
+            model="yolo11n.yaml",
+            imgsz=640,
+            batch=16,
+            epochs=100,
+            max_steps=60,
+            synthetic_images=256,
+            experiment=names.BENCHMARK_EXPERIMENT,
+            run_kind="benchmark",
+            profiler=ProfilerSettings(skip_first=10, wait=5, warmup=2, active=5),
+        )
+    ]
 
 
 class BenchmarkSuite(BaseModel):
     runs: list[RunSpec] = Field(default_factory=default_suite)
     repeats: int | Literal["auto"] = Field(
-        default=3, description="runs per configuration per night (the night's noise), or 'auto': the fewest that "
-        "detect target_shift_pct, at most max_repeats")
+        default=3,
+        description="runs per configuration per night (the night's noise), or 'auto': the fewest that "
+        "detect target_shift_pct, at most max_repeats",
+    )
     target_shift_pct: float | None = Field(default=None, description="repeats='auto': step to detect, % of level")
     max_repeats: int | None = Field(default=None, description="repeats='auto': the cap")
     max_pvalue: float = Field(default=0.001, gt=0, lt=1, description="significance of a change point")
-    candidate_pvalue: float = Field(default=0.01, gt=0, lt=1,
-                                    description="per version boundary: the chance one is reported without a shift")
+    candidate_pvalue: float = Field(
+        default=0.01, gt=0, lt=1, description="per version boundary: the chance one is reported without a shift"
+    )
     confirm_repeats: int = Field(default=3, description="runs that re-measure a new regression before it alerts")
     fail_on_regression: bool = True
-    auto_bisect: bool = Field(default=False, description="start the bisect deployment for a confirmed regression "
-                              "whose runs before and after ran different commits")
+    auto_bisect: bool = Field(
+        default=False,
+        description="start the bisect deployment for a confirmed regression "
+        "whose runs before and after ran different commits",
+    )
     bisect_deployment: str = Field(default=BISECT_DEPLOYMENT, description="auto_bisect: <flow>/<deployment> to run")
 
     @model_validator(mode="after")

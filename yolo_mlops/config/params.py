@@ -27,8 +27,15 @@ _NONE_TEXTS = frozenset({NONE, "None", ""})
 PROFILER_WINDOW_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
 
 # Software versions, recorded on every run as `env.<field>` and never part of the series key: name -> field.
-VERSION_FIELDS = {"commit": "git_commit", "torch": "torch", "cuda": "torch_cuda", "cudnn": "cudnn",
-                  "ultralytics": "ultralytics", "driver": "nvidia_driver", "python": "python"}
+VERSION_FIELDS = {
+    "commit": "git_commit",
+    "torch": "torch",
+    "cuda": "torch_cuda",
+    "cudnn": "cudnn",
+    "ultralytics": "ultralytics",
+    "driver": "nvidia_driver",
+    "python": "python",
+}
 UNLOGGED = "?"  # a version the run's layout did not record
 
 # training arguments that name where a run writes its files: machine-local, never params
@@ -45,8 +52,9 @@ def spec_params(spec: RunSpec, training_args: Mapping[str, Any], steps_expected:
     data, device, epochs, ... and `spec.train_args`); `steps_expected` the optimizer steps it plans."""
     train = names.TRAIN_PARAM
     values: dict[str, object] = {f"{train}{k}": v for k, v in training_args.items() if k not in _LOCAL_TRAIN_ARGS}
-    values.update({f"{train}max_steps": spec.max_steps, f"{train}variant": spec.variant,
-                   f"{train}steps_expected": steps_expected})
+    values.update(
+        {f"{train}max_steps": spec.max_steps, f"{train}variant": spec.variant, f"{train}steps_expected": steps_expected}
+    )
     values.update(_section(names.TORCH_PARAM, spec.torch.model_dump()))
     values.update(_section(names.PROFILER_PARAM, spec.profiler.model_dump()))
     values.update(_section(names.SAMPLER_PARAM, spec.nvml.model_dump()))

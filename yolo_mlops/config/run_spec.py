@@ -72,16 +72,25 @@ class DdpSettings(_Strict):
     GPU jobs take one rank per device of `device` ('0,1,2,3', NCCL); CPU jobs take `ranks` processes (gloo), the
     twin that runs the same path without GPUs. The DDP switches left None keep what ultralytics passes."""
 
-    ranks: int | None = Field(default=None, ge=1, le=64, description="CPU ranks (gloo) with device cpu; a GPU job "
-                              "has one rank per listed device")
-    backend: Literal["auto", "nccl", "gloo"] = Field(default="auto", description="auto: nccl on GPUs, gloo on CPU; "
-                                                     "named, a single device also trains as a one-rank DDP job")
+    ranks: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="CPU ranks (gloo) with device cpu; a GPU job has one rank per listed device",
+    )
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        default="auto",
+        description="auto: nccl on GPUs, gloo on CPU; named, a single device also trains as a one-rank DDP job",
+    )
     bucket_cap_mb: float | None = Field(default=None, gt=0, le=4096, description="DDP gradient bucket size (MiB)")
     gradient_as_bucket_view: bool | None = None
     static_graph: bool | None = None
     broadcast_buffers: bool | None = None
-    no_sync_accumulation: bool = Field(default=False, description="skip the gradient all-reduce on every "
-                                       "micro-batch but the last of an accumulated optimizer step (DDP no_sync)")
+    no_sync_accumulation: bool = Field(
+        default=False,
+        description="skip the gradient all-reduce on every "
+        "micro-batch but the last of an accumulated optimizer step (DDP no_sync)",
+    )
 
 
 def device_list(device: str | None) -> list[str]:
@@ -100,13 +109,19 @@ class RunSpec(_Strict):
     imgsz: int = Field(default=640, ge=32, le=4096)
     batch: int = Field(default=16, ge=1)
     epochs: int | None = Field(default=None, ge=1, description="None: as many as max_steps needs, else 1")
-    max_steps: int | None = Field(default=None, ge=1, description="train exactly this many steps (fewer only "
-                                  "when epochs is also set and ends the run first)")
+    max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="train exactly this many steps (fewer only when epochs is also set and ends the run first)",
+    )
     device: str | None = Field(default=None, description="'cpu', '0', 'cuda:0'; None = first GPU if any, else cpu")
     workers: int = Field(default=8, ge=0)
     seed: int = 0
-    val: bool = Field(default=True, description="run ultralytics' validation after each epoch and after training "
-                                              "(gives val/* mAP); false: no validation pass at all")
+    val: bool = Field(
+        default=True,
+        description="run ultralytics' validation after each epoch and after training "
+        "(gives val/* mAP); false: no validation pass at all",
+    )
     train_args: dict[str, Any] = Field(default_factory=dict, description="extra ultralytics train arguments")
     torch: TorchSettings = Field(default_factory=TorchSettings)
     profiler: ProfilerSettings = Field(default_factory=ProfilerSettings)
@@ -152,15 +167,19 @@ class RunSpec(_Strict):
             raise ValueError(f"device {self.device!r} names a device twice: one rank per device")
         on_cpu = devices == ["cpu"]
         if self.ddp.ranks is not None and devices and not on_cpu:
-            raise ValueError(f"ddp.ranks (--ranks) is for CPU ranks; a GPU job takes one rank per device of "
-                             f"{self.device or 'the default GPU'!r} (give --device cpu, or list the GPUs)")
+            raise ValueError(
+                f"ddp.ranks (--ranks) is for CPU ranks; a GPU job takes one rank per device of "
+                f"{self.device or 'the default GPU'!r} (give --device cpu, or list the GPUs)"
+            )
         if self.ddp.backend == "nccl" and on_cpu:
             raise ValueError("ddp backend nccl needs GPUs; CPU ranks use gloo (--ddp-backend gloo or auto)")
         world = self.world_size
         if world > 1 and self.batch % world:
-            raise ValueError(f"batch {self.batch} does not divide over {world} ranks (ultralytics would train "
-                             f"{self.batch // world} images per rank, {self.batch // world * world} per step in all): "
-                             f"give a multiple of {world}")
+            raise ValueError(
+                f"batch {self.batch} does not divide over {world} ranks (ultralytics would train "
+                f"{self.batch // world} images per rank, {self.batch // world * world} per step in all): "
+                f"give a multiple of {world}"
+            )
         return self
 
     @property

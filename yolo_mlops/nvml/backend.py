@@ -32,35 +32,43 @@ class MetricSpec:
 
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
-    MetricSpec("gpu_util_pct", "interval",
-               "share of time at least one kernel ran (GPM GRAPHICS_UTIL, driver samples or "
-               "nvmlDeviceGetUtilizationRates().gpu); NOT the share of busy SMs"),
+    MetricSpec(
+        "gpu_util_pct",
+        "interval",
+        "share of time at least one kernel ran (GPM GRAPHICS_UTIL, driver samples or "
+        "nvmlDeviceGetUtilizationRates().gpu); NOT the share of busy SMs",
+    ),
     MetricSpec("sm_util_pct", "interval", "share of SMs busy (GPM SM_UTIL)"),
-    MetricSpec("sm_occupancy_pct", "interval",
-               "resident warps vs theoretical maximum (GPM SM_OCCUPANCY)"),
-    MetricSpec("tensor_util_pct", "interval",
-               "share of time SMs ran any tensor-core instruction (GPM ANY_TENSOR_UTIL)"),
-    MetricSpec("dram_bw_util_pct", "interval",
-               "DRAM bandwidth used vs theoretical maximum (GPM DRAM_BW_UTIL)"),
-    MetricSpec("mem_util_pct", "interval",
-               "share of time the memory controller was busy (driver samples or "
-               "nvmlDeviceGetUtilizationRates().memory); NOT a bandwidth share"),
+    MetricSpec("sm_occupancy_pct", "interval", "resident warps vs theoretical maximum (GPM SM_OCCUPANCY)"),
+    MetricSpec(
+        "tensor_util_pct", "interval", "share of time SMs ran any tensor-core instruction (GPM ANY_TENSOR_UTIL)"
+    ),
+    MetricSpec("dram_bw_util_pct", "interval", "DRAM bandwidth used vs theoretical maximum (GPM DRAM_BW_UTIL)"),
+    MetricSpec(
+        "mem_util_pct",
+        "interval",
+        "share of time the memory controller was busy (driver samples or "
+        "nvmlDeviceGetUtilizationRates().memory); NOT a bandwidth share",
+    ),
     MetricSpec("pcie_tx_mib_s", "interval", "PCIe traffic from the GPU (GPM PCIE_TX_PER_SEC)"),
     MetricSpec("pcie_rx_mib_s", "interval", "PCIe traffic to the GPU (GPM PCIE_RX_PER_SEC)"),
     MetricSpec("nvlink_tx_mib_s", "interval", "NVLink TX, all links (GPM NVLINK_TOTAL_TX_PER_SEC)"),
     MetricSpec("nvlink_rx_mib_s", "interval", "NVLink RX, all links (GPM NVLINK_TOTAL_RX_PER_SEC)"),
     MetricSpec("mem_used_gib", "gauge", "device memory used (nvmlDeviceGetMemoryInfo().used)"),
     MetricSpec("mem_total_gib", "gauge", "device memory total (nvmlDeviceGetMemoryInfo().total)"),
-    MetricSpec("power_w", "gauge",
-               "instant board power (field NVML_FI_DEV_POWER_INSTANT; fallback "
-               "nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer)"),
-    MetricSpec("energy_j", "counter",
-               "total energy since driver load (field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)"),
+    MetricSpec(
+        "power_w",
+        "gauge",
+        "instant board power (field NVML_FI_DEV_POWER_INSTANT; fallback "
+        "nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer)",
+    ),
+    MetricSpec("energy_j", "counter", "total energy since driver load (field NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)"),
     MetricSpec("sm_clock_mhz", "gauge", "SM clock (nvmlDeviceGetClockInfo NVML_CLOCK_SM)"),
     MetricSpec("mem_clock_mhz", "gauge", "memory clock (nvmlDeviceGetClockInfo NVML_CLOCK_MEM)"),
     MetricSpec("temp_c", "gauge", "GPU die temperature (nvmlDeviceGetTemperature)"),
-    MetricSpec("clocks_event_mask", "mask",
-               "clock-event (throttle) reason bits (nvmlDeviceGetCurrentClocksEventReasons)"),
+    MetricSpec(
+        "clocks_event_mask", "mask", "clock-event (throttle) reason bits (nvmlDeviceGetCurrentClocksEventReasons)"
+    ),
     MetricSpec("sm_clock_max_mhz", "gauge", "maximum SM clock of the GPU (nvmlDeviceGetMaxClockInfo NVML_CLOCK_SM)"),
     MetricSpec("power_limit_w", "gauge", "enforced power limit (nvmlDeviceGetEnforcedPowerLimit)"),
     MetricSpec("pcie_gen", "gauge", "current PCIe link generation (nvmlDeviceGetCurrPcieLinkGeneration)"),
@@ -154,14 +162,30 @@ class NvmlBackend(Protocol):
 Mode = Literal["gpm", "samples", "utilization"]
 
 GPM_METRICS: tuple[str, ...] = (
-    "gpu_util_pct", "sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct",
-    "pcie_tx_mib_s", "pcie_rx_mib_s", "nvlink_rx_mib_s", "nvlink_tx_mib_s",
+    "gpu_util_pct",
+    "sm_util_pct",
+    "sm_occupancy_pct",
+    "tensor_util_pct",
+    "dram_bw_util_pct",
+    "pcie_tx_mib_s",
+    "pcie_rx_mib_s",
+    "nvlink_rx_mib_s",
+    "nvlink_tx_mib_s",
 )
 DRIVER_UTIL_METRICS: tuple[str, ...] = ("gpu_util_pct", "mem_util_pct")  # samples and utilization paths
 COMMON_METRICS: tuple[str, ...] = (
-    "mem_used_gib", "mem_total_gib", "power_w", "energy_j",
-    "sm_clock_mhz", "mem_clock_mhz", "temp_c", "clocks_event_mask",
-    "sm_clock_max_mhz", "power_limit_w", "pcie_gen", "pcie_width",
+    "mem_used_gib",
+    "mem_total_gib",
+    "power_w",
+    "energy_j",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "clocks_event_mask",
+    "sm_clock_max_mhz",
+    "power_limit_w",
+    "pcie_gen",
+    "pcie_width",
 )
 
 

@@ -53,9 +53,7 @@ def _handle_by_uuid_prefix(prefix: str):
         if _decode(pynvml.nvmlDeviceGetUUID(handle)).startswith(prefix):
             matches.append(handle)
     if len(matches) != 1:
-        raise BackendUnavailableError(
-            f"CUDA_VISIBLE_DEVICES entry {prefix!r} matches {len(matches)} NVML devices"
-        )
+        raise BackendUnavailableError(f"CUDA_VISIBLE_DEVICES entry {prefix!r} matches {len(matches)} NVML devices")
     return matches[0]
 
 
@@ -96,18 +94,26 @@ class DeviceMapping:
     notes: tuple[str, ...] = ()
 
 
-def map_cuda_devices(cuda_devices: list[int], environ: Mapping[str, str],
-                     pci_bus_ids: Mapping[int, str] | None = None) -> DeviceMapping:
+def map_cuda_devices(
+    cuda_devices: list[int], environ: Mapping[str, str], pci_bus_ids: Mapping[int, str] | None = None
+) -> DeviceMapping:
     """Handles of `cuda_devices`; NVML must be initialised. Raises NVMLError or BackendUnavailableError."""
     if pynvml.nvmlDeviceGetCount() == 0:
         raise BackendUnavailableError("NVML sees no GPU")
     visible = parse_cuda_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
     handles = {i: resolve_nvml_handle(i, visible, (pci_bus_ids or {}).get(i)) for i in cuda_devices}
     notes: tuple[str, ...] = ()
-    if visible and visible[0].isdigit() and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" \
-            and not pci_bus_ids and pynvml.nvmlDeviceGetCount() > 1:
-        notes = ("CUDA_VISIBLE_DEVICES holds indices and CUDA_DEVICE_ORDER is not "
-                 "PCI_BUS_ID: the NVML mapping assumes PCI bus order",)
+    if (
+        visible
+        and visible[0].isdigit()
+        and environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID"
+        and not pci_bus_ids
+        and pynvml.nvmlDeviceGetCount() > 1
+    ):
+        notes = (
+            "CUDA_VISIBLE_DEVICES holds indices and CUDA_DEVICE_ORDER is not "
+            "PCI_BUS_ID: the NVML mapping assumes PCI bus order",
+        )
     return DeviceMapping(handles, notes)
 
 

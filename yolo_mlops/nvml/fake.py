@@ -135,8 +135,7 @@ class FakeNvmlBackend:
         period_us = int(self.script.driver_sample_period_s * 1e6)
         now_us = int(self._seconds(now_ns) * 1e6)
         first = max(period_us, (since_us // period_us) * period_us)
-        return [(ts, _value_at(self.script.values[metric], ts / 1e6))
-                for ts in range(first, now_us + 1, period_us)]
+        return [(ts, _value_at(self.script.values[metric], ts / 1e6)) for ts in range(first, now_us + 1, period_us)]
 
     def read(self) -> list[DeviceReading]:
         if self._start_ns is None or self._prev_ns is None:  # start() sets both together
@@ -165,7 +164,8 @@ class FakeNvmlBackend:
                 elif self.mode == "samples" and (device, metric) in self._last_seen_us:
                     last_seen = self._last_seen_us[(device, metric)]
                     mean, self._last_seen_us[(device, metric)] = mean_of_new_samples(
-                        self._driver_samples(metric, last_seen, now_ns), last_seen)
+                        self._driver_samples(metric, last_seen, now_ns), last_seen
+                    )
                     if mean is not None:
                         reading.values[metric] = mean
                 else:

@@ -253,8 +253,12 @@ class PynvmlBackend:
                 ("sm_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
                 ("mem_clock_mhz", lambda h: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
                 ("temp_c", lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
-                ("clocks_event_mask", lambda h: _nvml("nvmlDeviceGetCurrentClocksEventReasons",
-                                                      "nvmlDeviceGetCurrentClocksThrottleReasons")(h)),
+                (
+                    "clocks_event_mask",
+                    lambda h: _nvml(
+                        "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
+                    )(h),
+                ),
                 ("sm_clock_max_mhz", lambda h: _nvml("nvmlDeviceGetMaxClockInfo")(h, pynvml.NVML_CLOCK_SM)),
                 ("power_limit_w", lambda h: _nvml("nvmlDeviceGetEnforcedPowerLimit")(h) / 1000.0),  # mW
                 ("pcie_gen", lambda h: _nvml("nvmlDeviceGetCurrPcieLinkGeneration")(h)),
@@ -271,13 +275,13 @@ class PynvmlBackend:
         if metric not in self._disabled:
             reading.values[metric] = float(value)
 
-    def _read_query(self, dev: _Device, metric: str, query: Callable[[Any], float],
-                    reading: DeviceReading) -> None:
+    def _read_query(self, dev: _Device, metric: str, query: Callable[[Any], float], reading: DeviceReading) -> None:
         """One scalar NVML query of the device handle, stored as `metric`."""
         self._put(reading, metric, query(dev.handle))
 
-    def _guard(self, reading: DeviceReading, metrics: tuple[str, ...],
-               read_fn: Callable[[DeviceReading], None]) -> None:
+    def _guard(
+        self, reading: DeviceReading, metrics: tuple[str, ...], read_fn: Callable[[DeviceReading], None]
+    ) -> None:
         """Run one NVML query group; turn its NVML errors into reading bookkeeping."""
         wanted = self._wanted(metrics)
         if not wanted:

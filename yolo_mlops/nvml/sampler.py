@@ -49,8 +49,15 @@ class Timeline:
 
     @classmethod
     def empty(cls, backend: str, start_ns: int = 0, reasons: list[str] | None = None) -> Timeline:
-        return cls(backend, start_ns, np.zeros(0, np.int64), np.zeros(0, np.int16),
-                   np.zeros(0, np.int64), {}, list(reasons or []))
+        return cls(
+            backend,
+            start_ns,
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int16),
+            np.zeros(0, np.int64),
+            {},
+            list(reasons or []),
+        )
 
 
 class _ColumnarRing:
@@ -92,8 +99,9 @@ class NvmlSampler:
     timeline = sampler.timeline()
     """
 
-    def __init__(self, backend: NvmlBackend, interval_s: float = DEFAULT_INTERVAL_S,
-                 capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self, backend: NvmlBackend, interval_s: float = DEFAULT_INTERVAL_S, capacity: int = DEFAULT_CAPACITY
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
         if not interval_s > 0:
@@ -127,8 +135,10 @@ class NvmlSampler:
         if reason:
             self._note(f"nvml backend {backend.name}: {reason}")
         if self.interval_s != interval_s:
-            self._note(f"interval raised from {interval_s:g} s to {self.interval_s:g} s "
-                       f"(backend {backend.name} needs > 100 ms between GPM samples)")
+            self._note(
+                f"interval raised from {interval_s:g} s to {self.interval_s:g} s "
+                f"(backend {backend.name} needs > 100 ms between GPM samples)"
+            )
 
     # -- bookkeeping -------------------------------------------------------------
 
@@ -208,8 +218,9 @@ class NvmlSampler:
                 poll_started_ns = time.perf_counter_ns()
                 # Schedule from the actual start when late: no burst of catch-up polls, and
                 # never closer than the backend allows (GPM: > 100 ms).
-                next_poll_ns = max(next_poll_ns + interval_ns, poll_started_ns + interval_ns // 2,
-                                   poll_started_ns + min_gap_ns)
+                next_poll_ns = max(
+                    next_poll_ns + interval_ns, poll_started_ns + interval_ns // 2, poll_started_ns + min_gap_ns
+                )
                 if not self.poll_once():
                     break
         except Exception as exc:  # last line of defence: the thread must not die loudly
@@ -273,8 +284,11 @@ class NvmlSampler:
         with self._lock:
             order, dropped = self._ring.chronological()
             # Indexing with an index array already copies; keep only columns measured at least once.
-            columns = {m: values for m, values in ((m, c[order]) for m, c in self._ring.columns.items())
-                       if not np.all(np.isnan(values))}
+            columns = {
+                m: values
+                for m, values in ((m, c[order]) for m, c in self._ring.columns.items())
+                if not np.all(np.isnan(values))
+            }
             timeline = Timeline(
                 backend=self.backend.name,
                 start_ns=self._start_ns,

@@ -34,14 +34,26 @@ TIMELINE_META = NVML_META_JSON
 
 # Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
 _UTIL_METRICS = (
-    "sm_util_pct", "sm_occupancy_pct", "tensor_util_pct", "dram_bw_util_pct",
-    "gpu_util_pct", "mem_util_pct",
-    "pcie_tx_mib_s", "pcie_rx_mib_s", "nvlink_tx_mib_s", "nvlink_rx_mib_s",
+    "sm_util_pct",
+    "sm_occupancy_pct",
+    "tensor_util_pct",
+    "dram_bw_util_pct",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "pcie_tx_mib_s",
+    "pcie_rx_mib_s",
+    "nvlink_tx_mib_s",
+    "nvlink_rx_mib_s",
 )
 # Per-step history: what MLflow charts against the step axis.
 STEP_HISTORY_METRICS = (
-    "sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "gpu_util_pct", "mem_util_pct",
-    "power_w", "mem_used_gib",
+    "sm_util_pct",
+    "dram_bw_util_pct",
+    "tensor_util_pct",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "power_w",
+    "mem_used_gib",
 )
 
 
@@ -63,8 +75,9 @@ def sample_midpoints_ns(timeline: Timeline) -> np.ndarray:
     return timeline.t_ns - timeline.interval_ns // 2
 
 
-def profiler_windows_ns(step_start_ns: np.ndarray, step_end_ns: np.ndarray,
-                        profiler_active: np.ndarray) -> list[tuple[int, int]]:
+def profiler_windows_ns(
+    step_start_ns: np.ndarray, step_end_ns: np.ndarray, profiler_active: np.ndarray
+) -> list[tuple[int, int]]:
     """[start, end] of each run of consecutive profiled steps (gaps inside a run count)."""
     order = np.argsort(step_start_ns, kind="stable")
     windows: list[tuple[int, int]] = []
@@ -83,8 +96,12 @@ def profiler_windows_ns(step_start_ns: np.ndarray, step_end_ns: np.ndarray,
     return windows
 
 
-def align(timeline: Timeline, step_start_ns: Sequence[int] | np.ndarray, step_end_ns: Sequence[int] | np.ndarray,
-          profiler_active: Sequence[bool] | np.ndarray) -> AlignedTimeline:
+def align(
+    timeline: Timeline,
+    step_start_ns: Sequence[int] | np.ndarray,
+    step_end_ns: Sequence[int] | np.ndarray,
+    profiler_active: Sequence[bool] | np.ndarray,
+) -> AlignedTimeline:
     """Mark every sample with its training step (index into the sequences, -1 outside any
     step) and whether the profiler was active, judged at the sample's interval midpoint.
 
@@ -199,8 +216,9 @@ class ColumnStats:
 
     def measured(self) -> dict[str, float]:
         """statistic -> value of what was measured; the statistic of `value` is "" (`names.gpu_metric`)."""
-        return {("" if f.name == "value" else f.name): v for f in fields(self)
-                if (v := getattr(self, f.name)) is not None}
+        return {
+            ("" if f.name == "value" else f.name): v for f in fields(self) if (v := getattr(self, f.name)) is not None
+        }
 
 
 @dataclass(frozen=True)
@@ -229,8 +247,11 @@ class NvmlSummary:
     def as_metrics(self) -> dict[str, float]:
         """Under the `gpu/*` MLflow names: every statistic of every column measured, the clocks-event shares
         (`gpu/clocks_event_<group or reason>_pct`), energy and energy per image."""
-        out = {names.gpu_metric(column, statistic): value
-               for column, stats in self.stats.items() for statistic, value in stats.measured().items()}
+        out = {
+            names.gpu_metric(column, statistic): value
+            for column, stats in self.stats.items()
+            for statistic, value in stats.measured().items()
+        }
         out.update({names.clocks_event_metric(reason): pct for reason, pct in (self.clocks_event_pct or {}).items()})
         if self.energy_j is not None:
             out[names.GPU_ENERGY] = self.energy_j
@@ -298,8 +319,7 @@ class NvmlSummary:
         return tuple(r for r in CLOCKS_EVENT_REASONS if r in self.clocks_event_pct)
 
 
-def summarise(aligned: AlignedTimeline,
-              images_per_step: float | Sequence[float] | np.ndarray | None) -> NvmlSummary:
+def summarise(aligned: AlignedTimeline, images_per_step: float | Sequence[float] | np.ndarray | None) -> NvmlSummary:
     """The run's NVML summary over the training span, time-weighted by sample interval.
 
     Only what was measured appears; the null backend (no rows) gives an empty summary.
@@ -359,10 +379,12 @@ def _finite(value: float | None) -> float | None:
 
 def _putter(stats: dict[str, dict[str, float]], column: str):
     """Store one statistic of `column` when it was measured (finite)."""
+
     def put(statistic: str, value: float | None) -> None:
         finite = _finite(value)
         if finite is not None:
             stats.setdefault(column, {})[statistic] = finite
+
     return put
 
 
@@ -384,8 +406,9 @@ def _clocks_event_pct(column: np.ndarray, w_rows: np.ndarray) -> dict[str, float
     return out
 
 
-def summary_metrics(aligned: AlignedTimeline,
-                    images_per_step: float | Sequence[float] | np.ndarray | None) -> dict[str, float]:
+def summary_metrics(
+    aligned: AlignedTimeline, images_per_step: float | Sequence[float] | np.ndarray | None
+) -> dict[str, float]:
     """`summarise` under the `gpu/*` MLflow names (NvmlSummary.as_metrics); the null backend gives {}."""
     return summarise(aligned, images_per_step).as_metrics()
 
@@ -456,17 +479,32 @@ def write_timeline(aligned: AlignedTimeline, out_dir: str | Path) -> list[Path]:
         writer = csv.writer(handle)
         writer.writerow(["t_s", "t_ns", "gpu", "interval_s", "step", "profiler_active", *metrics])
         for i in range(len(tl)):
-            writer.writerow([
-                f"{(int(tl.t_ns[i]) - tl.start_ns) / 1e9:.6f}", int(tl.t_ns[i]), int(tl.gpu[i]),
-                f"{int(tl.interval_ns[i]) / 1e9:.6f}", int(aligned.step[i]), int(bool(aligned.profiler_active[i])),
-                *(_csv_cell(tl.columns[m][i]) for m in metrics),
-            ])
+            writer.writerow(
+                [
+                    f"{(int(tl.t_ns[i]) - tl.start_ns) / 1e9:.6f}",
+                    int(tl.t_ns[i]),
+                    int(tl.gpu[i]),
+                    f"{int(tl.interval_ns[i]) / 1e9:.6f}",
+                    int(aligned.step[i]),
+                    int(bool(aligned.profiler_active[i])),
+                    *(_csv_cell(tl.columns[m][i]) for m in metrics),
+                ]
+            )
     meta_path = out / TIMELINE_META
-    meta_path.write_text(json.dumps({
-        "backend": tl.backend, "interval_s": tl.interval_s, "rows": len(tl),
-        "dropped_rows": tl.dropped_rows, "start_perf_counter_ns": tl.start_ns,
-        "metrics": metrics, "reasons": tl.reasons,
-    }, indent=2))
+    meta_path.write_text(
+        json.dumps(
+            {
+                "backend": tl.backend,
+                "interval_s": tl.interval_s,
+                "rows": len(tl),
+                "dropped_rows": tl.dropped_rows,
+                "start_perf_counter_ns": tl.start_ns,
+                "metrics": metrics,
+                "reasons": tl.reasons,
+            },
+            indent=2,
+        )
+    )
     png_path = out / TIMELINE_PNG
     plot_timeline(aligned, png_path)
     return [csv_path, png_path, meta_path]
@@ -506,11 +544,15 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
                     ax.plot(t_s[mask], column[mask], lw=1.0, drawstyle="steps-pre", label=f"{metric}{suffix}")
                     drawn = True
         for window_start, window_end in windows:
-            ax.axvspan((window_start - tl.start_ns) / 1e9, (window_end - tl.start_ns) / 1e9,
-                       color="tab:orange", alpha=0.15, lw=0)
+            ax.axvspan(
+                (window_start - tl.start_ns) / 1e9,
+                (window_end - tl.start_ns) / 1e9,
+                color="tab:orange",
+                alpha=0.15,
+                lw=0,
+            )
         if starts_s.size:
-            ax.vlines(starts_s[::stride], 0, 1, transform=ax.get_xaxis_transform(),
-                      colors="grey", lw=0.3, alpha=0.5)
+            ax.vlines(starts_s[::stride], 0, 1, transform=ax.get_xaxis_transform(), colors="grey", lw=0.3, alpha=0.5)
         ax.set_ylabel(label, fontsize=8)
         if drawn:
             ax.legend(fontsize=7, loc="upper right")
@@ -518,6 +560,5 @@ def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
             ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
     axes[-1].set_xlabel("time since sampler start (s)")
     step_note = f"every {stride}th step boundary" if stride > 1 else "step boundaries"
-    fig.suptitle(f"NVML timeline (backend {tl.backend}); shaded: profiler active; grey lines: {step_note}",
-                 fontsize=9)
+    fig.suptitle(f"NVML timeline (backend {tl.backend}); shaded: profiler active; grey lines: {step_note}", fontsize=9)
     save_figure(fig, png_path)

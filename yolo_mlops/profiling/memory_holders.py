@@ -29,8 +29,7 @@ TIMELINE_FILE = names.MEMORY_TIMELINE_FILE
 RECORDED = "recorded"
 UNKNOWN = "unknown"
 # torch's Category names, lower case, plus the bytes it could not classify
-HOLDERS = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "autograd_detail",
-           UNKNOWN)
+HOLDERS = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "input", "autograd_detail", UNKNOWN)
 SWITCHES = ("record_shapes", "profile_memory", "with_stack")
 
 
@@ -101,8 +100,9 @@ def split_at_peak(timeline: Any, labels: list[str], device: str) -> MemoryByHold
     by_holder = dict.fromkeys(HOLDERS, 0)
     for label, size in zip(labels, sizes[peak], strict=True):
         by_holder[label] += int(size)
-    return MemoryByHolder(device=device, peak_total_bytes=int(sum(sizes[peak])), peak_time_us=int(times[peak]),
-                          bytes_by_holder=by_holder)
+    return MemoryByHolder(
+        device=device, peak_total_bytes=int(sum(sizes[peak])), peak_time_us=int(times[peak]), bytes_by_holder=by_holder
+    )
 
 
 def missing_switches(record_shapes: bool, profile_memory: bool, with_stack: bool) -> list[str]:
@@ -136,8 +136,9 @@ def export_split(prof, path: Path, device: str) -> MemoryByHolder:
 class MemoryByHolderRecorder:
     """Records the split once, for the first completed profiler cycle; `status` is "recorded" or "skipped: <why>"."""
 
-    def __init__(self, out_dir: Path, training_device: str, record_shapes: bool, profile_memory: bool,
-                 with_stack: bool) -> None:
+    def __init__(
+        self, out_dir: Path, training_device: str, record_shapes: bool, profile_memory: bool, with_stack: bool
+    ) -> None:
         self.path = Path(out_dir) / TIMELINE_FILE
         self.training_device = training_device  # resolved at the first cycle: CUDA must not start earlier
         self.result: MemoryByHolder | None = None
@@ -168,8 +169,10 @@ def timeline_device(training_device: str) -> str:
 
 
 SECTION_TITLE = "Peak memory by holder"
-SECTION_TEXT = ("Training device at its peak in the first profiler cycle (torch's memory profiler; "
-                f"timeline `{names.profiler_file(TIMELINE_FILE)}`).")
+SECTION_TEXT = (
+    "Training device at its peak in the first profiler cycle (torch's memory profiler; "
+    f"timeline `{names.profiler_file(TIMELINE_FILE)}`)."
+)
 TABLE_HEADERS = ["holder", "MiB", "% of peak"]
 
 
@@ -180,8 +183,10 @@ def table_rows(metrics: Mapping[str, float]) -> list[list[str]] | None:
     if total is None:
         return None
     held = [(h, metrics[names.memory_peak_metric(h)]) for h in HOLDERS if names.memory_peak_metric(h) in metrics]
-    rows = [[h, fmt(mib, ".2f"), fmt(100.0 * mib / total if total else None, ".1f")]
-            for h, mib in sorted(held, key=lambda kv: -kv[1])]
+    rows = [
+        [h, fmt(mib, ".2f"), fmt(100.0 * mib / total if total else None, ".1f")]
+        for h, mib in sorted(held, key=lambda kv: -kv[1])
+    ]
     rows.append(["total", fmt(total, ".2f"), fmt(100.0 if total else None, ".1f")])
     return rows
 

@@ -49,12 +49,27 @@ class StepTimes:
         """Write the steps from `first` on; `first` > 0 appends them to a file holding the earlier ones."""
         header = "step,start_ns,batch_ns,end_ns,step_ms,data_wait_ms,profiled,images"
         part = slice(first, None)
-        rows = np.column_stack([np.arange(len(self))[part], self.start_ns[part], self.batch_ns[part],
-                                self.end_ns[part], self.step_ms[part], self.data_wait_ms[part],
-                                self.profiled[part], self.images[part]])
+        rows = np.column_stack(
+            [
+                np.arange(len(self))[part],
+                self.start_ns[part],
+                self.batch_ns[part],
+                self.end_ns[part],
+                self.step_ms[part],
+                self.data_wait_ms[part],
+                self.profiled[part],
+                self.images[part],
+            ]
+        )
         with open(path, "a" if first else "w") as out:
-            np.savetxt(out, rows, delimiter=",", header="" if first else header, comments="",
-                       fmt=["%d", "%d", "%d", "%d", "%.4f", "%.4f", "%d", "%d"])
+            np.savetxt(
+                out,
+                rows,
+                delimiter=",",
+                header="" if first else header,
+                comments="",
+                fmt=["%d", "%d", "%d", "%d", "%.4f", "%.4f", "%d", "%d"],
+            )
         return path
 
     @classmethod
@@ -65,8 +80,13 @@ class StepTimes:
     def from_rows(cls, table: np.ndarray) -> StepTimes:
         """From the CSV's rows as a float array (one row per step, the columns of `save_csv`)."""
         ints = table.astype(np.int64)
-        return cls(start_ns=ints[:, 1], batch_ns=ints[:, 2], end_ns=ints[:, 3],
-                   profiled=ints[:, 6].astype(bool), images=ints[:, 7])
+        return cls(
+            start_ns=ints[:, 1],
+            batch_ns=ints[:, 2],
+            end_ns=ints[:, 3],
+            profiled=ints[:, 6].astype(bool),
+            images=ints[:, 7],
+        )
 
 
 class StepTimer:
@@ -117,11 +137,13 @@ class StepTimer:
         self._batch_at = None
 
     def result(self) -> StepTimes:
-        return StepTimes(start_ns=np.asarray(self._start, dtype=np.int64),
-                         batch_ns=np.asarray(self._batch, dtype=np.int64),
-                         end_ns=np.asarray(self._end, dtype=np.int64),
-                         profiled=np.asarray(self._profiled, dtype=bool),
-                         images=np.asarray(self._images, dtype=np.int64))
+        return StepTimes(
+            start_ns=np.asarray(self._start, dtype=np.int64),
+            batch_ns=np.asarray(self._batch, dtype=np.int64),
+            end_ns=np.asarray(self._end, dtype=np.int64),
+            profiled=np.asarray(self._profiled, dtype=bool),
+            images=np.asarray(self._images, dtype=np.int64),
+        )
 
 
 @dataclass(frozen=True)
@@ -140,10 +162,16 @@ class PerfSummary:
 
     def as_metrics(self) -> dict[str, float]:
         """The summary under its `perf/*` MLflow names; the profiled median only when profiled steps ran."""
-        out = {names.STEP_TIME_P50: self.step_time_ms_p50, names.STEP_TIME_P90: self.step_time_ms_p90,
-               names.STEP_TIME_MEAN: self.step_time_ms_mean, names.IMAGES_PER_S: self.images_per_s,
-               names.DATA_WAIT_PCT: self.data_wait_pct, names.DATA_WAIT_P50: self.data_wait_ms_p50,
-               names.STEPS_MEASURED: float(self.steps_measured), names.STEPS_TOTAL: float(self.steps_total)}
+        out = {
+            names.STEP_TIME_P50: self.step_time_ms_p50,
+            names.STEP_TIME_P90: self.step_time_ms_p90,
+            names.STEP_TIME_MEAN: self.step_time_ms_mean,
+            names.IMAGES_PER_S: self.images_per_s,
+            names.DATA_WAIT_PCT: self.data_wait_pct,
+            names.DATA_WAIT_P50: self.data_wait_ms_p50,
+            names.STEPS_MEASURED: float(self.steps_measured),
+            names.STEPS_TOTAL: float(self.steps_total),
+        }
         if self.step_time_ms_p50_profiled is not None:
             out[names.STEP_TIME_P50_PROFILED] = self.step_time_ms_p50_profiled
         return out

@@ -45,8 +45,9 @@ class TrainingProfiler(AbstractContextManager):
         self.with_cuda = with_cuda
         self.export_s = 0.0  # time spent writing traces (and the memory split), kept out of the step timings
         # peak memory by holder, from the first cycle only (building torch's memory profile is not cheap)
-        self.memory = MemoryByHolderRecorder(self.trace_dir, device, settings.record_shapes,
-                                             settings.profile_memory, settings.with_stack)
+        self.memory = MemoryByHolderRecorder(
+            self.trace_dir, device, settings.record_shapes, settings.profile_memory, settings.with_stack
+        )
         self._prof: profile | None = None
         self._running = False
         self._worker = f"{socket.gethostname()}_{os.getpid()}"
@@ -57,8 +58,7 @@ class TrainingProfiler(AbstractContextManager):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.with_cuda else [])
         self._prof = profile(
             activities=activities,
-            schedule=schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active,
-                              repeat=s.repeat),
+            schedule=schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
             on_trace_ready=self._on_trace_ready,
             record_shapes=s.record_shapes,
             profile_memory=s.profile_memory,
@@ -140,8 +140,13 @@ def key_averages_tables(prof: profile, settings: ProfilerSettings, with_cuda: bo
         memory_key = "self_device_memory_usage" if with_cuda else "self_cpu_memory_usage"
         wanted.append((names.KEY_AVERAGES_MEMORY, memory_key, averages))
     if settings.record_shapes:
-        wanted.append((names.KEY_AVERAGES_BY_SHAPE, "self_device_time_total" if with_cuda else "self_cpu_time_total",
-                       prof.key_averages(group_by_input_shape=True)))
+        wanted.append(
+            (
+                names.KEY_AVERAGES_BY_SHAPE,
+                "self_device_time_total" if with_cuda else "self_cpu_time_total",
+                prof.key_averages(group_by_input_shape=True),
+            )
+        )
     tables = []
     for name, sort_by, events in wanted:
         text = events.table(sort_by=sort_by, row_limit=settings.row_limit, max_name_column_width=80)
@@ -151,20 +156,26 @@ def key_averages_tables(prof: profile, settings: ProfilerSettings, with_cuda: bo
 
 def _frame(events, sort_by: str) -> pd.DataFrame:
     """All rows (not only the text table's top rows) as numbers in microseconds / bytes."""
-    rows = [{
-        "name": e.key,
-        "input_shapes": str(e.input_shapes) if e.input_shapes else "",
-        "calls": e.count,
-        "self_cpu_time_us": e.self_cpu_time_total,
-        "cpu_time_us": e.cpu_time_total,
-        "self_device_time_us": e.self_device_time_total,
-        "device_time_us": e.device_time_total,
-        "self_cpu_memory_bytes": e.self_cpu_memory_usage,
-        "self_device_memory_bytes": e.self_device_memory_usage,
-    } for e in events]
-    column = {"self_cpu_time_total": "self_cpu_time_us", "self_device_time_total": "self_device_time_us",
-              "self_cpu_memory_usage": "self_cpu_memory_bytes",
-              "self_device_memory_usage": "self_device_memory_bytes"}[sort_by]
+    rows = [
+        {
+            "name": e.key,
+            "input_shapes": str(e.input_shapes) if e.input_shapes else "",
+            "calls": e.count,
+            "self_cpu_time_us": e.self_cpu_time_total,
+            "cpu_time_us": e.cpu_time_total,
+            "self_device_time_us": e.self_device_time_total,
+            "device_time_us": e.device_time_total,
+            "self_cpu_memory_bytes": e.self_cpu_memory_usage,
+            "self_device_memory_bytes": e.self_device_memory_usage,
+        }
+        for e in events
+    ]
+    column = {
+        "self_cpu_time_total": "self_cpu_time_us",
+        "self_device_time_total": "self_device_time_us",
+        "self_cpu_memory_usage": "self_cpu_memory_bytes",
+        "self_device_memory_usage": "self_device_memory_bytes",
+    }[sort_by]
     frame = pd.DataFrame(rows)
     return frame.sort_values(column, ascending=False, ignore_index=True) if len(frame) else frame
 

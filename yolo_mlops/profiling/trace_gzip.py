@@ -68,8 +68,9 @@ def compress_member(text: bytes, level: int = 6, flags: int = 0) -> bytes:
     body = compressor.compress(text) + compressor.flush()
     size = HEADER_BYTES + len(body) + _TRAILER.size
     header = _HEADER.pack(GZIP_MAGIC, 8, 4, 0, 0, 255, 4 + _PAYLOAD.size, SUBFIELD_ID, _PAYLOAD.size)
-    return (header + _PAYLOAD.pack(size, len(text), flags) + body
-            + _TRAILER.pack(zlib.crc32(text), len(text) & 0xFFFFFFFF))
+    return (
+        header + _PAYLOAD.pack(size, len(text), flags) + body + _TRAILER.pack(zlib.crc32(text), len(text) & 0xFFFFFFFF)
+    )
 
 
 def _event_cut(text: bytes | bytearray, limit: int) -> int:
@@ -88,8 +89,13 @@ def _event_cut(text: bytes | bytearray, limit: int) -> int:
         end = cut + 1
 
 
-def write_members(source: BinaryIO, target: BinaryIO, level: int = 6, member_bytes: int = MEMBER_TEXT_BYTES,
-                  threads: int | None = None) -> None:
+def write_members(
+    source: BinaryIO,
+    target: BinaryIO,
+    level: int = 6,
+    member_bytes: int = MEMBER_TEXT_BYTES,
+    threads: int | None = None,
+) -> None:
     """Copy a Chrome trace from `source` into `target` as indexed gzip members cut at event boundaries.
 
     Members are compressed by a pool of threads (zlib releases the GIL), written in order, a bounded number in
@@ -99,6 +105,7 @@ def write_members(source: BinaryIO, target: BinaryIO, level: int = 6, member_byt
     pending = bytearray()
     in_flight: list[Future[bytes]] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
+
         def submit(text: bytes, flags: int) -> None:
             in_flight.append(pool.submit(compress_member, text, level, flags))
             while len(in_flight) > 2 * workers:
@@ -136,8 +143,14 @@ def read_index(fh: BinaryIO, file_size: int) -> list[Member] | None:
         if len(raw) < HEADER_BYTES:
             return None
         magic, method, flags, _mtime, _xfl, _os, xlen, subfield, length = _HEADER.unpack_from(raw)
-        if (magic != GZIP_MAGIC or method != 8 or flags != 4 or xlen != 4 + _PAYLOAD.size
-                or subfield != SUBFIELD_ID or length != _PAYLOAD.size):
+        if (
+            magic != GZIP_MAGIC
+            or method != 8
+            or flags != 4
+            or xlen != 4 + _PAYLOAD.size
+            or subfield != SUBFIELD_ID
+            or length != _PAYLOAD.size
+        ):
             return None
         size, text_size, member_flags = _PAYLOAD.unpack_from(raw, _HEADER.size)
         if size < HEADER_BYTES + _TRAILER.size or offset + size > file_size:

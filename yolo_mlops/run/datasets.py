@@ -60,15 +60,18 @@ def loader_image_counts(dataset) -> ImageCounts | None:
         from ultralytics.data.utils import load_dataset_cache_file
 
         try:
-            messages = tuple(re.sub(r"\x1b\[[0-9;]*m", "", str(m))  # without ultralytics' colour codes
-                             for m in load_dataset_cache_file(cache).get("msgs", ()))
+            messages = tuple(
+                re.sub(r"\x1b\[[0-9;]*m", "", str(m))  # without ultralytics' colour codes
+                for m in load_dataset_cache_file(cache).get("msgs", ())
+            )
         except Exception:  # an unreadable cache costs the reasons, never the counts
             messages = ()
     return ImageCounts(found=len(label_files), used=len(labels), messages=messages)
 
 
-def synthetic_dataset(root: Path, train_images: int = 64, val_images: int | None = None,
-                      image_size: int = 160, seed: int = 0) -> DatasetInfo:
+def synthetic_dataset(
+    root: Path, train_images: int = 64, val_images: int | None = None, image_size: int = 160, seed: int = 0
+) -> DatasetInfo:
     """Build (or reuse) the synthetic dataset under `root`; same arguments give byte-identical files."""
     val_images = val_images if val_images is not None else max(4, train_images // 4)
     key = json.dumps([_SYNTHETIC_VERSION, train_images, val_images, image_size, seed])
@@ -81,12 +84,17 @@ def synthetic_dataset(root: Path, train_images: int = 64, val_images: int | None
         rng = random.Random(seed)
         for split, count in (("train", train_images), ("val", val_images)):
             _write_split(staging, split, count, image_size, rng)
-        (staging / "data.yaml").write_text(yaml.safe_dump({
-            "path": str(folder),
-            "train": "images/train",
-            "val": "images/val",
-            "names": dict(enumerate(SHAPES)),
-        }, sort_keys=False))
+        (staging / "data.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "path": str(folder),
+                    "train": "images/train",
+                    "val": "images/val",
+                    "names": dict(enumerate(SHAPES)),
+                },
+                sort_keys=False,
+            )
+        )
         (staging / ".complete").touch()
         try:
             staging.rename(folder)

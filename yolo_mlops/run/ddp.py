@@ -49,9 +49,21 @@ def write_failure(folder: Path, rank: int, exc: BaseException, text: str) -> Non
 
 
 def launcher_command(plan: TrainingPlan, folder: Path) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(plan.world_size), "--max-restarts", "0",
-            "-m", "yolo_mlops.run.ddp_rank", str(folder)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(plan.world_size),
+        "--max-restarts",
+        "0",
+        "-m",
+        "yolo_mlops.run.ddp_rank",
+        str(folder),
+    ]
 
 
 def train_job(plan: TrainingPlan) -> list[TrainingOutcome]:
@@ -64,8 +76,7 @@ def train_job(plan: TrainingPlan) -> list[TrainingOutcome]:
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // plan.world_size)))
     # the ranks import this project as the launching process does (an uninstalled checkout, a test's sys.path)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
-    proc = subprocess.Popen(launcher_command(plan, folder), env=env, start_new_session=True,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(launcher_command(plan, folder), env=env, start_new_session=True, stderr=subprocess.PIPE)
     tail = _StderrTail(proc.stderr)
     try:
         code = proc.wait()
@@ -140,7 +151,7 @@ def root_cause(lines: list[str]) -> tuple[str, str] | None:
     except ValueError:
         return None
     rank = exitcode = None
-    for line in lines[start:start + 12]:
+    for line in lines[start : start + 12]:
         key, _, value = line.strip().partition(":")
         key, value = key.strip(), value.strip()
         if key == "rank" and rank is None:
@@ -161,8 +172,10 @@ def root_cause(lines: list[str]) -> tuple[str, str] | None:
 def _failure_line(folder: Path, world_size: int, code: int, cause: tuple[str, str] | None) -> str:
     failures = sorted(folder.glob("failure-rank*.txt"))
     if cause is not None and not (folder / f"failure-rank{cause[0]}.txt").is_file():
-        return (f"rank {cause[0]} of {world_size} ended by {cause[1]} without a result (killed, or out of "
-                "memory?); torchrun stopped every rank")
+        return (
+            f"rank {cause[0]} of {world_size} ended by {cause[1]} without a result (killed, or out of "
+            "memory?); torchrun stopped every rank"
+        )
     if cause is not None:
         failures = [folder / f"failure-rank{cause[0]}.txt"]
     if failures:
@@ -171,5 +184,7 @@ def _failure_line(folder: Path, world_size: int, code: int, cause: tuple[str, st
         return f"rank {rank} of {world_size} failed: {first.read_text().splitlines()[0]}"
     finished = {p.stem.removeprefix("outcome-rank") for p in folder.glob("outcome-rank*.pkl")}
     lost = [str(r) for r in range(world_size) if str(r) not in finished]
-    return (f"data-parallel job failed (torchrun exit {code}): rank(s) {', '.join(lost)} ended without a result "
-            "(killed by a signal or out of memory?); every rank was stopped")
+    return (
+        f"data-parallel job failed (torchrun exit {code}): rank(s) {', '.join(lost)} ended without a result "
+        "(killed by a signal or out of memory?); every rank was stopped"
+    )

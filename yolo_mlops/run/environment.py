@@ -108,8 +108,10 @@ def machine_name() -> str:
 def check_machine_name(name: str, source: str = "machine name") -> str:
     """`name` if it can be part of a concurrency-limit name; ConfigError (one line) otherwise."""
     if not _MACHINE_NAME.fullmatch(name):
-        raise ConfigError(f"{source} {name!r} cannot name a machine: use 1-63 letters, digits, '.', '_' or '-', "
-                          f"starting with a letter or digit (set {MACHINE_VAR})")
+        raise ConfigError(
+            f"{source} {name!r} cannot name a machine: use 1-63 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit (set {MACHINE_VAR})"
+        )
     return name
 
 
@@ -137,10 +139,16 @@ def git_state() -> tuple[str | None, bool | None]:
         return os.environ["YOLO_MLOPS_GIT_COMMIT"], None
     repo = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=5, check=True).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
@@ -161,8 +169,11 @@ def cpu_mhz() -> float | None:
     """The CPU clock now, MHz: the mean of the cores' `cpu MHz` in /proc/cpuinfo (Linux), else
     psutil.cpu_freq(); None when neither knows (never a made-up number)."""
     try:
-        values = [float(line.split(":", 1)[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("cpu MHz")]
+        values = [
+            float(line.split(":", 1)[1])
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("cpu MHz")
+        ]
     except (OSError, ValueError):
         values = []
     if not values:
@@ -197,6 +208,7 @@ def nvidia_driver_version() -> str | None:
 
 
 # series identity ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SeriesIdentity:

@@ -60,8 +60,10 @@ def limit_names(device: str, requested: str | None = AUTO) -> list[str]:
 def _limit_of(index: int) -> str:
     name = machine_limit(machine_name(), index)
     if not _exists(name) and _exists(legacy_limit(index)):
-        print(f"concurrency limit {name!r} does not exist; holding the single-machine {legacy_limit(index)!r} "
-              f"(run deploy/bootstrap.sh on this machine to create its own)")
+        print(
+            f"concurrency limit {name!r} does not exist; holding the single-machine {legacy_limit(index)!r} "
+            f"(run deploy/bootstrap.sh on this machine to create its own)"
+        )
         return legacy_limit(index)
     return name
 
@@ -95,9 +97,11 @@ def check_limit(name: str | None) -> int | None:
         try:
             limit = client.read_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
-            raise ConfigError(f"Prefect concurrency limit {name!r} does not exist; create it once with "
-                              f"`prefect gcl create {name} --limit 1` or deploy/bootstrap.sh on that machine "
-                              "(GPU runs never go unthrottled)") from None
+            raise ConfigError(
+                f"Prefect concurrency limit {name!r} does not exist; create it once with "
+                f"`prefect gcl create {name} --limit 1` or deploy/bootstrap.sh on that machine "
+                "(GPU runs never go unthrottled)"
+            ) from None
     if not limit.active:
         raise ConfigError(f"Prefect concurrency limit {name!r} is inactive: it would not throttle anything")
     return int(limit.limit)

@@ -12,8 +12,19 @@ import shutil
 from pathlib import Path
 
 # Integrations ultralytics turns on when their package is importable; the pipeline owns tracking.
-_LOGGER_SETTINGS = ("mlflow", "wandb", "clearml", "comet", "dvc", "neptune", "raytune", "tensorboard", "hub",
-                    "vscode_msg", "openvino_msg")
+_LOGGER_SETTINGS = (
+    "mlflow",
+    "wandb",
+    "clearml",
+    "comet",
+    "dvc",
+    "neptune",
+    "raytune",
+    "tensorboard",
+    "hub",
+    "vscode_msg",
+    "openvino_msg",
+)
 
 
 def configure_ultralytics(home: Path) -> Path:
@@ -35,10 +46,14 @@ def configure_ultralytics(home: Path) -> Path:
 def _disable_integrations(home: Path) -> None:
     from ultralytics.utils import SETTINGS
 
-    wanted = {"sync": False, **{name: False for name in _LOGGER_SETTINGS},
-              # its defaults are relative to the current directory; keep its files in the data home
-              "datasets_dir": str(home / "datasets"), "weights_dir": str(home / "weights"),
-              "runs_dir": str(home / "runs")}
+    wanted = {
+        "sync": False,
+        **{name: False for name in _LOGGER_SETTINGS},
+        # its defaults are relative to the current directory; keep its files in the data home
+        "datasets_dir": str(home / "datasets"),
+        "weights_dir": str(home / "weights"),
+        "runs_dir": str(home / "runs"),
+    }
     # settings differ between ultralytics releases: only touch the keys this one knows
     changes = {k: v for k, v in wanted.items() if k in SETTINGS and SETTINGS[k] != v}
     if changes:

@@ -1,9 +1,9 @@
 """The steps of one profiled run as plain functions over plain data; `flows/` wraps each in a Prefect task.
 
-    prepare(spec)  -> PreparedRun   preflight checks, dataset, env fingerprint, creates the MLflow run
-    train(prep)    -> TrainingOutcome
-    analyze(prep, outcome) -> RunAnalysis
-    track(prep, outcome, analysis) -> RunResult
+prepare(spec)  -> PreparedRun   preflight checks, dataset, env fingerprint, creates the MLflow run
+train(prep)    -> TrainingOutcome
+analyze(prep, outcome) -> RunAnalysis
+track(prep, outcome, analysis) -> RunResult
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class RunResult:
 
 # prepare ------------------------------------------------------------------------------------------------------
 
+
 def resolve_dataset(spec: RunSpec, checked: Preflight) -> DatasetInfo:
     """The user's inspected dataset, or the synthetic one (built once, then reused from the cache)."""
     if checked.dataset is not None:
@@ -92,8 +93,14 @@ def prepare(spec: RunSpec) -> PreparedRun:
     key = series_key(spec, env, data_identity(dataset.yaml_path, dataset.synthetic), device)
     output_dir = data_home() / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     output_dir.mkdir(parents=True)
-    plan = TrainingPlan(spec=spec, data_yaml=dataset.yaml_path, device=device, output_dir=output_dir,
-                        steps_expected=steps, epochs=checked.epochs)
+    plan = TrainingPlan(
+        spec=spec,
+        data_yaml=dataset.yaml_path,
+        device=device,
+        output_dir=output_dir,
+        steps_expected=steps,
+        epochs=checked.epochs,
+    )
     mlflow = connection.client()
     tags = {
         names.RUN_KIND: spec.run_kind,
@@ -116,8 +123,9 @@ def prepare(spec: RunSpec) -> PreparedRun:
         raise
     experiment_id = queries.experiment_of(mlflow, run_id)
     # the folder records where its run lives: `yolo-mlops upload` can send what the store missed there later
-    upload.write_tracking_info(output_dir, upload.TrackingInfo(connection.tracking_uri(), spec.experiment, run_id,
-                                                               spec.run_name, tags, params))
+    upload.write_tracking_info(
+        output_dir, upload.TrackingInfo(connection.tracking_uri(), spec.experiment, run_id, spec.run_name, tags, params)
+    )
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return PreparedRun(spec, plan, dataset, env, key, run_id, experiment_id)
@@ -128,6 +136,7 @@ def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str,
 
 
 # train ------------------------------------------------------------------------------------------------------
+
 
 def train(prepared: PreparedRun) -> TrainingOutcome:
     from yolo_mlops.run import training
@@ -154,15 +163,23 @@ def job_outcome(ranks: list[TrainingOutcome]) -> TrainingOutcome:
     """A data-parallel job as one outcome: rank 0's losses, validation, settings and memory (rank 0 logs them in
     ultralytics too), the step times of the slowest rank (DDP moves at its pace: the slowest median steady step
     decides), every rank's traces; `ranks` keeps each rank's own."""
+
     def median_step(outcome: TrainingOutcome) -> float:
         summary = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
         return summary.step_time_ms_p50 if summary is not None else 0.0
 
     slowest = max(ranks, key=median_step)
     first = ranks[0]
-    return replace(first, steps=slowest.steps, trace_files=[f for r in ranks for f in r.trace_files],
-                   tables=[], profiler_export_s=max(r.profiler_export_s for r in ranks), rank=None, ranks=ranks,
-                   slowest_rank=slowest.rank)
+    return replace(
+        first,
+        steps=slowest.steps,
+        trace_files=[f for r in ranks for f in r.trace_files],
+        tables=[],
+        profiler_export_s=max(r.profiler_export_s for r in ranks),
+        rank=None,
+        ranks=ranks,
+        slowest_rank=slowest.rank,
+    )
 
 
 def _analysis_dir(prepared: PreparedRun) -> Path:
@@ -173,20 +190,27 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 
 # analyze ----------------------------------------------------------------------------------------------------
 
+
 def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
     rank_metrics, rank_histories = _per_rank_perf(outcome)
     if perf is not None and outcome.ranks:  # the job's throughput: every rank's images, at the job's pace
-        perf = replace(perf, images_per_s=sum(
-            p.images_per_s for r in outcome.ranks if (p := perf_summary(r.steps, DISCARD_FIRST_STEPS)) is not None))
+        perf = replace(
+            perf,
+            images_per_s=sum(
+                p.images_per_s for r in outcome.ranks if (p := perf_summary(r.steps, DISCARD_FIRST_STEPS)) is not None
+            ),
+        )
     metrics = perf.as_metrics() if perf is not None else {}
     metrics.update(rank_metrics)
     metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s
     metrics.update({name: values[-1] for name, values in outcome.step_losses.items() if values})
     metrics.update(outcome.val_metrics)
     per_step: tuple[tuple[str, Iterable[float]], ...] = (
-        (names.STEP_TIME_MS, outcome.steps.step_ms), (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
-        *outcome.step_losses.items())
+        (names.STEP_TIME_MS, outcome.steps.step_ms),
+        (names.DATA_WAIT_MS, outcome.steps.data_wait_ms),
+        *outcome.step_losses.items(),
+    )
     histories = {name: list(enumerate(values)) for name, values in per_step}
     histories.update(rank_histories)
     result = RunAnalysis(metrics=metrics, histories=histories, perf=perf)
@@ -199,7 +223,7 @@ def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
         tags[names.ANALYSIS_STATUS] = names.ANALYSIS_OK
     except Exception as exc:  # a broken trace must not lose the run: record why and keep the measurements
         tags[names.ANALYSIS_STATUS] = names.ANALYSIS_FAILED
-        tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[:names.TAG_MAX_CHARS]
+        tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[: names.TAG_MAX_CHARS]
     (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return result
 
@@ -230,7 +254,8 @@ def _allreduce_per_optimizer_step(outcome: TrainingOutcome, comm: CommunicationA
     if first is None or not first.optimizer_steps or gradient_bytes is None:
         return
     result.metrics[names.COMM_ALLREDUCE_MIB_PER_OPTIMIZER_STEP] = (
-        gradient_bytes / 2**20 * first.synced_steps / first.optimizer_steps)
+        gradient_bytes / 2**20 * first.synced_steps / first.optimizer_steps
+    )
 
 
 def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
@@ -242,16 +267,18 @@ def _count_images(outcome: TrainingOutcome, result: RunAnalysis) -> None:
     result.metrics[names.TRAIN_IMAGES_SKIPPED] = float(counts.skipped)
     if counts.skipped:
         reasons = [m for m in counts.messages if "ignoring" in m] or list(counts.messages)
-        result.tags[names.DATA_WARNINGS] = "\n".join(reasons)[:names.TAG_MAX_CHARS]
-        print(f"warning: ultralytics skipped {counts.skipped} of {counts.found} training images (corrupt image "
-              f"or label; tag {names.DATA_WARNINGS})" + (f", e.g. {reasons[0]}" if reasons else ""))
+        result.tags[names.DATA_WARNINGS] = "\n".join(reasons)[: names.TAG_MAX_CHARS]
+        print(
+            f"warning: ultralytics skipped {counts.skipped} of {counts.found} training images (corrupt image "
+            f"or label; tag {names.DATA_WARNINGS})" + (f", e.g. {reasons[0]}" if reasons else "")
+        )
 
 
 def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """gpu/* metrics, per-step GPU history and the nvml/ timeline; only what the sampler really measured."""
     result.tags[names.NVML_BACKEND] = outcome.nvml.backend
     if outcome.nvml.reasons:
-        result.tags[names.NVML_REASON] = "; ".join(outcome.nvml.reasons)[:names.TAG_MAX_CHARS]
+        result.tags[names.NVML_REASON] = "; ".join(outcome.nvml.reasons)[: names.TAG_MAX_CHARS]
     for rank in outcome.ranks or [outcome]:  # a data-parallel rank sampled its own GPU: rank<r>/gpu/*, nvml/rank<r>/
         if not len(rank.nvml):
             continue
@@ -272,7 +299,7 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
 
 def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """memory/* metrics only when torch's memory profiler measured them; the tag says either way."""
-    result.tags[names.MEMORY_BY_HOLDER] = outcome.memory_by_holder_status[:names.TAG_MAX_CHARS]
+    result.tags[names.MEMORY_BY_HOLDER] = outcome.memory_by_holder_status[: names.TAG_MAX_CHARS]
     if outcome.memory_by_holder is not None:
         result.metrics.update(outcome.memory_by_holder.metrics())
 
@@ -284,49 +311,63 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         raise FileNotFoundError("the profiler wrote no trace (training ended before the window closed?)")
     folder = _analysis_dir(prepared)
     # the last (most warmed-up) cycle; of every rank in a data-parallel job
-    trace = analyze_traces([r.trace_files[-1] for r in outcome.ranks if r.trace_files] if outcome.ranks
-                           else outcome.trace_files[-1])
+    trace = analyze_traces(
+        [r.trace_files[-1] for r in outcome.ranks if r.trace_files] if outcome.ranks else outcome.trace_files[-1]
+    )
     if trace.communication is not None:
         result.tags[_BACKEND_USED] = trace.communication.backend
         _allreduce_per_optimizer_step(outcome, trace.communication, result)
     if trace.warnings:
-        result.tags[names.ANALYSIS_WARNINGS] = "\n".join(trace.warnings)[:names.TAG_MAX_CHARS]
+        result.tags[names.ANALYSIS_WARNINGS] = "\n".join(trace.warnings)[: names.TAG_MAX_CHARS]
     (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
     result.metrics.update(headline_metrics(trace))
     perf = result.perf
     gpu = result.gpu or NvmlSummary(outcome.nvml.backend)  # None fields: not measured
-    findings = diagnose(DiagnosisInput(
-        analysis=trace,
-        data_wait_pct=perf.data_wait_pct if perf is not None else None,
-        device_type=prepared.env.device_type,
-        amp=outcome.applied.mixed_precision,
-        cudnn_benchmark=outcome.applied.cudnn_benchmark,
-        gpu_memory_total_gib=gpu.mem_total_gib,
-        peak_memory_gib=gpu.mem_used_gib_max,
-        sm_util_pct=gpu.sm_util_pct_mean,
-        dram_util_pct=gpu.dram_bw_util_pct_mean,
-        batch_size=prepared.spec.batch,
-        workers=prepared.spec.workers,
-        step_time_ms=perf.step_time_ms_mean if perf is not None else None,
-        rank_sm_clock_mhz={r.rank: result.metrics[clock] for r in outcome.ranks if r.rank is not None
-                           and (clock := names.rank_metric(r.rank, names.GPU_SM_CLOCK_MEAN)) in result.metrics},
-    ))
+    findings = diagnose(
+        DiagnosisInput(
+            analysis=trace,
+            data_wait_pct=perf.data_wait_pct if perf is not None else None,
+            device_type=prepared.env.device_type,
+            amp=outcome.applied.mixed_precision,
+            cudnn_benchmark=outcome.applied.cudnn_benchmark,
+            gpu_memory_total_gib=gpu.mem_total_gib,
+            peak_memory_gib=gpu.mem_used_gib_max,
+            sm_util_pct=gpu.sm_util_pct_mean,
+            dram_util_pct=gpu.dram_bw_util_pct_mean,
+            batch_size=prepared.spec.batch,
+            workers=prepared.spec.workers,
+            step_time_ms=perf.step_time_ms_mean if perf is not None else None,
+            rank_sm_clock_mhz={
+                r.rank: result.metrics[clock]
+                for r in outcome.ranks
+                if r.rank is not None
+                and (clock := names.rank_metric(r.rank, names.GPU_SM_CLOCK_MEAN)) in result.metrics
+            },
+        )
+    )
     result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
     (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / names.NVML_DIR / names.NVML_TIMELINE_PNG
-    headline = {**(perf.as_metrics() if perf is not None else {}),
-                names.PROFILER_EXPORT_S: outcome.profiler_export_s}
+    headline = {**(perf.as_metrics() if perf is not None else {}), names.PROFILER_EXPORT_S: outcome.profiler_export_s}
     memory_rows = memory_holders.table_rows(result.metrics)
-    sections: list[Block] = [] if memory_rows is None else [
-        Heading(memory_holders.SECTION_TITLE), Paragraph(memory_holders.SECTION_TEXT),
-        Table(memory_holders.TABLE_HEADERS, memory_rows)]
-    write_report(folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None,
-                 sections=sections)
+    sections: list[Block] = (
+        []
+        if memory_rows is None
+        else [
+            Heading(memory_holders.SECTION_TITLE),
+            Paragraph(memory_holders.SECTION_TEXT),
+            Table(memory_holders.TABLE_HEADERS, memory_rows),
+        ]
+    )
+    write_report(
+        folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None, sections=sections
+    )
     result.report_markdown = (folder / names.REPORT_MD).read_text()
 
 
 # track ------------------------------------------------------------------------------------------------------
+
 
 def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis) -> RunResult:
     mlflow = connection.client()
@@ -343,11 +384,19 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
         params.update({f"{names.DDP_APPLIED_PREFIX}{k}": str(v) for k, v in (outcome.ddp_applied or {}).items()})
     # a metric with a per-step history gets no extra summary point: MLflow shows its last step as its value
     summary = {k: v for k, v in analysis.metrics.items() if k not in analysis.histories}
-    record = upload.UploadRecord(status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags,
-                                 params=params)
+    record = upload.UploadRecord(
+        status="FINISHED", metrics=summary, histories=analysis.histories, tags=tags, params=params
+    )
     upload.write_record(prepared.plan.output_dir, record)  # first: if the store fails now, `upload` sends it
-    writes.log_values(mlflow, run_id, metrics=summary, histories=analysis.histories, tags=tags, params=params,
-                        timestamp_ms=record.timestamp_ms)
+    writes.log_values(
+        mlflow,
+        run_id,
+        metrics=summary,
+        histories=analysis.histories,
+        tags=tags,
+        params=params,
+        timestamp_ms=record.timestamp_ms,
+    )
     upload_run_folder(mlflow, prepared)
     for rank in outcome.ranks or [outcome]:
         folder = "" if rank.rank is None else f"{names.rank_folder(rank.rank)}/"
@@ -413,8 +462,10 @@ class RunSalvage:
         if times is not None:
             perf = perf_summary(times, DISCARD_FIRST_STEPS)
             record.metrics = perf.as_metrics() if perf is not None else {}
-            record.histories = {names.STEP_TIME_MS: list(enumerate(times.step_ms.tolist())),
-                                names.DATA_WAIT_MS: list(enumerate(times.data_wait_ms.tolist()))}
+            record.histories = {
+                names.STEP_TIME_MS: list(enumerate(times.step_ms.tolist())),
+                names.DATA_WAIT_MS: list(enumerate(times.data_wait_ms.tolist())),
+            }
         self._record = record
         upload.write_record(self.folder, record)
 
@@ -423,9 +474,19 @@ class RunSalvage:
         steps = []
         if record is not None and (record.metrics or record.histories or record.tags):
             summary = {k: v for k, v in record.metrics.items() if k not in record.histories}
-            steps.append(("metrics", lambda: writes.log_values(
-                self.mlflow, self.prepared.run_id, metrics=summary, histories=record.histories, tags=record.tags,
-                timestamp_ms=record.timestamp_ms)))
+            steps.append(
+                (
+                    "metrics",
+                    lambda: writes.log_values(
+                        self.mlflow,
+                        self.prepared.run_id,
+                        metrics=summary,
+                        histories=record.histories,
+                        tags=record.tags,
+                        timestamp_ms=record.timestamp_ms,
+                    ),
+                )
+            )
         steps.append(("artifacts", lambda: upload_run_folder(self.mlflow, self.prepared)))
         steps.append(("tables", lambda: upload.upload_tables(self.mlflow, self.prepared.run_id, self.folder)))
         return steps
@@ -444,14 +505,21 @@ class RunSalvage:
 def summary_markdown(result: RunResult, spec: RunSpec) -> str:
     metrics = result.metrics
     rows = [(k, metrics[k]) for k in sorted(metrics) if k.startswith(names.HEADLINE_PREFIXES)]
-    lines = [f"# Profiled run `{result.run_id}`", "",
-             f"Model `{spec.model}`, imgsz {spec.imgsz}, batch {spec.batch}, variant `{spec.variant}`.", "",
-             f"MLflow run: [{result.run_url}]({result.run_url})", "",
-             "| metric | value |", "|---|---|"]
+    lines = [
+        f"# Profiled run `{result.run_id}`",
+        "",
+        f"Model `{spec.model}`, imgsz {spec.imgsz}, batch {spec.batch}, variant `{spec.variant}`.",
+        "",
+        f"MLflow run: [{result.run_url}]({result.run_url})",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
     lines += [f"| `{k}` | {v:.4g} |" for k, v in rows]
     if result.findings:
         lines += ["", "## Findings", "", findings_headline(result.findings), ""] + [
-            f"- {f.line()}" for f in result.findings]
+            f"- {f.line()}" for f in result.findings
+        ]
     memory = memory_holders.markdown_section(metrics)
     if memory is not None:
         lines += ["", memory]

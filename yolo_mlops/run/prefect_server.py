@@ -68,8 +68,10 @@ def startup_failure(exc: BaseException) -> str | None:
         for path in _database_files(database):
             path.unlink(missing_ok=True)
     timeout = os.environ.get(_TIMEOUT_VAR, "20")
-    return (f"the temporary Prefect server did not start within {timeout} s (machine busy?); raise "
-            f"{_TIMEOUT_VAR}, or point PREFECT_API_URL at a running server (`prefect server start`)")
+    return (
+        f"the temporary Prefect server did not start within {timeout} s (machine busy?); raise "
+        f"{_TIMEOUT_VAR}, or point PREFECT_API_URL at a running server (`prefect server start`)"
+    )
 
 
 def _take_slot(folder: Path) -> Path | None:

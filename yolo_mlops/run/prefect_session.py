@@ -43,14 +43,26 @@ def _own_session_class(base: type) -> type:
     class OwnSessionServer(base):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             # Prefect's command (prefect 3.x), started with start_new_session=True
-            server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-                          "PREFECT__SERVER_FINAL": "1"}
+            server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
             return subprocess.Popen(
-                args=[sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent),
-                      "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
-                      "--port", str(self.port), "--log-level", "error", "--lifespan", "on"],
-                env={**os.environ, **server_env,
-                     **get_current_settings().to_environment_variables(exclude_unset=True)},
+                args=[
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--app-dir",
+                    str(prefect.__module_path__.parent),
+                    "--factory",
+                    "prefect.server.api.server:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "error",
+                    "--lifespan",
+                    "on",
+                ],
+                env={**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)},
                 start_new_session=True,
             )
 

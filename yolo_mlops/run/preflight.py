@@ -43,7 +43,9 @@ def check(spec: RunSpec) -> Preflight:
         raise ConfigError(
             f"profiler window needs {spec.profiler.window_end_step} steps but the run has only {steps} "
             f"({train_images} images / batch {spec.batch} x {epochs} epochs"
-            + (f", max_steps {spec.max_steps}" if spec.max_steps else "") + ")")
+            + (f", max_steps {spec.max_steps}" if spec.max_steps else "")
+            + ")"
+        )
     if spec.data_parallel:
         _check_rank_setup()
     if spec.nvml.backend == "real" and device == "cpu":
@@ -66,8 +68,10 @@ def _check_model(model: str) -> None:
     try:
         check_yaml(unified, hard=True)
     except FileNotFoundError:
-        raise ConfigError(f"model config not found: {model} (not a file, and not a config bundled with "
-                          "ultralytics such as yolo11n.yaml)") from None
+        raise ConfigError(
+            f"model config not found: {model} (not a file, and not a config bundled with "
+            "ultralytics such as yolo11n.yaml)"
+        ) from None
 
 
 def _check_checkpoint(path: Path) -> None:
@@ -92,8 +96,10 @@ def _check_checkpoint(path: Path) -> None:
     except ValueError as exc:  # a truncated or corrupt pickle stream
         raise ConfigError(f"model {path} is a damaged checkpoint: {exc}") from None
     if not any(s.startswith("ultralytics.") for s in strings):
-        raise ConfigError(f"model {path} is a PyTorch file but not an ultralytics checkpoint (no ultralytics "
-                          "model inside, e.g. a bare state_dict); give a .pt saved by ultralytics")
+        raise ConfigError(
+            f"model {path} is a PyTorch file but not an ultralytics checkpoint (no ultralytics "
+            "model inside, e.g. a bare state_dict); give a .pt saved by ultralytics"
+        )
 
 
 def _check_rank_setup() -> None:
@@ -110,8 +116,10 @@ def _check_rank_setup() -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ConfigError(f"YOLO_MLOPS_RANK_SETUP={target!r} must be module:function with the module importable "
-                          "here and in the ranks (PYTHONPATH)")
+        raise ConfigError(
+            f"YOLO_MLOPS_RANK_SETUP={target!r} must be module:function with the module importable "
+            "here and in the ranks (PYTHONPATH)"
+        )
 
 
 def _check_device(device: str, spec: RunSpec) -> None:
@@ -126,7 +134,6 @@ def _check_device(device: str, spec: RunSpec) -> None:
     count = torch.cuda.device_count()
     missing = [d for d in cuda_indices(device) if d >= count]
     if missing:
-        raise ConfigError(f"device {device!r} names GPU(s) {missing} but this machine has {count} "
-                          f"(0 to {count - 1})")
+        raise ConfigError(f"device {device!r} names GPU(s) {missing} but this machine has {count} (0 to {count - 1})")
     if spec.ddp.backend == "gloo":
         raise ConfigError("ddp backend gloo is the CPU twin; a GPU job trains over nccl (--ddp-backend auto)")

@@ -167,9 +167,12 @@ def _effective_model_settings(model) -> dict[str, bool]:
     """What the trainer really built: ultralytics falls back to eager silently when torch.compile fails,
     and applies channels_last only on CUDA, so the requested args alone do not say what ran."""
     first = next((p for p in model.parameters() if p.dim() == 4), None)
-    return {"compiled": hasattr(model, "_orig_mod"),
-            "channels_last_effective": bool(first is not None and first.is_contiguous(
-                memory_format=torch.channels_last) and not first.is_contiguous())}
+    return {
+        "compiled": hasattr(model, "_orig_mod"),
+        "channels_last_effective": bool(
+            first is not None and first.is_contiguous(memory_format=torch.channels_last) and not first.is_contiguous()
+        ),
+    }
 
 
 def _batch_images(trainer) -> int:
@@ -179,8 +182,11 @@ def _batch_images(trainer) -> int:
 def _loss_dict(trainer) -> dict[str, Any]:
     """This step's losses, kept as detached tensors: float() here would add a device sync to every step."""
     items = trainer.loss_items
-    pairs = items.items() if isinstance(items, dict) else zip(
-        trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
+    pairs = (
+        items.items()
+        if isinstance(items, dict)
+        else zip(trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
+    )
     return {names.train_metric(name): v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
@@ -207,8 +213,12 @@ def _make_trainer_class():
             import torch.distributed as dist
 
             self.device = torch.device("cpu")
-            dist.init_process_group(backend="gloo", timeout=timedelta(seconds=DDP_TIMEOUT_S),
-                                    rank=int(os.environ["RANK"]), world_size=self.world_size)
+            dist.init_process_group(
+                backend="gloo",
+                timeout=timedelta(seconds=DDP_TIMEOUT_S),
+                rank=int(os.environ["RANK"]),
+                world_size=self.world_size,
+            )
 
         def _setup_train(self):
             if self.ddp_settings is None:
@@ -219,8 +229,11 @@ def _make_trainer_class():
                 result = super()._setup_train()
                 if self.world_size == 1:
                     index = self.device.index if self.device.type == "cuda" else None
-                    self.model = ddp_arguments.wrap(self.model, device_ids=None if index is None else [index],
-                                                    find_unused_parameters=not bool(self.args.compile))
+                    self.model = ddp_arguments.wrap(
+                        self.model,
+                        device_ids=None if index is None else [index],
+                        find_unused_parameters=not bool(self.args.compile),
+                    )
             return result
 
         def _join_single_rank(self):
@@ -230,8 +243,9 @@ def _make_trainer_class():
             import torch.distributed as dist
 
             backend = "nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=DDP_TIMEOUT_S),
-                                    rank=int(os.environ["RANK"]), world_size=1)
+            dist.init_process_group(
+                backend=backend, timeout=timedelta(seconds=DDP_TIMEOUT_S), rank=int(os.environ["RANK"]), world_size=1
+            )
 
         def read_results_csv(self):
             """results.csv as column -> values, read with pandas (a dependency already) rather than polars,
@@ -332,9 +346,12 @@ class _ddp_arguments:
             if trainer.device.type == "cpu":
                 device_ids = None
             buffers_key = "forward_sync_buffers" if "forward_sync_buffers" in kwargs else "broadcast_buffers"
-            chosen = {"bucket_cap_mb": settings.bucket_cap_mb,
-                      "gradient_as_bucket_view": settings.gradient_as_bucket_view,
-                      "static_graph": settings.static_graph, buffers_key: settings.broadcast_buffers}
+            chosen = {
+                "bucket_cap_mb": settings.bucket_cap_mb,
+                "gradient_as_bucket_view": settings.gradient_as_bucket_view,
+                "static_graph": settings.static_graph,
+                buffers_key: settings.broadcast_buffers,
+            }
             kwargs.update({k: v for k, v in chosen.items() if v is not None})
             trainer.ddp_applied = dict(kwargs)
             return original(module, device_ids=device_ids, **kwargs)
@@ -372,9 +389,11 @@ def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
 
 
 def _torch_flags() -> dict[str, bool]:
-    return {"cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_tf32": torch.backends.cudnn.allow_tf32}
+    return {
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+    }
 
 
 def _restore_torch_flags(flags: dict[str, bool]) -> None:
@@ -406,8 +425,9 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
     _apply_torch_settings(plan.spec.torch)
     applied_flags = _torch_flags()
     device = plan.own_device
-    profiler = TrainingProfiler(plan.spec.profiler, plan.rank_path(names.PROFILER_DIR),
-                                with_cuda=cuda_profiling_possible(device), device=device)
+    profiler = TrainingProfiler(
+        plan.spec.profiler, plan.rank_path(names.PROFILER_DIR), with_cuda=cuda_profiling_possible(device), device=device
+    )
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
     inst.steps_csv = plan.rank_path(names.ANALYSIS_DIR) / names.STEP_TIMES_FILE
     inst.steps_csv.parent.mkdir(parents=True, exist_ok=True)
@@ -417,8 +437,14 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         trainer.ddp_settings = plan.spec.ddp
         trainer.world_size = plan.world_size  # CPU ranks: ultralytics counts a CPU device as world size 0
     inst.snapshot = CudaMemorySnapshot(profiler.trace_dir, device)  # beside the traces: uploaded with them
-    for event in ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
-                  "on_train_epoch_end", "on_train_end"):
+    for event in (
+        "on_train_start",
+        "on_train_epoch_start",
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_train_epoch_end",
+        "on_train_end",
+    ):
         trainer.add_callback(event, getattr(inst, event))
     sampler = NvmlSampler(_nvml_backend(plan), interval_s=plan.spec.nvml.interval_ms / 1000)
     try:
@@ -446,10 +472,15 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         tables=profiler.tables(),
         profiler_export_s=profiler.export_s,
         nvml=sampler.timeline(),
-        applied=AppliedSettings(**applied_flags, amp=trainer.args.amp, channels_last=trainer.args.channels_last,
-                                compile=trainer.args.compile, compiled=inst.effective.get("compiled", False),
-                                channels_last_effective=inst.effective.get("channels_last_effective", False),
-                                pin_memory=plan.spec.torch.pin_memory),
+        applied=AppliedSettings(
+            **applied_flags,
+            amp=trainer.args.amp,
+            channels_last=trainer.args.channels_last,
+            compile=trainer.args.compile,
+            compiled=inst.effective.get("compiled", False),
+            channels_last_effective=inst.effective.get("channels_last_effective", False),
+            pin_memory=plan.spec.torch.pin_memory,
+        ),
         memory_snapshot=inst.snapshot.status or "skipped: the profiler window never opened",
         memory_by_holder_status=profiler.memory.status or "skipped: no profiler cycle completed",
         memory_by_holder=profiler.memory.result,

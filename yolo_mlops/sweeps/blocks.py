@@ -119,9 +119,14 @@ class PairedBlock:
         return math.log(stats.summarise(self.variant).median_step_ms / stats.summarise(self.baseline).median_step_ms)
 
 
-def compare_paired(baseline: list[BlockRepeat], variant: list[BlockRepeat], *,
-                   resamples: int = stats.DEFAULT_RESAMPLES, seed: int = stats.DEFAULT_SEED,
-                   confidence: float = stats.CONFIDENCE) -> PairedComparison:
+def compare_paired(
+    baseline: list[BlockRepeat],
+    variant: list[BlockRepeat],
+    *,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    seed: int = stats.DEFAULT_SEED,
+    confidence: float = stats.CONFIDENCE,
+) -> PairedComparison:
     """Speed-up of `variant` over `baseline` from their children paired by block, with a CI over blocks.
 
     Raises ValueError when no block has both a baseline and a variant child, or when the children say
@@ -145,21 +150,38 @@ def compare_paired(baseline: list[BlockRepeat], variant: list[BlockRepeat], *,
             l_speedup, l_low, l_high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
             l_how = f"t interval, run-to-run noise pooled within lanes ({df} df), {confidence:.0%}; {tested}"
         else:
-            l_speedup, l_low, l_high, l_how = _interval(own, resamples, np.random.default_rng([seed, i + 1]),
-                                                        confidence)
+            l_speedup, l_low, l_high, l_how = _interval(
+                own, resamples, np.random.default_rng([seed, i + 1]), confidence
+            )
             l_how = f"{l_how}; {tested}"
-        lanes.append(LaneComparison(lane=name, blocks=len(own), speedup=l_speedup, ci_low=l_low, ci_high=l_high,
-                                    verdict=stats.verdict(l_low, l_high), disagrees=name in flagged,
-                                    method=l_how, pvalue=adjusted.get(name)))
+        lanes.append(
+            LaneComparison(
+                lane=name,
+                blocks=len(own),
+                speedup=l_speedup,
+                ci_low=l_low,
+                ci_high=l_high,
+                verdict=stats.verdict(l_low, l_high),
+                disagrees=name in flagged,
+                method=l_how,
+                pvalue=adjusted.get(name),
+            )
+        )
     n_lanes = len(lane_names)
-    method = (f"paired by block on {n_lanes} lane{'s' * (n_lanes != 1)}, {len(paired)} "
-              f"block{'s' * (len(paired) != 1)}")
+    method = f"paired by block on {n_lanes} lane{'s' * (n_lanes != 1)}, {len(paired)} block{'s' * (len(paired) != 1)}"
     if dropped:
         method += f" ({dropped} unpaired dropped)"
-    return PairedComparison(speedup=speedup, ci_low=low, ci_high=high,
-                            step_time_ratio=math.exp(float(np.mean([b.log_step_ratio for b in paired]))),
-                            verdict=pooled, method=f"{method}; {how}", blocks=len(paired), dropped=dropped,
-                            lanes=lanes)
+    return PairedComparison(
+        speedup=speedup,
+        ci_low=low,
+        ci_high=high,
+        step_time_ratio=math.exp(float(np.mean([b.log_step_ratio for b in paired]))),
+        verdict=pooled,
+        method=f"{method}; {how}",
+        blocks=len(paired),
+        dropped=dropped,
+        lanes=lanes,
+    )
 
 
 def pair_blocks(baseline: list[BlockRepeat], variant: list[BlockRepeat]) -> tuple[list[PairedBlock], int]:
@@ -174,8 +196,10 @@ def pair_blocks(baseline: list[BlockRepeat], variant: list[BlockRepeat]) -> tupl
         for child in children:
             lane = lane_of.setdefault(child.block, child.lane)
             if lane != child.lane:
-                raise ValueError(f"block {child.block} has children on two lanes ({lane!r} and {child.lane!r}); "
-                                 "a block runs whole on one lane")
+                raise ValueError(
+                    f"block {child.block} has children on two lanes ({lane!r} and {child.lane!r}); "
+                    "a block runs whole on one lane"
+                )
             sides.setdefault(child.block, ([], []))[side].append(child.repeat)
     paired = [PairedBlock(lane_of[b], b, base, var) for b, (base, var) in sorted(sides.items()) if base and var]
     return paired, len(sides) - len(paired)
@@ -193,8 +217,7 @@ def pooled_within(by_lane: dict[str, np.ndarray]) -> tuple[float, int]:
     return math.sqrt(within / df), df
 
 
-def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA
-               ) -> tuple[dict[str, float], set[str], str]:
+def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA) -> tuple[dict[str, float], set[str], str]:
     """(adjusted p per lane, the lanes flagged, a line saying how) for lanes differing from the other lanes.
 
     Step-down: each lane still in the test against the others still in it (Student's t, the noise pooled within
@@ -233,8 +256,10 @@ def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA
             break
         flagged.add(worst)
         active.remove(worst)
-    how = (f"lanes against the other lanes: t test, noise pooled within lanes ({df} df), step-down over "
-           f"{len(names)} lanes at {alpha:g} family-wise")
+    how = (
+        f"lanes against the other lanes: t test, noise pooled within lanes ({df} df), step-down over "
+        f"{len(names)} lanes at {alpha:g} family-wise"
+    )
     return adjusted, flagged, how
 
 
@@ -275,8 +300,9 @@ def _t_two_sided(theta: float, df: int) -> float:
     return math.sin(theta) * total
 
 
-def _interval(paired: list[PairedBlock], resamples: int, rng: np.random.Generator,
-              confidence: float) -> tuple[float, float, float, str]:
+def _interval(
+    paired: list[PairedBlock], resamples: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float, str]:
     """(speed-up, ci_low, ci_high, method) for these blocks; the point estimate always lies inside."""
     if len(paired) == 1:
         speedup, low, high, how = _one_block_interval(paired[0], resamples, rng, confidence)
@@ -286,19 +312,22 @@ def _interval(paired: list[PairedBlock], resamples: int, rng: np.random.Generato
     return speedup, min(low, speedup), max(high, speedup), how
 
 
-def _one_block_interval(block: PairedBlock, resamples: int, rng: np.random.Generator,
-                        confidence: float) -> tuple[float, float, float, str]:
+def _one_block_interval(
+    block: PairedBlock, resamples: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float, str]:
     """The step-level (two-level, with several children) bootstrap of the one pair, as `stats.compare` does."""
     alpha = (1.0 - confidence) / 2.0
-    ratios = (stats.bootstrap_throughput(block.variant, resamples, rng)
-              / stats.bootstrap_throughput(block.baseline, resamples, rng))
+    ratios = stats.bootstrap_throughput(block.variant, resamples, rng) / stats.bootstrap_throughput(
+        block.baseline, resamples, rng
+    )
     low, high = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
     how = f"one block: step-level bootstrap within it, {confidence:.0%} (run-to-run noise not covered)"
     return math.exp(block.log_ratio), low, high, how
 
 
-def _block_bootstrap_interval(paired: list[PairedBlock], resamples: int, rng: np.random.Generator,
-                              confidence: float) -> tuple[float, float, float, str]:
+def _block_bootstrap_interval(
+    paired: list[PairedBlock], resamples: int, rng: np.random.Generator, confidence: float
+) -> tuple[float, float, float, str]:
     """Geometric mean of the block ratios, CI from the lane-stratified block bootstrap (module docstring)."""
     alpha = (1.0 - confidence) / 2.0
     log_ratios = np.array([b.log_ratio for b in paired])
@@ -334,8 +363,9 @@ def _strata(paired: list[PairedBlock]) -> list[np.ndarray]:
     return [np.array(idx) for idx in lanes.values()]
 
 
-def _stratified_means(values: np.ndarray, strata: list[np.ndarray], resamples: int,
-                      rng: np.random.Generator) -> np.ndarray:
+def _stratified_means(
+    values: np.ndarray, strata: list[np.ndarray], resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """`resamples` bootstrap means of `values`, each stratum resampled with replacement to its own size."""
     total = np.zeros(resamples)
     for idx in strata:

@@ -51,11 +51,14 @@ class ChildRecord:
     problem: str | None  # why the child does not count (failed, no steady steps, variant not effective)
 
 
-def collect(mlflow: MlflowClient, plan: SweepPlan, parent_run_id: str,
-            outcomes: list[ChildOutcome]) -> list[ChildRecord]:
+def collect(
+    mlflow: MlflowClient, plan: SweepPlan, parent_run_id: str, outcomes: list[ChildOutcome]
+) -> list[ChildRecord]:
     """Match each outcome with its MLflow child run (by variant and repeat) and read what it measured."""
-    runs = {(r.tags.get(names.VARIANT), r.tags.get(names.SWEEP_REPEAT)): r
-            for r in queries.child_runs(mlflow, parent_run_id)}
+    runs = {
+        (r.tags.get(names.VARIANT), r.tags.get(names.SWEEP_REPEAT)): r
+        for r in queries.child_runs(mlflow, parent_run_id)
+    }
     records = []
     with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
         for outcome in outcomes:
@@ -79,8 +82,9 @@ def collect(mlflow: MlflowClient, plan: SweepPlan, parent_run_id: str,
     return records
 
 
-def ineffective(expr: str, applied: AppliedSettings | None,
-                custom: dict[str, dict[str, Any]] | None = None) -> str | None:
+def ineffective(
+    expr: str, applied: AppliedSettings | None, custom: dict[str, dict[str, Any]] | None = None
+) -> str | None:
     """A child that ran as something other than its variant (ultralytics' silent fallbacks) does not count.
     `applied` None (the run recorded no settings) is taken as effective."""
     if applied is None:
@@ -93,8 +97,9 @@ def ineffective(expr: str, applied: AppliedSettings | None,
     return None
 
 
-def _steady_steps(mlflow: MlflowClient, run: RunRecord, warmup_steps: int, tmp: Path) -> tuple[stats.Repeat | None,
-                  str | None]:
+def _steady_steps(
+    mlflow: MlflowClient, run: RunRecord, warmup_steps: int, tmp: Path
+) -> tuple[stats.Repeat | None, str | None]:
     try:
         local = queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
     except Exception as exc:  # noqa: BLE001 - a child without step times cannot be compared, say why
@@ -102,8 +107,10 @@ def _steady_steps(mlflow: MlflowClient, run: RunRecord, warmup_steps: int, tmp: 
     steps = StepTimes.load_csv(local)
     mask = steps.steady(warmup_steps)
     if not mask.any():
-        return None, (f"no steady steps: {len(steps)} steps, {warmup_steps} discarded as warm-up, "
-                      f"{int(steps.profiled.sum())} in the profiler window (raise max_steps)")
+        return None, (
+            f"no steady steps: {len(steps)} steps, {warmup_steps} discarded as warm-up, "
+            f"{int(steps.profiled.sum())} in the profiler window (raise max_steps)"
+        )
     metrics = dict(run.metrics)
     parts = [metrics[k] for k in names.LOSS_PARTS if k in metrics]
     if len(parts) == len(names.LOSS_PARTS):

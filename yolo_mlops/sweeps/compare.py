@@ -73,16 +73,26 @@ def compare(plan: SweepPlan, records: list[ChildRecord], seed: int = stats.DEFAU
                 _paired(row, base_blocks, _block_repeats(groups[row.variant]), seed)
     best, evidence = pick_best(rows)
     failed = sum(1 for r in records if r.outcome.status == "failed")
-    return SweepReport(rows=rows, best=best, best_evidence=evidence, failed_children=failed,
-                       total_children=len(records), metrics=sweep_metrics(rows, failed, len(records)))
+    return SweepReport(
+        rows=rows,
+        best=best,
+        best_evidence=evidence,
+        failed_children=failed,
+        total_children=len(records),
+        metrics=sweep_metrics(rows, failed, len(records)),
+    )
 
 
-def _row(plan: SweepPlan, name: str, recs: list[ChildRecord], reps: list[stats.Repeat],
-         base: list[stats.Repeat], seed: int) -> VariantRow:
-    row = VariantRow(variant=name, repeats_ok=len(reps),
-                     repeats_failed=sum(r.outcome.status == "failed" for r in recs),
-                     steps=sum(len(r.step_ms) for r in reps),
-                     note=variants.notes(name, plan.custom_variants) if name not in plan.skipped else "")
+def _row(
+    plan: SweepPlan, name: str, recs: list[ChildRecord], reps: list[stats.Repeat], base: list[stats.Repeat], seed: int
+) -> VariantRow:
+    row = VariantRow(
+        variant=name,
+        repeats_ok=len(reps),
+        repeats_failed=sum(r.outcome.status == "failed" for r in recs),
+        steps=sum(len(r.step_ms) for r in reps),
+        note=variants.notes(name, plan.custom_variants) if name not in plan.skipped else "",
+    )
     problems = sorted({r.problem for r in recs if r.problem})
     if name in plan.skipped:
         row.status, row.reason = "skipped", plan.skipped[name]
@@ -108,9 +118,13 @@ def _row(plan: SweepPlan, name: str, recs: list[ChildRecord], reps: list[stats.R
 
 
 def _block_repeats(recs: list[ChildRecord]) -> list[blocks.BlockRepeat]:
-    return [blocks.BlockRepeat(lane=r.outcome.child.lane, block=r.outcome.child.block,
-                               variant=r.outcome.child.variant, repeat=r.repeat)
-            for r in recs if r.repeat is not None]
+    return [
+        blocks.BlockRepeat(
+            lane=r.outcome.child.lane, block=r.outcome.child.block, variant=r.outcome.child.variant, repeat=r.repeat
+        )
+        for r in recs
+        if r.repeat is not None
+    ]
 
 
 def _paired(row: VariantRow, base: list[blocks.BlockRepeat], var: list[blocks.BlockRepeat], seed: int) -> None:
@@ -149,8 +163,7 @@ def _gpu_metric(metrics: dict[str, float], kind: str) -> str | None:
     for key in preferred:
         if key in metrics:
             return key
-    return next((k for k in sorted(metrics) if k.startswith(names.GPU) and pick[0] in k and k.endswith(pick[1])),
-                None)
+    return next((k for k in sorted(metrics) if k.startswith(names.GPU) and pick[0] in k and k.endswith(pick[1])), None)
 
 
 def _gpu_deltas(row: VariantRow, base: list[stats.Repeat], reps: list[stats.Repeat]) -> None:
@@ -167,14 +180,16 @@ def pick_best(rows: list[VariantRow]) -> tuple[str, str]:
     candidates = [r for r in rows if r.verdict == stats.FASTER and not r.loss_flag and not r.map_flag]
     if not candidates:
         slower = ", ".join(r.variant for r in rows if r.verdict == stats.SLOWER) or "none"
-        return variants.BASELINE, ("no variant was measurably faster without changing accuracy "
-                                   f"(measurably slower: {slower})")
+        return variants.BASELINE, (
+            f"no variant was measurably faster without changing accuracy (measurably slower: {slower})"
+        )
     row = max(candidates, key=lambda r: r.speedup)
     return row.variant, (
         f"{row.variant}: {row.speedup:.3f}x images/s vs baseline "
         f"(95% CI {row.ci_low:.3f}-{row.ci_high:.3f}, {row.repeats_ok} repeats, "
         f"{row.images_per_s:.1f} images/s, median step {row.median_step_ms:.1f} ms); "
-        "accuracy within the baseline spread")
+        "accuracy within the baseline spread"
+    )
 
 
 def sweep_metrics(rows: list[VariantRow], failed: int, total: int) -> dict[str, float]:

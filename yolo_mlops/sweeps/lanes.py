@@ -33,6 +33,7 @@ RunChild = Callable[[Child, str | None], ChildOutcome]  # one child run in this 
 class Waits:
     """How long a sweep waits for a child: a pool machine's worker polling (lost), a child starting (submitted
     to a pool machine, or waiting for its device's limit), a child running."""
+
     lost_after_s: float = remote.LOST_AFTER_S
     start_timeout_s: float = remote.START_TIMEOUT_S
     run_timeout_s: float = remote.RUN_TIMEOUT_S
@@ -42,8 +43,15 @@ class Waits:
         return children * (self.start_timeout_s + self.run_timeout_s)
 
 
-def run_lanes(plan: SweepPlan, parent_run_id: str, target: remote.PoolTarget | None, waits: Waits,
-              run_child: RunChild, lane_task: Any, lane_parameters: dict[str, Any]) -> list[ChildOutcome]:
+def run_lanes(
+    plan: SweepPlan,
+    parent_run_id: str,
+    target: remote.PoolTarget | None,
+    waits: Waits,
+    run_child: RunChild,
+    lane_task: Any,
+    lane_parameters: dict[str, Any],
+) -> list[ChildOutcome]:
     """Every child's outcome, in the plan's order. `lane_task` is submitted once per local lane with
     `lane_parameters` plus `lane`."""
     if not plan.lanes:
@@ -58,18 +66,27 @@ def run_lanes(plan: SweepPlan, parent_run_id: str, target: remote.PoolTarget | N
     return [by_position[c.position] for c in plan.children]
 
 
-def _pool_lane(plan: SweepPlan, lane: Lane, target: remote.PoolTarget, parent_run_id: str,
-               waits: Waits) -> list[ChildOutcome]:
+def _pool_lane(
+    plan: SweepPlan, lane: Lane, target: remote.PoolTarget, parent_run_id: str, waits: Waits
+) -> list[ChildOutcome]:
     """One machine's children, one at a time, as runs of the pool's profile-training deployment."""
-    return [remote.run_remote_child(target, lane, ChildOutcome(child, "pending"),
-                                    plan.child_spec(child, parent_run_id).model_dump(mode="json"),
-                                    waits.lost_after_s, start_timeout_s=waits.start_timeout_s,
-                                    run_timeout_s=waits.run_timeout_s)
-            for child in plan.lane_children(lane.name)]
+    return [
+        remote.run_remote_child(
+            target,
+            lane,
+            ChildOutcome(child, "pending"),
+            plan.child_spec(child, parent_run_id).model_dump(mode="json"),
+            waits.lost_after_s,
+            start_timeout_s=waits.start_timeout_s,
+            run_timeout_s=waits.run_timeout_s,
+        )
+        for child in plan.lane_children(lane.name)
+    ]
 
 
-def _local_lanes(plan: SweepPlan, width: int, waits: Waits, lane_task: Any, lane_parameters: dict[str, Any]
-                 ) -> list[list[ChildOutcome]]:
+def _local_lanes(
+    plan: SweepPlan, width: int, waits: Waits, lane_task: Any, lane_parameters: dict[str, Any]
+) -> list[list[ChildOutcome]]:
     """Lanes in worker processes, connected to this flow's Prefect server (a temporary server included). A lane
     not done within `waits.lane_s` of its children (counted from the sweep's start, lanes queued behind others
     under exclusive isolation included) fails its children and its worker processes are ended."""
@@ -80,8 +97,10 @@ def _local_lanes(plan: SweepPlan, width: int, waits: Waits, lane_task: Any, lane
         futures = [runner.submit(lane_task, parameters={**lane_parameters, "lane": lane}) for lane in plan.lanes]
         bound = waits.lane_s(len(plan.children))  # every child, should the lanes run one after another
         deadline = time.monotonic() + bound
-        results = [_lane_result(plan, lane, future, max(0.0, deadline - time.monotonic()), bound)
-                   for lane, future in zip(plan.lanes, futures, strict=True)]
+        results = [
+            _lane_result(plan, lane, future, max(0.0, deadline - time.monotonic()), bound)
+            for lane, future in zip(plan.lanes, futures, strict=True)
+        ]
         if any(overdue for _, overdue in results):
             _end_worker_processes(runner)
         return [outcomes for outcomes, _ in results]
@@ -99,15 +118,18 @@ def _end_worker_processes(runner: Any) -> None:
                 process.kill()
 
 
-def _lane_result(plan: SweepPlan, lane: Lane, future: Future | Any, timeout_s: float, bound_s: float
-                 ) -> tuple[list[ChildOutcome], bool]:
+def _lane_result(
+    plan: SweepPlan, lane: Lane, future: Future | Any, timeout_s: float, bound_s: float
+) -> tuple[list[ChildOutcome], bool]:
     """A lane whose process died (killed, out of memory) or that did not finish within its bound (then True)
     fails its children; the other lanes count."""
     try:
         return future.result(timeout=timeout_s), False
     except FutureTimeout:
-        reason = (f"lane {lane.name} did not finish within {bound_s:g} s (the sweep's children x (start timeout + "
-                  "run timeout)); its process was ended")
+        reason = (
+            f"lane {lane.name} did not finish within {bound_s:g} s (the sweep's children x (start timeout + "
+            "run timeout)); its process was ended"
+        )
         print(reason)
         return [ChildOutcome(child, "failed", error=reason) for child in plan.lane_children(lane.name)], True
     except Exception as exc:  # noqa: BLE001 - recorded per child, the sweep goes on

@@ -77,8 +77,11 @@ class SweepPlan:
     def child_spec(self, child: Child, parent_run_id: str) -> RunSpec:
         spec = variants.apply_variant(self.base, child.variant, self.custom_variants)
         tags = {names.SWEEP_REPEAT: str(child.repeat), names.SWEEP_POSITION: str(child.position)}
-        changes: dict[str, Any] = {"run_kind": "variant", "parent_run_id": parent_run_id,
-                                   "run_name": f"{child.variant} r{child.repeat}"}
+        changes: dict[str, Any] = {
+            "run_kind": "variant",
+            "parent_run_id": parent_run_id,
+            "run_name": f"{child.variant} r{child.repeat}",
+        }
         if self.lanes:
             tags.update({names.SWEEP_BLOCK: str(child.block), names.SWEEP_LANE: child.lane})
             changes["device"] = self.lane(child.lane).device
@@ -86,11 +89,19 @@ class SweepPlan:
         return build_run_spec(deep_merge(spec.model_dump(mode="json"), changes))
 
 
-def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order: Order = "interleaved",
-               warmup_steps: int = 1, concurrency_limit: str | None = None,
-               custom_variants: dict[str, dict[str, Any]] | None = None, devices: list[str] | None = None,
-               pool: str | None = None, machines: list[str] | None = None,
-               isolation: Isolation = "side-by-side") -> SweepPlan:
+def plan_sweep(
+    base: RunSpec,
+    variant_exprs: list[str],
+    repeats: int = 3,
+    order: Order = "interleaved",
+    warmup_steps: int = 1,
+    concurrency_limit: str | None = None,
+    custom_variants: dict[str, dict[str, Any]] | None = None,
+    devices: list[str] | None = None,
+    pool: str | None = None,
+    machines: list[str] | None = None,
+    isolation: Isolation = "side-by-side",
+) -> SweepPlan:
     """Validate everything a sweep can validate before it starts; raises ConfigError (one line).
 
     `devices`: run the children on these devices of this machine (or, with `pool`, of every machine), one
@@ -111,16 +122,22 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
     if devices is not None:
         devices = check_devices(devices, local=pool is None)
         if base.world_size > 1 and base.ddp.ranks is None:
-            raise ConfigError(f"--devices makes each device a lane of single-device children; the base is a "
-                              f"data-parallel job over GPUs {base.device!r}: sweep it without --devices")
+            raise ConfigError(
+                f"--devices makes each device a lane of single-device children; the base is a "
+                f"data-parallel job over GPUs {base.device!r}: sweep it without --devices"
+            )
     if pool is not None and not machines:
         raise ConfigError(f"work pool {pool!r}: no machine to run on")
     if (devices or pool) and order != "interleaved":
-        raise ConfigError("order 'blocked' runs a variant's repeats back to back; over several devices or machines "
-                          "each repeat must be a block of every variant (use order 'interleaved')")
+        raise ConfigError(
+            "order 'blocked' runs a variant's repeats back to back; over several devices or machines "
+            "each repeat must be a block of every variant (use order 'interleaved')"
+        )
     if devices and len(devices) > 1 and concurrency_limit is not None and pool is None:
-        raise ConfigError("--concurrency-limit names one limit; over several devices each device holds its own "
-                          "(gpu-<machine>-<index>)")
+        raise ConfigError(
+            "--concurrency-limit names one limit; over several devices each device holds its own "
+            "(gpu-<machine>-<index>)"
+        )
     if pool is not None:  # devices resolve on the workers; skip reasons assume a GPU unless told otherwise
         device = (devices or [base.device or "0"])[0]
     else:
@@ -141,25 +158,45 @@ def plan_sweep(base: RunSpec, variant_exprs: list[str], repeats: int = 3, order:
     if concurrency_limit is None and pool is None:
         held = gpu_lock.limit_names(device)
         if len(held) > 1:  # one name per child: a data-parallel job over several GPUs would hold only the first's
-            raise ConfigError(f"a sweep of a job over GPUs {device!r} holds one concurrency limit per child: give "
-                              f"--concurrency-limit NAME, a limit every job on GPUs {device} takes, to keep other "
-                              f"runs off all of them ({', '.join(held)} are each GPU's own)")
+            raise ConfigError(
+                f"a sweep of a job over GPUs {device!r} holds one concurrency limit per child: give "
+                f"--concurrency-limit NAME, a limit every job on GPUs {device} takes, to keep other "
+                f"runs off all of them ({', '.join(held)} are each GPU's own)"
+            )
         concurrency_limit = held[0] if held else None
     lanes = _lanes(base, devices, pool, machines, concurrency_limit)
     if order == "interleaved":
         triples = [(n, r, r - 1) for r in range(1, repeats + 1) for n in runnable]
     else:
         triples = [(n, r, 0) for n in runnable for r in range(1, repeats + 1)]
-    children = [Child(i, n, r, block, lanes[block % len(lanes)].name if lanes else "")
-                for i, (n, r, block) in enumerate(triples)]
-    return SweepPlan(base=base, device=device, variants=planned, skipped=skipped, children=children,
-                     repeats=repeats, order=order, warmup_steps=warmup_steps,
-                     concurrency_limit=concurrency_limit, custom_variants=custom, lanes=tuple(lanes), pool=pool,
-                     isolation=isolation)
+    children = [
+        Child(i, n, r, block, lanes[block % len(lanes)].name if lanes else "")
+        for i, (n, r, block) in enumerate(triples)
+    ]
+    return SweepPlan(
+        base=base,
+        device=device,
+        variants=planned,
+        skipped=skipped,
+        children=children,
+        repeats=repeats,
+        order=order,
+        warmup_steps=warmup_steps,
+        concurrency_limit=concurrency_limit,
+        custom_variants=custom,
+        lanes=tuple(lanes),
+        pool=pool,
+        isolation=isolation,
+    )
 
 
-def _lanes(base: RunSpec, devices: list[str] | None, pool: str | None, machines: list[str] | None,
-           concurrency_limit: str | None) -> list[Lane]:
+def _lanes(
+    base: RunSpec,
+    devices: list[str] | None,
+    pool: str | None,
+    machines: list[str] | None,
+    concurrency_limit: str | None,
+) -> list[Lane]:
     if pool is not None:
         lane_devices: Sequence[str | None] = devices or [base.device]
         return [Lane(f"{m}/{d or 'default'}", d, machine=m) for m in machines or [] for d in lane_devices]
@@ -189,8 +226,10 @@ def check_devices(devices: list[str], local: bool = True) -> list[str]:
         count = _cuda_device_count()
         missing = [d for d in cleaned if int(d) >= count]
         if missing:
-            raise ConfigError(f"devices: {', '.join(missing)} does not exist here: this machine has {count} CUDA "
-                              f"device(s){' (indices 0-' + str(count - 1) + ')' if count else ''}")
+            raise ConfigError(
+                f"devices: {', '.join(missing)} does not exist here: this machine has {count} CUDA "
+                f"device(s){' (indices 0-' + str(count - 1) + ')' if count else ''}"
+            )
     return cleaned
 
 
@@ -201,10 +240,15 @@ def _cuda_device_count() -> int:
 
 
 def parent_tags(plan: SweepPlan) -> dict[str, str]:
-    tags = {names.RUN_KIND: "sweep", names.VARIANT: "sweep",
-            names.SWEEP_VARIANTS: ",".join(plan.variants), names.SWEEP_ORDER: plan.order,
-            names.SWEEP_REPEATS: str(plan.repeats), names.SWEEP_DEVICE: plan.device,
-            names.SWEEP_CONCURRENCY_LIMIT: plan.concurrency_limit or "none"}
+    tags = {
+        names.RUN_KIND: "sweep",
+        names.VARIANT: "sweep",
+        names.SWEEP_VARIANTS: ",".join(plan.variants),
+        names.SWEEP_ORDER: plan.order,
+        names.SWEEP_REPEATS: str(plan.repeats),
+        names.SWEEP_DEVICE: plan.device,
+        names.SWEEP_CONCURRENCY_LIMIT: plan.concurrency_limit or "none",
+    }
     if plan.lanes:
         tags[names.SWEEP_LANES] = ",".join(lane.name for lane in plan.lanes)
         tags[names.SWEEP_ISOLATION] = plan.isolation
@@ -216,14 +260,24 @@ def parent_tags(plan: SweepPlan) -> dict[str, str]:
 
 
 def parent_params(plan: SweepPlan) -> dict[str, str]:
-    sweep = {"variants": ",".join(plan.variants), "repeats": plan.repeats, "order": plan.order,
-             "warmup_steps": plan.warmup_steps, "children": len(plan.children),
-             "concurrency_limit": plan.concurrency_limit}
+    sweep = {
+        "variants": ",".join(plan.variants),
+        "repeats": plan.repeats,
+        "order": plan.order,
+        "warmup_steps": plan.warmup_steps,
+        "children": len(plan.children),
+        "concurrency_limit": plan.concurrency_limit,
+    }
     if plan.lanes:
         sweep.update(lanes=",".join(lane.name for lane in plan.lanes), isolation=plan.isolation, pool=plan.pool)
     params: dict[str, Any] = {names.SWEEP_PARAM + k: v for k, v in sweep.items()}
-    params.update({names.BASE_PARAM + k: v for k, v in plan.base.model_dump(mode="json").items()
-                   if k not in ("tags", "variant", "run_kind", "parent_run_id")})
+    params.update(
+        {
+            names.BASE_PARAM + k: v
+            for k, v in plan.base.model_dump(mode="json").items()
+            if k not in ("tags", "variant", "run_kind", "parent_run_id")
+        }
+    )
     if plan.custom_variants:
         params[names.SWEEP_PARAM + "custom_variants"] = plan.custom_variants
     return {k: "none" if v is None else str(v) for k, v in params.items()}

@@ -105,42 +105,81 @@ def saving_metrics(rows: list[RecommendationRow]) -> dict[str, float]:
     return out
 
 
-def log_recommendations(mlflow: MlflowClient, parent_run_id: str, rows: list[RecommendationRow],
-                        markdown_text: str) -> None:
+def log_recommendations(
+    mlflow: MlflowClient, parent_run_id: str, rows: list[RecommendationRow], markdown_text: str
+) -> None:
     """The recommendation report and each recommendation's estimated and measured saving on the sweep's parent."""
     writes.log_text(mlflow, parent_run_id, markdown_text, names.SWEEP_RECOMMENDATIONS_MD)
     writes.log_values(mlflow, parent_run_id, metrics=saving_metrics(rows))
 
 
-def recommendation_report(recs: Recommendations, rows: list[VariantRow] | None,
-                          profile_run_id: str) -> tuple[list[RecommendationRow], str]:
+def recommendation_report(
+    recs: Recommendations, rows: list[VariantRow] | None, profile_run_id: str
+) -> tuple[list[RecommendationRow], str]:
     """Which recommendations held (measurably faster, accuracy unchanged) and by how much; rows + Markdown."""
     by_variant = {row.variant: row for row in (rows or [])}
     out = []
     for name in recs.variants:
         row = by_variant.get(name)
         outcome, verdict = _outcome(row)
-        out.append(RecommendationRow(
-            variant=name, recommended_by=",".join(recs.sources.get(name, [])), outcome=outcome,
-            speedup=row.speedup if row else math.nan, ci_low=row.ci_low if row else math.nan,
-            ci_high=row.ci_high if row else math.nan, verdict=verdict, reason=row.reason if row else "",
-            estimated_saving_pct=recs.estimated_saving_pct.get(name, math.nan),
-            measured_saving_pct=measured_saving_pct(row.speedup) if row else math.nan))
-    out += [RecommendationRow(variant=expr, recommended_by="", outcome="not swept", reason=why)
-            for expr, why in recs.rejected.items()]
+        out.append(
+            RecommendationRow(
+                variant=name,
+                recommended_by=",".join(recs.sources.get(name, [])),
+                outcome=outcome,
+                speedup=row.speedup if row else math.nan,
+                ci_low=row.ci_low if row else math.nan,
+                ci_high=row.ci_high if row else math.nan,
+                verdict=verdict,
+                reason=row.reason if row else "",
+                estimated_saving_pct=recs.estimated_saving_pct.get(name, math.nan),
+                measured_saving_pct=measured_saving_pct(row.speedup) if row else math.nan,
+            )
+        )
+    out += [
+        RecommendationRow(variant=expr, recommended_by="", outcome="not swept", reason=why)
+        for expr, why in recs.rejected.items()
+    ]
     lines = [f"# Optimize: recommendations from profile run `{profile_run_id}`", ""]
     if not out:
         lines.append("The diagnosis of the baseline run recommended no variants: nothing to sweep.")
     else:
-        lines.append(markdown_table(
-            ("variant", "recommended by", "outcome", "speed-up", "95% CI", "estimated saving", "measured saving",
-             "note"),
-            [(f"`{r.variant}`", r.recommended_by or "-", r.outcome, fmt(r.speedup, ".3f"),
-              ci_text(r.ci_low, r.ci_high), _pct(r.estimated_saving_pct, "<= "), _pct(r.measured_saving_pct),
-              r.reason) for r in out]))
-        lines += ["", "Estimated saving: the diagnosis' upper bound (% of step time) of the findings that "
-                  "recommended the variant; measured saving: 100 x (1 - 1/speed-up)."]
+        lines.append(
+            markdown_table(
+                (
+                    "variant",
+                    "recommended by",
+                    "outcome",
+                    "speed-up",
+                    "95% CI",
+                    "estimated saving",
+                    "measured saving",
+                    "note",
+                ),
+                [
+                    (
+                        f"`{r.variant}`",
+                        r.recommended_by or "-",
+                        r.outcome,
+                        fmt(r.speedup, ".3f"),
+                        ci_text(r.ci_low, r.ci_high),
+                        _pct(r.estimated_saving_pct, "<= "),
+                        _pct(r.measured_saving_pct),
+                        r.reason,
+                    )
+                    for r in out
+                ],
+            )
+        )
+        lines += [
+            "",
+            "Estimated saving: the diagnosis' upper bound (% of step time) of the findings that "
+            "recommended the variant; measured saving: 100 x (1 - 1/speed-up).",
+        ]
         held = [r for r in out if r.outcome == "held"]
-        lines += ["", f"{len(held)} of {len(recs.variants)} swept recommendations held"
-                  + (": " + ", ".join(f"`{r.variant}` {r.speedup:.3f}x" for r in held) if held else ".")]
+        lines += [
+            "",
+            f"{len(held)} of {len(recs.variants)} swept recommendations held"
+            + (": " + ", ".join(f"`{r.variant}` {r.speedup:.3f}x" for r in held) if held else "."),
+        ]
     return out, "\n".join(lines)

@@ -51,8 +51,12 @@ class PoolTarget:
     job_env: dict[str, str]  # the deployment's job environment, which a child's own variables extend
 
 
-def find_target(pool: str, deployment: str | None = None, lost_after_s: float = LOST_AFTER_S,
-                client: SyncPrefectClient | None = None) -> PoolTarget:
+def find_target(
+    pool: str,
+    deployment: str | None = None,
+    lost_after_s: float = LOST_AFTER_S,
+    client: SyncPrefectClient | None = None,
+) -> PoolTarget:
     """The pool's `profile-training` deployment and its live machines; ConfigError (one line) otherwise."""
     from prefect.client.orchestration import get_client
 
@@ -66,21 +70,30 @@ def find_target(pool: str, deployment: str | None = None, lost_after_s: float = 
     try:
         client.read_work_pool(pool)
     except httpx.TransportError as exc:
-        raise ConfigError(f"--pool {pool}: no Prefect server answers at {client.api_url} ({type(exc).__name__}: "
-                          f"{exc}); start the server the pool's workers poll, or point PREFECT_API_URL at it"
-                          ) from None
+        raise ConfigError(
+            f"--pool {pool}: no Prefect server answers at {client.api_url} ({type(exc).__name__}: "
+            f"{exc}); start the server the pool's workers poll, or point PREFECT_API_URL at it"
+        ) from None
     except ObjectNotFound:
-        raise ConfigError(f"work pool {pool!r} does not exist on {client.api_url} "
-                          "(deploy/bootstrap.sh creates gpu-process and gpu-docker)") from None
-    found = [d for d in client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[PROFILE_FLOW])))
-             if d.work_pool_name == pool and (deployment is None or d.name == deployment)]
+        raise ConfigError(
+            f"work pool {pool!r} does not exist on {client.api_url} "
+            "(deploy/bootstrap.sh creates gpu-process and gpu-docker)"
+        ) from None
+    found = [
+        d
+        for d in client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[PROFILE_FLOW])))
+        if d.work_pool_name == pool and (deployment is None or d.name == deployment)
+    ]
     if not found:
         which = f"deployment {deployment!r} of " if deployment else "deployment of "
-        raise ConfigError(f"work pool {pool!r} has no {which}flow {PROFILE_FLOW!r} "
-                          "(deploy/bootstrap.sh applies deploy/prefect.yaml)")
+        raise ConfigError(
+            f"work pool {pool!r} has no {which}flow {PROFILE_FLOW!r} (deploy/bootstrap.sh applies deploy/prefect.yaml)"
+        )
     if len(found) > 1:
-        raise ConfigError(f"work pool {pool!r} has several {PROFILE_FLOW!r} deployments "
-                          f"({', '.join(sorted(d.name for d in found))}): name one with --deployment")
+        raise ConfigError(
+            f"work pool {pool!r} has several {PROFILE_FLOW!r} deployments "
+            f"({', '.join(sorted(d.name for d in found))}): name one with --deployment"
+        )
     chosen = found[0]
     machines, idle = [], {}
     now = datetime.now(UTC)
@@ -100,9 +113,11 @@ def find_target(pool: str, deployment: str | None = None, lost_after_s: float = 
         else:
             machines.append(queue.name)
     if not machines:
-        raise ConfigError(f"work pool {pool!r} has no machine with a live worker: start one on each GPU machine with "
-                          f"`prefect worker start --pool {pool} --work-queue <machine>`"
-                          + (f" (queues: {', '.join(f'{k}: {v}' for k, v in sorted(idle.items()))})" if idle else ""))
+        raise ConfigError(
+            f"work pool {pool!r} has no machine with a live worker: start one on each GPU machine with "
+            f"`prefect worker start --pool {pool} --work-queue <machine>`"
+            + (f" (queues: {', '.join(f'{k}: {v}' for k, v in sorted(idle.items()))})" if idle else "")
+        )
     job_env = {str(k): str(v) for k, v in ((chosen.job_variables or {}).get("env") or {}).items()}
     return PoolTarget(pool, str(chosen.id), f"{PROFILE_FLOW}/{chosen.name}", sorted(machines), idle, job_env)
 
@@ -117,9 +132,16 @@ def queue_age_s(client: SyncPrefectClient, pool: str, machine: str) -> float:
     return _age_s(queue.last_polled, datetime.now(UTC))
 
 
-def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec_json: dict,
-                     lost_after_s: float = LOST_AFTER_S, poll_s: float = POLL_S,
-                     start_timeout_s: float = START_TIMEOUT_S, run_timeout_s: float = RUN_TIMEOUT_S) -> ChildOutcome:
+def run_remote_child(
+    target: PoolTarget,
+    lane: Lane,
+    outcome: ChildOutcome,
+    spec_json: dict,
+    lost_after_s: float = LOST_AFTER_S,
+    poll_s: float = POLL_S,
+    start_timeout_s: float = START_TIMEOUT_S,
+    run_timeout_s: float = RUN_TIMEOUT_S,
+) -> ChildOutcome:
     """Submit one child to its lane's machine and wait for its end, for its machine to be lost, or for a
     timeout: not running within `start_timeout_s` of its submission (a worker that polls but never starts it),
     or not finished within `run_timeout_s` of its start. A timed-out child is cancelled in Prefect and failed
@@ -131,20 +153,30 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
     with get_client(sync_client=True) as client:
         age = queue_age_s(client, target.pool, machine)
         if age > lost_after_s:
-            return _lost(outcome, f"machine {machine!r} lost: its worker has not polled for "
-                                  f"{'ever' if age == float('inf') else f'{age:.0f} s'}; not submitted")
+            return _lost(
+                outcome,
+                f"machine {machine!r} lost: its worker has not polled for "
+                f"{'ever' if age == float('inf') else f'{age:.0f} s'}; not submitted",
+            )
         t0 = time.perf_counter()
         outcome.started = time.time()
         # The queue is the machine: its name goes in as YOLO_MLOPS_MACHINE, since in a container of the
         # docker pool the host name is the container's id.
         # cast: run_deployment dispatches on the caller; called synchronously, as here, it returns
         # the FlowRun itself, not a coroutine
-        flow_run = cast("FlowRun", run_deployment(
-            target.deployment_id, parameters={"spec": spec_json},
-            flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
-            work_queue_name=machine, timeout=0, as_subflow=False,
-            tags=["yolo-mlops", "sweep-child"],
-            job_variables={"env": {**target.job_env, MACHINE_VAR: machine}}))
+        flow_run = cast(
+            "FlowRun",
+            run_deployment(
+                target.deployment_id,
+                parameters={"spec": spec_json},
+                flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
+                work_queue_name=machine,
+                timeout=0,
+                as_subflow=False,
+                tags=["yolo-mlops", "sweep-child"],
+                job_variables={"env": {**target.job_env, MACHINE_VAR: machine}},
+            ),
+        )
         outcome.flow_run_id = str(flow_run.id)
         running_since: float | None = None
         while True:
@@ -154,8 +186,9 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
             now = time.perf_counter()
             if running_since is None and state is not None and state.is_running():
                 running_since = now
-            overdue = _overdue(now - t0, None if running_since is None else now - running_since, start_timeout_s,
-                               run_timeout_s)
+            overdue = _overdue(
+                now - t0, None if running_since is None else now - running_since, start_timeout_s, run_timeout_s
+            )
             if overdue:
                 reason = f"flow run {flow_run.id} on machine {machine!r} {overdue}; cancelled"
                 _cancel(client, flow_run.id, state, reason)
@@ -164,9 +197,11 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
                 return _lost(outcome, reason)
             age = queue_age_s(client, target.pool, machine)
             if age > lost_after_s:
-                reason = (f"machine {machine!r} lost: its worker stopped polling {age:.0f} s ago (bound "
-                          f"{lost_after_s:.0f} s) while flow run {flow_run.id} was "
-                          f"{state.name if state else 'unknown'}")
+                reason = (
+                    f"machine {machine!r} lost: its worker stopped polling {age:.0f} s ago (bound "
+                    f"{lost_after_s:.0f} s) while flow run {flow_run.id} was "
+                    f"{state.name if state else 'unknown'}"
+                )
                 _mark_crashed(client, flow_run.id, reason)
                 outcome.wall_s = time.perf_counter() - t0
                 outcome.ended = time.time()
@@ -182,8 +217,7 @@ def run_remote_child(target: PoolTarget, lane: Lane, outcome: ChildOutcome, spec
     return outcome
 
 
-def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s: float, run_timeout_s: float
-             ) -> str:
+def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s: float, run_timeout_s: float) -> str:
     """Why a child has waited too long ('' when it has not): not running within the start timeout of its
     submission, or not finished within the run timeout of its start."""
     if since_start_s is None and since_submit_s > start_timeout_s:

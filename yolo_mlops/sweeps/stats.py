@@ -80,8 +80,10 @@ class Comparison:
 
 
 def summarise(repeats: list[Repeat]) -> GroupSummary:
-    return GroupSummary(median_step_ms=float(np.median([r.median_step_ms for r in repeats])),
-                        images_per_s=float(np.median([r.images_per_s for r in repeats])))
+    return GroupSummary(
+        median_step_ms=float(np.median([r.median_step_ms for r in repeats])),
+        images_per_s=float(np.median([r.images_per_s for r in repeats])),
+    )
 
 
 def bootstrap_throughput(repeats: list[Repeat], resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -99,8 +101,14 @@ def bootstrap_throughput(repeats: list[Repeat], resamples: int, rng: np.random.G
     return np.median(values, axis=1)
 
 
-def compare(baseline: list[Repeat], variant: list[Repeat], *, resamples: int = DEFAULT_RESAMPLES,
-            seed: int = DEFAULT_SEED, confidence: float = CONFIDENCE) -> Comparison:
+def compare(
+    baseline: list[Repeat],
+    variant: list[Repeat],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> Comparison:
     if not baseline or not variant:
         raise ValueError("both groups need at least one repeat")
     rng = np.random.default_rng(seed)
@@ -111,9 +119,14 @@ def compare(baseline: list[Repeat], variant: list[Repeat], *, resamples: int = D
     speedup = var.images_per_s / base.images_per_s
     # A point estimate outside its own percentile interval can happen with tiny samples; widen to include it.
     low, high = min(low, speedup), max(high, speedup)
-    return Comparison(speedup=speedup, ci_low=low, ci_high=high,
-                      step_time_ratio=var.median_step_ms / base.median_step_ms,
-                      verdict=verdict(low, high), method=method_label(len(baseline), len(variant)))
+    return Comparison(
+        speedup=speedup,
+        ci_low=low,
+        ci_high=high,
+        step_time_ratio=var.median_step_ms / base.median_step_ms,
+        verdict=verdict(low, high),
+        method=method_label(len(baseline), len(variant)),
+    )
 
 
 def verdict(ci_low: float, ci_high: float) -> Verdict:
@@ -147,8 +160,9 @@ class AccuracyCheck:
     flagged: bool
 
 
-def accuracy_check(metric: str, baseline_values: list[float], variant_values: list[float],
-                   rel_floor: float = ACCURACY_REL_FLOOR) -> AccuracyCheck | None:
+def accuracy_check(
+    metric: str, baseline_values: list[float], variant_values: list[float], rel_floor: float = ACCURACY_REL_FLOOR
+) -> AccuracyCheck | None:
     """Flag a variant whose median `metric` lies outside the baseline repeats' spread (with a small floor).
 
     Band = [min, max] of the baseline repeats widened by max(half their range, rel_floor x |median|).
@@ -161,8 +175,15 @@ def accuracy_check(metric: str, baseline_values: list[float], variant_values: li
     b_med, v_med = float(np.median(base)), float(np.median(var))
     pad = max(0.5 * (max(base) - min(base)), rel_floor * abs(b_med))
     low, high = min(base) - pad, max(base) + pad
-    return AccuracyCheck(metric=metric, baseline_median=b_med, variant_median=v_med, delta=v_med - b_med,
-                         band_low=low, band_high=high, flagged=not (low <= v_med <= high))
+    return AccuracyCheck(
+        metric=metric,
+        baseline_median=b_med,
+        variant_median=v_med,
+        delta=v_med - b_med,
+        band_low=low,
+        band_high=high,
+        flagged=not (low <= v_med <= high),
+    )
 
 
 def _finite(values: list[float]) -> list[float]:

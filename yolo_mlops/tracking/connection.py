@@ -46,9 +46,11 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
 
         if not MLFLOW_ALLOW_FILE_STORE.get():  # MLflow 3 refuses its file store unless this is set
             folder = Path(urlparse(uri).path if scheme == "file" else uri).resolve()
-            raise ConfigError(f"MLFLOW_TRACKING_URI {uri} is a folder (MLflow's file store), which MLflow "
-                              f"refuses; use sqlite:///{folder / 'mlflow.db'} or an http(s) server "
-                              "(or set MLFLOW_ALLOW_FILE_STORE=true)")
+            raise ConfigError(
+                f"MLFLOW_TRACKING_URI {uri} is a folder (MLflow's file store), which MLflow "
+                f"refuses; use sqlite:///{folder / 'mlflow.db'} or an http(s) server "
+                "(or set MLFLOW_ALLOW_FILE_STORE=true)"
+            )
     elif scheme in ("http", "https"):
         status = _health_status(uri, timeout_s)
         if isinstance(status, str):
@@ -91,9 +93,11 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
         try:
             url.get_dialect().import_dbapi()
         except ImportError as exc:
-            raise ConfigError(f"MLFLOW_TRACKING_URI {url.render_as_string(hide_password=True)} needs the "
-                              f"{engine} driver {url.get_dialect().driver!r}, which is not installed "
-                              f"({exc}); install it into this environment") from None
+            raise ConfigError(
+                f"MLFLOW_TRACKING_URI {url.render_as_string(hide_password=True)} needs the "
+                f"{engine} driver {url.get_dialect().driver!r}, which is not installed "
+                f"({exc}); install it into this environment"
+            ) from None
     elif scheme not in ("", "file", "http", "https", "databricks"):
         raise ConfigError(f"unsupported MLFLOW_TRACKING_URI scheme {scheme!r} in {uri}")
 

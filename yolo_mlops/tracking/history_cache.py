@@ -97,8 +97,9 @@ def _refreshed(mlflow: MlflowClient, uri: str, experiment_id: str) -> list[queri
             since = newest - REFRESH_WINDOW_MS
             for run_id in [i for i, r in state.runs.items() if r.end_time_ms is None or r.end_time_ms >= since]:
                 del state.runs[run_id]  # read again below, unless deleted or no longer FINISHED
-            fresh = queries.search_records(mlflow, [experiment_id],
-                                           f"{queries.FINISHED} AND attributes.end_time >= {since}")
+            fresh = queries.search_records(
+                mlflow, [experiment_id], f"{queries.FINISHED} AND attributes.end_time >= {since}"
+            )
         else:
             state.runs.clear()
             fresh = queries.search_records(mlflow, [experiment_id], queries.FINISHED)
@@ -120,8 +121,12 @@ def _load(path: Path, uri: str, experiment_id: str) -> _State | None:
             state = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
         return None  # none yet, unreadable or from another version: rebuilt from MLflow
-    if (not isinstance(state, _State) or state.format != FORMAT or state.tracking_uri != uri
-            or state.experiment_id != experiment_id):
+    if (
+        not isinstance(state, _State)
+        or state.format != FORMAT
+        or state.tracking_uri != uri
+        or state.experiment_id != experiment_id
+    ):
         return None
     return state
 
@@ -132,8 +137,7 @@ def _save(path: Path, state: _State) -> None:
     state.runs = {run_id: _interned(r) for run_id, r in state.runs.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.stem, suffix=".tmp",
-                                         delete=False) as f:
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.stem, suffix=".tmp", delete=False) as f:
             pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(f.name, path)
     except OSError:
@@ -143,9 +147,12 @@ def _save(path: Path, state: _State) -> None:
 def _interned(record: queries.RunRecord) -> queries.RunRecord:
     """The record with its param and tag strings interned: the same value in every run of a series is then
     one string in memory and in the file."""
-    return replace(record, params={sys.intern(k): _intern(v) for k, v in record.params.items()},
-                   tags={sys.intern(k): _intern(v) for k, v in record.tags.items()},
-                   metrics={sys.intern(k): v for k, v in record.metrics.items()})
+    return replace(
+        record,
+        params={sys.intern(k): _intern(v) for k, v in record.params.items()},
+        tags={sys.intern(k): _intern(v) for k, v in record.tags.items()},
+        metrics={sys.intern(k): v for k, v in record.metrics.items()},
+    )
 
 
 def _intern(value: str) -> str:

@@ -45,10 +45,17 @@ def run_record(run: Run) -> RunRecord:
     """The record of one MLflow `Run`."""
     info, data = run.info, run.data
     end = None if info.end_time is None else int(info.end_time)
-    return RunRecord(run_id=info.run_id, experiment_id=info.experiment_id, status=info.status,
-                     start_time_ms=int(info.start_time), end_time_ms=end,
-                     params=dict(data.params), metrics=dict(data.metrics), tags=dict(data.tags),
-                     artifact_uri=info.artifact_uri or "")
+    return RunRecord(
+        run_id=info.run_id,
+        experiment_id=info.experiment_id,
+        status=info.status,
+        start_time_ms=int(info.start_time),
+        end_time_ms=end,
+        params=dict(data.params),
+        metrics=dict(data.metrics),
+        tags=dict(data.tags),
+        artifact_uri=info.artifact_uri or "",
+    )
 
 
 def experiment_of(mlflow: MlflowClient, run_id: str) -> str:
@@ -57,9 +64,11 @@ def experiment_of(mlflow: MlflowClient, run_id: str) -> str:
 
 def child_runs(mlflow: MlflowClient, parent_run_id: str) -> list[RunRecord]:
     """All child runs of a parent (a sweep), found by the parent tag: works for any store, from any process."""
-    found = mlflow.search_runs([experiment_of(mlflow, parent_run_id)],
-                               filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
-                               max_results=5000)
+    found = mlflow.search_runs(
+        [experiment_of(mlflow, parent_run_id)],
+        filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
+        max_results=5000,
+    )
     return [run_record(r) for r in found]
 
 
@@ -93,9 +102,13 @@ def run_metric(mlflow: MlflowClient, run_id: str, name: str) -> float | None:
 SEARCH_PAGE_SIZE = 1000  # runs per page; MLflow's SQL store caps one page at 50,000
 
 
-def search_all_runs(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",
-                    order_by: Sequence[str] = ("attributes.start_time ASC",),
-                    page_size: int | None = None) -> list:
+def search_all_runs(
+    mlflow: MlflowClient,
+    experiment_ids: Sequence[str],
+    filter_string: str = "",
+    order_by: Sequence[str] = ("attributes.start_time ASC",),
+    page_size: int | None = None,
+) -> list:
     """Every run matching the filter, following page tokens until the last page."""
     runs: list = []
     for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
@@ -103,25 +116,40 @@ def search_all_runs(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_
     return runs
 
 
-def _pages(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str, order_by: Sequence[str],
-           page_size: int | None, deleted: bool = False):
+def _pages(
+    mlflow: MlflowClient,
+    experiment_ids: Sequence[str],
+    filter_string: str,
+    order_by: Sequence[str],
+    page_size: int | None,
+    deleted: bool = False,
+):
     from mlflow.entities import ViewType
 
     view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
     token = None
     while True:
-        page = mlflow.search_runs(list(experiment_ids), filter_string=filter_string, run_view_type=view,
-                                  order_by=list(order_by), max_results=page_size or SEARCH_PAGE_SIZE,
-                                  page_token=token)
+        page = mlflow.search_runs(
+            list(experiment_ids),
+            filter_string=filter_string,
+            run_view_type=view,
+            order_by=list(order_by),
+            max_results=page_size or SEARCH_PAGE_SIZE,
+            page_token=token,
+        )
         yield page
         token = page.token
         if not token:
             return
 
 
-def search_records(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_string: str = "",
-                   order_by: Sequence[str] = ("attributes.start_time ASC",),
-                   page_size: int | None = None) -> list[RunRecord]:
+def search_records(
+    mlflow: MlflowClient,
+    experiment_ids: Sequence[str],
+    filter_string: str = "",
+    order_by: Sequence[str] = ("attributes.start_time ASC",),
+    page_size: int | None = None,
+) -> list[RunRecord]:
     """`search_all_runs` as records, each page converted as it arrives (MLflow's objects are not kept)."""
     records: list[RunRecord] = []
     for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
@@ -131,8 +159,9 @@ def search_records(mlflow: MlflowClient, experiment_ids: Sequence[str], filter_s
 
 def deleted_run_ids(mlflow: MlflowClient, experiment_ids: Sequence[str]) -> list[str]:
     """The ids of the experiments' deleted (not yet purged) FINISHED runs."""
-    return [run.info.run_id for page in _pages(mlflow, experiment_ids, FINISHED, (), None, deleted=True)
-            for run in page]
+    return [
+        run.info.run_id for page in _pages(mlflow, experiment_ids, FINISHED, (), None, deleted=True) for run in page
+    ]
 
 
 FINISHED = "attributes.status = 'FINISHED'"
@@ -153,12 +182,15 @@ def series_filter(series: str, prefix: bool = False) -> str | None:
 # FINISHED runs whose series is not simply their series tag: rebuilt from their params (no machine recorded,
 # or no tag), or their old `series_key`. Together with `series_filter` of every key they cover every FINISHED
 # run exactly once or twice (deduplicated by `series_records`).
-UNTAGGED_FILTERS = (f"{FINISHED} AND tags.`{names.SERIES}` IS NULL",
-                    f"{FINISHED} AND params.`{names.ENV_MACHINE}` IS NULL")
+UNTAGGED_FILTERS = (
+    f"{FINISHED} AND tags.`{names.SERIES}` IS NULL",
+    f"{FINISHED} AND params.`{names.ENV_MACHINE}` IS NULL",
+)
 
 
-def series_records(mlflow: MlflowClient, experiment_ids: Sequence[str], series: Sequence[str],
-                   prefix: bool = False) -> list[RunRecord] | None:
+def series_records(
+    mlflow: MlflowClient, experiment_ids: Sequence[str], series: Sequence[str], prefix: bool = False
+) -> list[RunRecord] | None:
     """The FINISHED runs that can belong to the given series, oldest first (ties by run id): those tagged
     with one of them (their key starting with one, with `prefix`) and every run whose series the tag alone
     does not tell (`UNTAGGED_FILTERS`: the caller rebuilds theirs and keeps the ones that match). A superset of
@@ -178,12 +210,13 @@ def records_by_id(mlflow: MlflowClient, experiment_ids: Sequence[str], run_ids: 
     ids = [i for i in dict.fromkeys(run_ids) if _SERIES_KEY_TEXT.fullmatch(i)]
     records: list[RunRecord] = []
     for lo in range(0, len(ids), 100):
-        quoted = ", ".join(f"'{i}'" for i in ids[lo:lo + 100])
+        quoted = ", ".join(f"'{i}'" for i in ids[lo : lo + 100])
         records += search_records(mlflow, experiment_ids, f"{FINISHED} AND attributes.run_id IN ({quoted})")
     return records
 
 
 # ---- artifacts --------------------------------------------------------------------------------------------------
+
 
 def download_artifact(mlflow: MlflowClient, run_id: str, path: str, dest: Path) -> Path:
     """One artifact file of a run into `dest` (a folder); returns the local file."""
@@ -217,6 +250,7 @@ def load_run_table(mlflow: MlflowClient, run_id: str, artifact_file: str) -> pd.
 
 
 # ---- links into the MLflow UI -----------------------------------------------------------------------------------
+
 
 def _ui_base() -> str:
     """The tracking server itself, or where `mlflow ui` serves a local store."""

@@ -54,8 +54,11 @@ def failure_line(exc: BaseException, uri: str | None = None) -> str:
 
     text = str(exc)
     uri = uri or tracking_uri()
-    if ("Max retries exceeded" in text or "ConnectionError" in text or "Read timed out" in text) and \
-            urlparse(uri).scheme in ("http", "https") and not server_reachable(uri):
+    if (
+        ("Max retries exceeded" in text or "ConnectionError" in text or "Read timed out" in text)
+        and urlparse(uri).scheme in ("http", "https")
+        and not server_reachable(uri)
+    ):
         cause = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text) or re.search(r"(Read timed out)", text)
         return f"MLflow tracking server {uri} unreachable ({cause.group(1) if cause else type(exc).__name__})"
     return exception_line(exc)
@@ -134,8 +137,9 @@ def _attempt(end: RunEnd, what: str, call: Callable[[], None], uri: str) -> None
             end.pending = True
 
 
-def finish_failed_run(mlflow: MlflowClient, run_id: str, status: str, reason: str,
-                      salvage: Salvage | None = None) -> RunEnd:
+def finish_failed_run(
+    mlflow: MlflowClient, run_id: str, status: str, reason: str, salvage: Salvage | None = None
+) -> RunEnd:
     """Salvage, error tag, terminal status: each step in its own try, so no failing call skips another;
     the terminal status is always attempted (unless the server is known to be gone)."""
     from yolo_mlops.tracking.writes import log_values  # imports MLflow: only a run being ended needs it
@@ -149,10 +153,11 @@ def finish_failed_run(mlflow: MlflowClient, run_id: str, status: str, reason: st
             end.failures.append(f"run folder: {exception_line(exc)}"[:500])
     if not server_reachable(uri):
         end.pending = True
-    for what, call in (salvage.steps(status, reason) if salvage is not None else []):
+    for what, call in salvage.steps(status, reason) if salvage is not None else []:
         _attempt(end, what, call, uri)
-    _attempt(end, "error tag", lambda: log_values(mlflow, run_id, tags={names.ERROR: reason[:names.TAG_MAX_CHARS]}),
-             uri)
+    _attempt(
+        end, "error tag", lambda: log_values(mlflow, run_id, tags={names.ERROR: reason[: names.TAG_MAX_CHARS]}), uri
+    )
     if end.pending:  # the status too: one more wait on a server known to be gone would only delay the user
         end.failures.append("status: skipped, tracking server unreachable")
     else:

@@ -93,13 +93,21 @@ def read_record(folder: Path) -> UploadRecord | None:
         data["histories"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in data["histories"].items()}
         return UploadRecord(**data)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged or partial record
-        raise ConfigError(f"{path} is not readable ({type(exc).__name__}: {exc}); the run cannot be "
-                          "uploaded from it") from None
+        raise ConfigError(
+            f"{path} is not readable ({type(exc).__name__}: {exc}); the run cannot be uploaded from it"
+        ) from None
 
 
 def mark_pending(folder: Path, status: str, reason: str, failures: list[str]) -> None:
-    _write_json(folder / UPLOAD_PENDING, {"status": status, "reason": reason, "failures": failures,
-                                          "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _write_json(
+        folder / UPLOAD_PENDING,
+        {
+            "status": status,
+            "reason": reason,
+            "failures": failures,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
     (folder / UPLOADED).unlink(missing_ok=True)
 
 
@@ -119,6 +127,7 @@ def pending_reason(folder: Path) -> str | None:
 
 
 # sending ----------------------------------------------------------------------------------------------------
+
 
 def upload_artifacts(mlflow: MlflowClient, run_id: str, folder: Path) -> None:
     """Everything the run wrote, in the contract's layout (re-sending overwrites the same paths)."""
@@ -154,8 +163,10 @@ def upload_tables(mlflow: MlflowClient, run_id: str, folder: Path) -> None:
         return
     present: set[str] = set()
     for sub in sorted({path.parent for path in saved}):
-        present |= {a.path for a in mlflow.list_artifacts(run_id, names.profiler_file(
-            sub.relative_to(tables).as_posix()).rstrip("/."))}
+        present |= {
+            a.path
+            for a in mlflow.list_artifacts(run_id, names.profiler_file(sub.relative_to(tables).as_posix()).rstrip("/."))
+        }
     for path in saved:
         artifact = names.profiler_table(path.relative_to(tables).with_suffix("").as_posix())
         if artifact not in present:
@@ -199,12 +210,18 @@ def upload(folder: Path) -> UploadResult:
     params = {k: v for k, v in record.params.items() if k not in logged}
     tags = dict(record.tags)
     if record.status != "FINISHED" and record.reason:
-        tags[names.ERROR] = record.reason[:names.TAG_MAX_CHARS]
-    writes.log_values(mlflow, run_id, params=params, metrics=record.metrics, tags=tags,
-                      histories=record.histories, timestamp_ms=record.timestamp_ms)
+        tags[names.ERROR] = record.reason[: names.TAG_MAX_CHARS]
+    writes.log_values(
+        mlflow,
+        run_id,
+        params=params,
+        metrics=record.metrics,
+        tags=tags,
+        histories=record.histories,
+        timestamp_ms=record.timestamp_ms,
+    )
     upload_artifacts(mlflow, run_id, folder)
     upload_tables(mlflow, run_id, folder)
     run_end.end_run(mlflow, run_id, record.status)
     mark_uploaded(folder)
     return UploadResult(run_id, record.status, created=created, already=False)
-

@@ -40,16 +40,24 @@ def experiment_id(mlflow: MlflowClient, name: str) -> str:
         return created.experiment_id
 
 
-def create_run(mlflow: MlflowClient, experiment: str, run_name: str | None, tags: Mapping[str, str],
-               params: Mapping[str, str]) -> str:
+def create_run(
+    mlflow: MlflowClient, experiment: str, run_name: str | None, tags: Mapping[str, str], params: Mapping[str, str]
+) -> str:
     run = mlflow.create_run(experiment_id(mlflow, experiment), run_name=run_name, tags=dict(tags))
     log_values(mlflow, run.info.run_id, params=params)
     return run.info.run_id
 
 
-def log_values(mlflow: MlflowClient, run_id: str, *, params: Mapping[str, str] = {},
-               metrics: Mapping[str, float] = {}, tags: Mapping[str, str] = {},
-               histories: Mapping[str, Sequence[tuple[int, float]]] = {}, timestamp_ms: int | None = None) -> None:
+def log_values(
+    mlflow: MlflowClient,
+    run_id: str,
+    *,
+    params: Mapping[str, str] = {},
+    metrics: Mapping[str, float] = {},
+    tags: Mapping[str, str] = {},
+    histories: Mapping[str, Sequence[tuple[int, float]]] = {},
+    timestamp_ms: int | None = None,
+) -> None:
     """One batched write: params, summary metrics, tags, and per-step metric histories ((step, value) pairs).
 
     `timestamp_ms` pins every row's timestamp: a row sent again with it is an exact duplicate, which MLflow drops.
@@ -58,10 +66,12 @@ def log_values(mlflow: MlflowClient, run_id: str, *, params: Mapping[str, str] =
     metric_rows = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
     for key, points in histories.items():
         metric_rows.extend(Metric(key, float(v), now, int(step)) for step, v in points)
-    mlflow.log_batch(run_id,
-                     metrics=metric_rows,
-                     params=[Param(k, _param_value(v)) for k, v in params.items()],
-                     tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    mlflow.log_batch(
+        run_id,
+        metrics=metric_rows,
+        params=[Param(k, _param_value(v)) for k, v in params.items()],
+        tags=[RunTag(k, str(v)) for k, v in tags.items()],
+    )
 
 
 def _param_value(value: object) -> str:

@@ -48,14 +48,26 @@ if TYPE_CHECKING:
 ATTRIBUTED_METRICS = (names.STEP_TIME_P50, names.IMAGES_PER_S)  # metrics whose change points get attribution
 
 __all__ = [
-    "ATTRIBUTED_METRICS", "STATUS_ORDER", "WATCHED", "Attribution", "DetectionSettings", "HistoryRun",
-    "SeriesTrend", "SeriesVerdict", "attributions", "fleet_section", "latest_status", "load_experiment_series",
-    "series_trend", "verdict",
+    "ATTRIBUTED_METRICS",
+    "STATUS_ORDER",
+    "WATCHED",
+    "Attribution",
+    "DetectionSettings",
+    "HistoryRun",
+    "SeriesTrend",
+    "SeriesVerdict",
+    "attributions",
+    "fleet_section",
+    "latest_status",
+    "load_experiment_series",
+    "series_trend",
+    "verdict",
 ]
 
 
-def load_experiment_series(mlflow: MlflowClient, experiment: str, across_machines: bool = False) -> dict[str,
-                           list[HistoryRun]]:
+def load_experiment_series(
+    mlflow: MlflowClient, experiment: str, across_machines: bool = False
+) -> dict[str, list[HistoryRun]]:
     """The series of an experiment (all pages of its FINISHED runs); a clear error when there are none.
     `across_machines`: one history per workload, every machine's runs in it (only when a user asks)."""
     experiment_id = queries.find_experiment_id(mlflow, experiment)
@@ -80,8 +92,9 @@ def fleet_section(mlflow: MlflowClient, experiment: str) -> str:
     return f"Experiment `{experiment}`:\n\n" + fleet.fleet_markdown(fleet.explain(mlflow, report))
 
 
-def attributions(mlflow: MlflowClient, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS
-                 ) -> dict[tuple[str, str], Attribution]:
+def attributions(
+    mlflow: MlflowClient, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS
+) -> dict[tuple[str, str], Attribution]:
     """Operator attribution of each change point of the given metrics, keyed by (metric, first run after)."""
     by_id = {r.run_id: r for r in trend.runs}
     profiles: dict = {}  # run id -> profile: change points of several metrics share their runs

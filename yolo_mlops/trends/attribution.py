@@ -85,9 +85,15 @@ class Attribution:
         return ", ".join(parts)
 
 
-def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataFrame | None, trace_json: str | None,
-                        profiled_steps: int | None, step_ms: float | None,
-                        rank: int | None = None) -> RunProfile | None:
+def profile_from_tables(
+    run_id: str,
+    host: pd.DataFrame | None,
+    device: pd.DataFrame | None,
+    trace_json: str | None,
+    profiled_steps: int | None,
+    step_ms: float | None,
+    rank: int | None = None,
+) -> RunProfile | None:
     """A run's profile from its key_averages tables (pandas frames) and trace analysis JSON (phases of `rank`,
     else of its first rank)."""
     if host is None and device is None:
@@ -98,7 +104,9 @@ def profile_from_tables(run_id: str, host: pd.DataFrame | None, device: pd.DataF
         return None
     entries: dict[Key, float] = {}
     tables: tuple[tuple[EntryKind, pd.DataFrame | None, str], ...] = (
-        ("operator", host, "self_cpu_time_us"), ("device", device, "self_device_time_us"))
+        ("operator", host, "self_cpu_time_us"),
+        ("device", device, "self_device_time_us"),
+    )
     for kind, frame, column in tables:
         if frame is None or column not in frame:
             continue
@@ -132,8 +140,9 @@ def _stored_analysis(trace_json: str | None):
         return None
 
 
-def profile_from_run(mlflow: MlflowClient, run_id: str, profiled_steps: int | None, step_ms: float | None,
-                     rank: int | None = None) -> RunProfile | None:
+def profile_from_run(
+    mlflow: MlflowClient, run_id: str, profiled_steps: int | None, step_ms: float | None, rank: int | None = None
+) -> RunProfile | None:
     """A logged run's profile; None when it has no key_averages tables (runs logged before they existed). A
     data-parallel job's is its `rank`'s, by default its slowest rank's (the one its perf/* headline is over)."""
     folder = "" if rank is None else f"{names.rank_folder(rank)}/"
@@ -178,20 +187,34 @@ def attribute(before: list[RunProfile], after: list[RunProfile], top: int | None
         delta = float(a.mean() - b.mean())
         if delta == 0.0:
             continue
-        rows.append(Contribution(
-            kind=kind, name=name, before_ms=float(b.mean()), after_ms=float(a.mean()), delta_ms=delta,
-            share_pct=100.0 * delta / shift if shift else None,
-            consistency=_consistency(b, a, delta), pvalue=_mann_whitney(b, a)))
+        rows.append(
+            Contribution(
+                kind=kind,
+                name=name,
+                before_ms=float(b.mean()),
+                after_ms=float(a.mean()),
+                delta_ms=delta,
+                share_pct=100.0 * delta / shift if shift else None,
+                consistency=_consistency(b, a, delta),
+                pvalue=_mann_whitney(b, a),
+            )
+        )
     sign = 1.0 if (shift or 0.0) >= 0 else -1.0
     # phases partition the step, operators and device times are finer views: each kind is ranked on its own
     # merit, so the list interleaves them by how much of the shift they explain
     rows.sort(key=lambda c: (-sign * c.delta_ms, c.kind, c.name))
-    return Attribution(tuple(p.run_id for p in before), tuple(p.run_id for p in after), b_step, a_step,
-                       tuple(rows if top is None else rows[:top]))
+    return Attribution(
+        tuple(p.run_id for p in before),
+        tuple(p.run_id for p in after),
+        b_step,
+        a_step,
+        tuple(rows if top is None else rows[:top]),
+    )
 
 
-def attribute_runs(mlflow: MlflowClient, before: list, after: list, top: int = 15,
-                   cache: dict[str, RunProfile | None] | None = None) -> Attribution:
+def attribute_runs(
+    mlflow: MlflowClient, before: list, after: list, top: int = 15, cache: dict[str, RunProfile | None] | None = None
+) -> Attribution:
     """Attribution between two groups of HistoryRuns (nearest MAX_RUNS_PER_SIDE to the change on each side);
     runs without key_averages tables are left out and named; too few on a side: the note says so.
     `cache` (run id -> profile) is shared by the change points of one report, so each run is read once."""
@@ -210,11 +233,24 @@ def attribute_runs(mlflow: MlflowClient, before: list, after: list, top: int = 1
             (profiles.append(profile) if profile is not None else missing.append(r.run_id))
     if not profiles_b or not profiles_a:
         side = "before" if not profiles_b else "after"
-        return Attribution(tuple(r.run_id for r in before), tuple(r.run_id for r in after), None, None, (),
-                           tuple(missing), f"no attribution: no run {side} the change has key_averages tables")
+        return Attribution(
+            tuple(r.run_id for r in before),
+            tuple(r.run_id for r in after),
+            None,
+            None,
+            (),
+            tuple(missing),
+            f"no attribution: no run {side} the change has key_averages tables",
+        )
     result = attribute(profiles_b, profiles_a, top)
-    return Attribution(result.before_runs, result.after_runs, result.step_ms_before, result.step_ms_after,
-                       result.contributions, tuple(missing))
+    return Attribution(
+        result.before_runs,
+        result.after_runs,
+        result.step_ms_before,
+        result.step_ms_after,
+        result.contributions,
+        tuple(missing),
+    )
 
 
 def _profiled_steps(frames: list, fallback: int | None) -> int | None:

@@ -22,6 +22,8 @@ def check_pvalue(flag: str, value: float) -> float:
 def check_fraction(flag: str, value: float) -> float:
     """A smallest effect, a fraction of the level in [0, 1): 0.05 = 5%."""
     if not 0 <= value < MAX_EFFECT:
-        raise ConfigError(f"{flag} {value:g}: must be a fraction in [0, {MAX_EFFECT:g}) (0.05 = 5%; {value:g} "
-                          f"would mean {100 * value:g}%)")
+        raise ConfigError(
+            f"{flag} {value:g}: must be a fraction in [0, {MAX_EFFECT:g}) (0.05 = 5%; {value:g} "
+            f"would mean {100 * value:g}%)"
+        )
     return value

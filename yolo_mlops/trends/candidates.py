@@ -40,8 +40,10 @@ class Candidate:
         return 100.0 * (self.mean_after - self.mean_before) / abs(self.mean_before)
 
     def what_changed_text(self) -> str:
-        return ", ".join(f"commit {_short(b)}..{_short(a)}" if name == "commit" else f"{name} {b} -> {a}"
-                         for name, b, a in self.changed)
+        return ", ".join(
+            f"commit {_short(b)}..{_short(a)}" if name == "commit" else f"{name} {b} -> {a}"
+            for name, b, a in self.changed
+        )
 
 
 def boundaries(labels: list[dict[str, str]]) -> list[tuple[int, tuple[tuple[str, str, str], ...]]]:
@@ -49,8 +51,11 @@ def boundaries(labels: list[dict[str, str]]) -> list[tuple[int, tuple[tuple[str,
     out = []
     for k in range(1, len(labels)):
         before, after = labels[k - 1], labels[k]
-        changed = tuple((name, before.get(name, "?"), after.get(name, "?"))
-                        for name in dict.fromkeys([*before, *after]) if before.get(name) != after.get(name))
+        changed = tuple(
+            (name, before.get(name, "?"), after.get(name, "?"))
+            for name in dict.fromkeys([*before, *after])
+            if before.get(name) != after.get(name)
+        )
         if changed:
             out.append((k, changed))
     return out
@@ -70,8 +75,12 @@ def welch(left: np.ndarray, right: np.ndarray) -> float:
     return float(2.0 * stdtr(df, -t))
 
 
-def check_boundaries(values, labels: list[dict[str, str]], level_changes: Sequence[int] = (),
-                    candidate_pvalue: float = DEFAULT_CANDIDATE_PVALUE) -> list[Candidate]:
+def check_boundaries(
+    values,
+    labels: list[dict[str, str]],
+    level_changes: Sequence[int] = (),
+    candidate_pvalue: float = DEFAULT_CANDIDATE_PVALUE,
+) -> list[Candidate]:
     """Every version boundary of a series, tested against its neighbours (see the module doc).
 
     values: the metric per point (detrended when a drift was fitted); labels: per point, the recorded
@@ -86,11 +95,20 @@ def check_boundaries(values, labels: list[dict[str, str]], level_changes: Sequen
     out = []
     for k, changed in found:
         position = bounds.index(k)
-        left, right = z[bounds[position - 1]:k], z[k:bounds[position + 1]]
+        left, right = z[bounds[position - 1] : k], z[k : bounds[position + 1]]
         p = welch(left, right)
-        out.append(Candidate(index=k, changed=changed, size_before=len(left), size_after=len(right),
-                             mean_before=float(left.mean()), mean_after=float(right.mean()), pvalue=p,
-                             moved=bool(p <= candidate_pvalue)))
+        out.append(
+            Candidate(
+                index=k,
+                changed=changed,
+                size_before=len(left),
+                size_after=len(right),
+                mean_before=float(left.mean()),
+                mean_after=float(right.mean()),
+                pvalue=p,
+                moved=bool(p <= candidate_pvalue),
+            )
+        )
     return out
 
 

@@ -220,10 +220,17 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
     def test(k: int) -> _Test:
         lo = cps[k - 1] if k > 0 else 0
         hi = cps[k + 1] if k + 1 < len(cps) else n
-        t = _ttest(z[lo:cps[k]], z[cps[k]:hi], rules.ddof)
+        t = _ttest(z[lo : cps[k]], z[cps[k] : hi], rules.ddof)
         if rules.correct_split:
-            t = _Test(min(1.0, t.pvalue * (hi - lo - 1)), t.mean_before, t.mean_after, t.std_before,
-                      t.std_after, t.size_before, t.size_after)
+            t = _Test(
+                min(1.0, t.pvalue * (hi - lo - 1)),
+                t.mean_before,
+                t.mean_after,
+                t.std_before,
+                t.std_after,
+                t.size_before,
+                t.size_after,
+            )
         return t
 
     def passes(p: float) -> bool:
@@ -232,8 +239,11 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
     stats = [test(k) for k in range(len(cps))]
     while cps:
         bounds = [0, *cps, n]  # change point k ends segment k and starts segment k + 1
-        short = [k for k in range(len(cps))
-                 if min(bounds[k + 1] - bounds[k], bounds[k + 2] - bounds[k + 1]) < rules.min_segment]
+        short = [
+            k
+            for k in range(len(cps))
+            if min(bounds[k + 1] - bounds[k], bounds[k + 2] - bounds[k + 1]) < rules.min_segment
+        ]
         if short:
             # segments too short come first, whatever the p-values: next to a one-point segment the t test
             # has no degrees of freedom (p = 1), which says nothing about the change; the mean still does,
@@ -263,14 +273,22 @@ def _as_series(values) -> np.ndarray:
         raise ValueError(f"a series must be one-dimensional, got shape {z.shape}")
     bad = np.flatnonzero(~np.isfinite(z))
     if bad.size:
-        raise ValueError(f"series has {bad.size} missing or infinite value(s) (first at index {int(bad[0])}); "
-                         "drop missing points before change-point detection")
+        raise ValueError(
+            f"series has {bad.size} missing or infinite value(s) (first at index {int(bad[0])}); "
+            "drop missing points before change-point detection"
+        )
     return z
 
 
-def detect(values: np.ndarray, *, window: int = DEFAULT_WINDOW, max_pvalue: float = DEFAULT_MAX_PVALUE,
-           min_magnitude: float = DEFAULT_MIN_MAGNITUDE, min_segment: int = DEFAULT_MIN_SEGMENT,
-           otava_compatible: bool = False) -> list[ChangePoint]:
+def detect(
+    values: np.ndarray,
+    *,
+    window: int = DEFAULT_WINDOW,
+    max_pvalue: float = DEFAULT_MAX_PVALUE,
+    min_magnitude: float = DEFAULT_MIN_MAGNITUDE,
+    min_segment: int = DEFAULT_MIN_SEGMENT,
+    otava_compatible: bool = False,
+) -> list[ChangePoint]:
     """Change points of a series, in index order. NaNs are not allowed (drop missing points first).
 
     window: points per sliding window (>= 2); max_pvalue: the significance a change point must reach in
@@ -288,18 +306,32 @@ def detect(values: np.ndarray, *, window: int = DEFAULT_WINDOW, max_pvalue: floa
         raise ValueError(f"min_magnitude must be >= 0, got {min_magnitude!r}")
     if isinstance(min_segment, bool) or int(min_segment) != min_segment or min_segment < 1:
         raise ValueError(f"min_segment must be an integer >= 1, got {min_segment!r}")
-    rules = _Rules(max_pvalue=max_pvalue, min_magnitude=min_magnitude,
-                   min_segment=1 if otava_compatible else int(min_segment), ddof=0 if otava_compatible else 1,
-                   correct_split=not otava_compatible, otava=otava_compatible)
+    rules = _Rules(
+        max_pvalue=max_pvalue,
+        min_magnitude=min_magnitude,
+        min_segment=1 if otava_compatible else int(min_segment),
+        ddof=0 if otava_compatible else 1,
+        correct_split=not otava_compatible,
+        otava=otava_compatible,
+    )
     if len(z) < 2 * rules.min_segment:
         return []
     # the split step screens at a looser level and the merge step's re-test decides (Otava's rule)
     first_pass = max_pvalue * 10 if max_pvalue < 0.05 else (max_pvalue * 2 if max_pvalue < 0.5 else max_pvalue)
     weak = _weak_change_points(z, int(window), first_pass, rules.ddof)
-    return [ChangePoint(index=i, pvalue=s.pvalue, mean_before=s.mean_before, mean_after=s.mean_after,
-                        std_before=s.std_before, std_after=s.std_after, size_before=s.size_before,
-                        size_after=s.size_after)
-            for i, s in _merge(z, weak, rules)]
+    return [
+        ChangePoint(
+            index=i,
+            pvalue=s.pvalue,
+            mean_before=s.mean_before,
+            mean_after=s.mean_after,
+            std_before=s.std_before,
+            std_after=s.std_after,
+            size_before=s.size_before,
+            size_after=s.size_after,
+        )
+        for i, s in _merge(z, weak, rules)
+    ]
 
 
 def segments(values: np.ndarray, change_points: list[ChangePoint]) -> list[Segment]:
@@ -312,11 +344,19 @@ def segments(values: np.ndarray, change_points: list[ChangePoint]) -> list[Segme
         return []
     bounds = [0, *(cp.index for cp in change_points), len(z)]
     if any(hi <= lo for lo, hi in pairwise(bounds)):
-        raise ValueError(f"change point indices must be increasing and inside (0, {len(z)}): "
-                         f"{[cp.index for cp in change_points]}")
+        raise ValueError(
+            f"change point indices must be increasing and inside (0, {len(z)}): {[cp.index for cp in change_points]}"
+        )
     out = []
     for lo, hi in pairwise(bounds):
         part = z[lo:hi]
-        out.append(Segment(start=lo, end=hi, mean=float(part.mean()),
-                           std=float(part.std(ddof=1)) if len(part) > 1 else 0.0, median=float(np.median(part))))
+        out.append(
+            Segment(
+                start=lo,
+                end=hi,
+                mean=float(part.mean()),
+                std=float(part.std(ddof=1)) if len(part) > 1 else 0.0,
+                median=float(np.median(part)),
+            )
+        )
     return out

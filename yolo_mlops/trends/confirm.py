@@ -74,13 +74,15 @@ class Confirmation:
 
     def summary(self) -> str:
         what = "confirmed" if self.confirmed else "dismissed"
-        return (f"{what} by {self.confirmation_runs} confirmation runs ({self.runs_tonight} runs tonight): "
-                f"{self.evidence}")
+        return (
+            f"{what} by {self.confirmation_runs} confirmation runs ({self.runs_tonight} runs tonight): {self.evidence}"
+        )
 
 
 @dataclass(frozen=True)
 class LevelTest:
     """The confirmation runs (with the regression's runs where they agree) against the level before it."""
+
     baseline: tuple[float, ...]
     regressed: tuple[float, ...]  # the regression's runs before the confirmation (tonight's, earlier suspected)
     confirmation: tuple[float, ...]
@@ -95,6 +97,7 @@ class LevelTest:
 @dataclass(frozen=True)
 class NightTest:
     """One test of the night's family on one series."""
+
     metric: str
     kind: str  # "change point" | "drift" | "version boundary"
     run_id: str  # its first run; "" for a search that found nothing tonight
@@ -127,13 +130,23 @@ def night_tests(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str]) -> list
     for m in trend.metrics:
         changes = [c for c in v.new_changes if c.metric == m.metric]
         tests += [NightTest(m.metric, "change point", c.run_id, c.pvalue, settings.max_pvalue) for c in changes] or [
-            NightTest(m.metric, "change point", "", 1.0, settings.max_pvalue)]
+            NightTest(m.metric, "change point", "", 1.0, settings.max_pvalue)
+        ]
         drifts = [d for d in v.new_drifts if d.metric == m.metric]
         tests += [NightTest(m.metric, "drift", d.run_id, d.fit.pvalue, settings.drift_pvalue) for d in drifts] or [
-            NightTest(m.metric, "drift", "", 1.0, settings.drift_pvalue)]
-        tests += [NightTest(m.metric, "version boundary", c.run_id, c.test.pvalue if c.test.pvalue == c.test.pvalue
-                            else 1.0, settings.candidate_pvalue)
-                  for c in m.candidates if first is not None and c.start_time_ms >= first]
+            NightTest(m.metric, "drift", "", 1.0, settings.drift_pvalue)
+        ]
+        tests += [
+            NightTest(
+                m.metric,
+                "version boundary",
+                c.run_id,
+                c.test.pvalue if c.test.pvalue == c.test.pvalue else 1.0,
+                settings.candidate_pvalue,
+            )
+            for c in m.candidates
+            if first is not None and c.start_time_ms >= first
+        ]
     adjusted = holm_adjusted([t.pvalue for t in tests])
     return [replace(t, adjusted=a) for t, a in zip(tests, adjusted, strict=True)]
 
@@ -146,8 +159,7 @@ def family_pvalue(trend: SeriesTrend) -> float:
     return min(max(s.candidate_pvalue, len(trend.metrics) * s.max_pvalue), 0.5)
 
 
-def night_family(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str], alpha: float | None = None
-                 ) -> SeriesVerdict:
+def night_family(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str], alpha: float | None = None) -> SeriesVerdict:
     """The night's verdict with its events held to Holm over the night's whole family of tests (`night_tests`)
     at `alpha` (default `family_pvalue`): an event stays when its test passes its own level and
     Holm's; the per-metric and overall status are rebuilt from the events that stay, by `trend.verdict`'s rule."""
@@ -176,12 +188,26 @@ def night_family(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str], alpha:
     dropped = [t for t in tests if t.run_id and t.pvalue <= t.level and not t.holds(alpha)]
     reason = v.reason
     if dropped:
-        reason = "; ".join(filter(None, [reason, f"not beyond noise over the night's {len(tests)} tests (Holm at "
-                                          f"{alpha:g}): " + ", ".join(f"{t.metric} {t.kind} p={t.pvalue:.2g}"
-                                                                      for t in dropped)]))
+        reason = "; ".join(
+            filter(
+                None,
+                [
+                    reason,
+                    f"not beyond noise over the night's {len(tests)} tests (Holm at "
+                    f"{alpha:g}): " + ", ".join(f"{t.metric} {t.kind} p={t.pvalue:.2g}" for t in dropped),
+                ],
+            )
+        )
     overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
-    return replace(v, status=overall, new_changes=changes, new_drifts=drifts, new_candidates=cands,
-                   per_metric=per_metric, reason=reason)
+    return replace(
+        v,
+        status=overall,
+        new_changes=changes,
+        new_drifts=drifts,
+        new_candidates=cands,
+        per_metric=per_metric,
+        reason=reason,
+    )
 
 
 def needs_confirmation(v: SeriesVerdict) -> tuple[str, ...]:
@@ -206,8 +232,14 @@ def t_test(groups: list[np.ndarray], a: int, b: int, sides: int) -> float:
     return float(stdtr(df, -t)) if sides == 1 else float(2 * stdtr(df, -abs(t)))
 
 
-def level_test(baseline: np.ndarray, regressed: np.ndarray, confirmation: np.ndarray, higher_is_better: bool,
-               confirm_pvalue: float, min_magnitude: float = 0.0) -> LevelTest:
+def level_test(
+    baseline: np.ndarray,
+    regressed: np.ndarray,
+    confirmation: np.ndarray,
+    higher_is_better: bool,
+    confirm_pvalue: float,
+    min_magnitude: float = 0.0,
+) -> LevelTest:
     """Do the confirmation runs sit the bad way of the baseline? The size comes from them pooled with the
     regressed runs where the two agree (the module doc says why those are not in the test)."""
     sign = -1.0 if higher_is_better else 1.0  # tested as "went up" = the bad way
@@ -219,12 +251,21 @@ def level_test(baseline: np.ndarray, regressed: np.ndarray, confirmation: np.nda
     level = float(np.mean(base)) if len(base) else float("nan")
     shift = 100 * (float(np.mean(group)) - level) / abs(level) if len(group) and level else float("nan")
     holds = bool(p <= confirm_pvalue and float(np.mean(again)) > level + abs(level) * min_magnitude)
-    return LevelTest(tuple(float(v) for v in baseline), tuple(float(v) for v in regressed),
-                     tuple(float(v) for v in confirmation), pooled, agree, p, shift, holds)
+    return LevelTest(
+        tuple(float(v) for v in baseline),
+        tuple(float(v) for v in regressed),
+        tuple(float(v) for v in confirmation),
+        pooled,
+        agree,
+        p,
+        shift,
+        holds,
+    )
 
 
-def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics: tuple[str, ...]
-          ) -> tuple[SeriesVerdict, Confirmation]:
+def judge(
+    trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics: tuple[str, ...]
+) -> tuple[SeriesVerdict, Confirmation]:
     """The verdict over tonight's and the confirmation runs: `regression` when it holds (see the module
     doc), else `suspected` with the evidence; the Confirmation says which and why."""
     v = verdict(trend, tonight | confirmation)
@@ -240,15 +281,25 @@ def judge(trend: SeriesTrend, tonight: set[str], confirmation: set[str], metrics
         if series_metric is not None:
             lines.append(_evidence(series_metric, test, len(tests)))
     confirmed = bool(holds)
-    result = Confirmation(metrics=metrics, confirmed=confirmed, runs_tonight=len(tonight),
-                          confirmation_runs=len(confirmation), evidence="; ".join(lines))
+    result = Confirmation(
+        metrics=metrics,
+        confirmed=confirmed,
+        runs_tonight=len(tonight),
+        confirmation_runs=len(confirmation),
+        evidence="; ".join(lines),
+    )
     if confirmed:
         per_metric = {k: ("regression" if k in holds else s) for k, s in v.per_metric.items()}
         return replace(v, status="regression", per_metric=per_metric, reason=result.summary()), result
     per_metric = {k: ("suspected" if k in metrics else s) for k, s in v.per_metric.items()}
-    return replace(v, status="suspected", per_metric=per_metric, reason=result.summary(),
-                   new_changes=tuple(c for c in v.new_changes if c.metric not in metrics),
-                   new_candidates=tuple(c for c in v.new_candidates if c.metric not in metrics)), result
+    return replace(
+        v,
+        status="suspected",
+        per_metric=per_metric,
+        reason=result.summary(),
+        new_changes=tuple(c for c in v.new_changes if c.metric not in metrics),
+        new_candidates=tuple(c for c in v.new_candidates if c.metric not in metrics),
+    ), result
 
 
 def holm_holds(tests: dict[str, LevelTest], alpha: float) -> list[str]:
@@ -266,8 +317,9 @@ def holm_holds(tests: dict[str, LevelTest], alpha: float) -> list[str]:
     return holds
 
 
-def regression_start(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str]
-                     ) -> int | None:
+def regression_start(
+    series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str]
+) -> int | None:
     """Index of the regression's first run in the metric's points: tonight's first run, or the first run of a
     regression change point that starts before it and is new tonight (a suspected level re-opened, or a split
     one run early: `trend._new_tonight`)."""
@@ -275,27 +327,36 @@ def regression_start(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[
     first = next((i for i, r in enumerate(points) if r in tonight), None)
     if first is None:
         return None
-    reopened = [c.index for c in v.new_changes if c.metric == series_metric.metric and c.direction == "regression"
-                and c.run_id not in tonight and c.run_id not in confirmation]
+    reopened = [
+        c.index
+        for c in v.new_changes
+        if c.metric == series_metric.metric
+        and c.direction == "regression"
+        and c.run_id not in tonight
+        and c.run_id not in confirmation
+    ]
     return min([first, *reopened])
 
 
-def _test_metric(series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str],
-                 settings: DetectionSettings) -> LevelTest | None:
+def _test_metric(
+    series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str], settings: DetectionSettings
+) -> LevelTest | None:
     start = regression_start(series_metric, v, tonight, confirmation)
     if start is None:
         return None
     ids, values = series_metric.run_ids, np.asarray(series_metric.values, dtype=float)
     # the level as the history before the regression shows it: a change point found with tonight's runs may
     # land a run or two early (the last runs before them high by chance) and leave too short a baseline
-    before = changepoint.detect(values[:start], window=settings.window, max_pvalue=settings.max_pvalue,
-                                min_magnitude=settings.min_magnitude)
+    before = changepoint.detect(
+        values[:start], window=settings.window, max_pvalue=settings.max_pvalue, min_magnitude=settings.min_magnitude
+    )
     level_from = max([0, *[c.index for c in before], start - BASELINE_RUNS])
     base = values[level_from:start]
     regressed = np.array([x for i, x in enumerate(values) if i >= start and ids[i] not in confirmation])
     again = np.array([x for r, x in zip(ids, values, strict=True) if r in confirmation])
-    test = level_test(base, regressed, again, series_metric.higher_is_better, settings.confirm_pvalue,
-                      settings.min_magnitude)
+    test = level_test(
+        base, regressed, again, series_metric.higher_is_better, settings.confirm_pvalue, settings.min_magnitude
+    )
     return replace(test, reopened=ids[start] not in tonight)
 
 
@@ -313,10 +374,12 @@ def _evidence(series_metric: MetricTrend, test: LevelTest | None, family: int = 
 
     night = "the new level's" if test.reopened else "tonight's"  # the level began before tonight's first run
     agree = "" if test.agree_pvalue != test.agree_pvalue else f", {night} vs confirmation p={test.agree_pvalue:.2g}"
-    size = (f"{night} and the confirmation runs pooled{agree}" if test.pooled
-            else f"the confirmation runs alone{agree}")
-    return (f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (mean of {len(test.baseline)} runs), "
-            f"{part('since its first run' if test.reopened else 'tonight', test.regressed)}, "
-            f"{part('confirmation', test.confirmation)}; the confirmation runs against before: one-sided "
-            f"p={test.pvalue:.2g}" + (f" (Holm over {family} metrics re-measured)" if family > 1 else "")
-            + f"; size {test.shift_pct:+.1f}% from {size}")
+    size = f"{night} and the confirmation runs pooled{agree}" if test.pooled else f"the confirmation runs alone{agree}"
+    return (
+        f"{series_metric.metric}: before {base:.4g} {series_metric.unit} (mean of {len(test.baseline)} runs), "
+        f"{part('since its first run' if test.reopened else 'tonight', test.regressed)}, "
+        f"{part('confirmation', test.confirmation)}; the confirmation runs against before: one-sided "
+        f"p={test.pvalue:.2g}"
+        + (f" (Holm over {family} metrics re-measured)" if family > 1 else "")
+        + f"; size {test.shift_pct:+.1f}% from {size}"
+    )

@@ -150,17 +150,26 @@ def fit(z: np.ndarray, bounds: list[int], times_ms: np.ndarray | None = None) ->
     slope, low, high = sen_slope(z, bounds, var_s)
     a, n = bounds[0], bounds[-1]
     detrended = z[a:n] - slope * np.arange(n - a)
-    level = float(np.median(detrended[:bounds[1] - a]))
+    level = float(np.median(detrended[: bounds[1] - a]))
     per_week = None
     if times_ms is not None:
         weekly = _pair_slopes(z, np.asarray(times_ms, dtype=float) / MS_PER_WEEK, bounds)
         per_week = float(np.median(weekly)) if weekly.size else None
     lines = []
     for lo, hi in pairwise(bounds):
-        base = float(np.median(detrended[lo - a:hi - a]))
+        base = float(np.median(detrended[lo - a : hi - a]))
         lines.append((lo, hi, base + slope * (lo - a), base + slope * (hi - 1 - a)))
-    return Drift(start=a, end=n, slope=slope, slope_low=low, slope_high=high, pvalue=p, level=level,
-                 slope_per_week=per_week, lines=tuple(lines))
+    return Drift(
+        start=a,
+        end=n,
+        slope=slope,
+        slope_low=low,
+        slope_high=high,
+        pvalue=p,
+        level=level,
+        slope_per_week=per_week,
+        lines=tuple(lines),
+    )
 
 
 def _rss(values: np.ndarray, bounds: list[int]) -> float:
@@ -183,11 +192,16 @@ def _line_fits_as_well(z: np.ndarray, a: int, raw: list[ChangePoint], drift: Dri
     return bool(drift_bic <= steps_bic)
 
 
-def analyze(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
-            max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
-            min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE,
-            min_segment: int = changepoint.DEFAULT_MIN_SEGMENT,
-            drift_pvalue: float = DEFAULT_DRIFT_PVALUE) -> Analysis:
+def analyze(
+    values,
+    times_ms=None,
+    *,
+    window: int = changepoint.DEFAULT_WINDOW,
+    max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
+    min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE,
+    min_segment: int = changepoint.DEFAULT_MIN_SEGMENT,
+    drift_pvalue: float = DEFAULT_DRIFT_PVALUE,
+) -> Analysis:
     """Level changes and the drift of a series (see the module doc). Raises ValueError on bad input."""
     if not 0.0 < drift_pvalue <= 1.0:
         raise ValueError(f"drift_pvalue must be in (0, 1], got {drift_pvalue!r}")
@@ -195,8 +209,9 @@ def analyze(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
     times = None if times_ms is None else np.asarray(times_ms, dtype=float)
 
     def detect(series: np.ndarray) -> list[ChangePoint]:
-        return changepoint.detect(series, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude,
-                                  min_segment=min_segment)
+        return changepoint.detect(
+            series, window=window, max_pvalue=max_pvalue, min_magnitude=min_magnitude, min_segment=min_segment
+        )
 
     raw = detect(z)
     n = len(z)
@@ -231,8 +246,11 @@ def analyze(values, times_ms=None, *, window: int = changepoint.DEFAULT_WINDOW,
                 break
             bounds = new_bounds
             drift = fit(z, bounds)
-        if drift.pvalue <= drift_pvalue and len(bounds) - 2 < len(later) and _line_fits_as_well(z, a, raw[j:],
-                                                                                               drift, bounds):
+        if (
+            drift.pvalue <= drift_pvalue
+            and len(bounds) - 2 < len(later)
+            and _line_fits_as_well(z, a, raw[j:], drift, bounds)
+        ):
             drift = fit(z, bounds, times)  # the same slope (same blocks), now with the slope per week
             r = z.copy()
             r[a:] -= drift.slope * np.arange(n - a)

@@ -37,9 +37,17 @@ GPU_EVIDENCE = (
     ("PCIe width", names.GPU_PCIE_WIDTH, "lanes", "level"),
 )
 CPU_EVIDENCE = (("CPU clock", "cpu_mhz", "MHz"), ("CPU cores", "cpu_count", ""))
-CLOCKS_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-                        "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                        "display_clock_setting")  # nvml.backend.CLOCKS_EVENT_REASONS, without importing nvml
+CLOCKS_EVENT_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)  # nvml.backend.CLOCKS_EVENT_REASONS, without importing nvml
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,15 @@ def _machine_value(runs: list[HistoryRun], read) -> float | None:
 
 def _peers_value(per_machine: dict[str, list[HistoryRun]], machine: str, read) -> float | None:
     """The median of the peers' medians (only peers whose runs recorded the figure)."""
-    return _median([v for other, rs in per_machine.items() if other != machine
-                    for v in [_machine_value(rs, read)] if v is not None])
+    return _median(
+        [
+            v
+            for other, rs in per_machine.items()
+            if other != machine
+            for v in [_machine_value(rs, read)]
+            if v is not None
+        ]
+    )
 
 
 def _float(text: str | None) -> float | None:
@@ -75,28 +90,36 @@ def _float(text: str | None) -> float | None:
 
 def _reason_share(reason: str):
     """A run's share of time with a clock-event reason: 0 when it measured reasons and did not see this one."""
+
     def read(r: HistoryRun) -> float | None:
         if names.GPU_CLOCKS_EVENT_POWER not in r.metrics:
             return None  # reasons not measured on this run
         return r.metrics.get(names.clocks_event_metric(reason), 0.0)
+
     return read
 
 
-def _item(name: str, unit: str, machine_median: float | None, peers: float | None, kind: str,
-          machine: str) -> Evidence:
+def _item(name: str, unit: str, machine_median: float | None, peers: float | None, kind: str, machine: str) -> Evidence:
     u = f" {unit}" if unit else ""
     if machine_median is None:
         text = f"{name}: not recorded on {machine}'s runs" + (f" (peers {fmt(peers)}{u})" if peers is not None else "")
         return Evidence(name, unit, None, peers, False, text)
     if peers is None:
-        return Evidence(name, unit, machine_median, None, False,
-                        f"{name}: {fmt(machine_median)}{u}; not recorded on its peers' runs")
+        return Evidence(
+            name,
+            unit,
+            machine_median,
+            None,
+            False,
+            f"{name}: {fmt(machine_median)}{u}; not recorded on its peers' runs",
+        )
     if kind == "share":
         out = abs(machine_median - peers) >= 100 * STANDS_OUT
     else:
         out = peers != 0 and abs(machine_median / peers - 1) >= STANDS_OUT
-    return Evidence(name, unit, machine_median, peers, out,
-                    f"{name}: {fmt(machine_median)}{u} vs peers {fmt(peers)}{u}")
+    return Evidence(
+        name, unit, machine_median, peers, out, f"{name}: {fmt(machine_median)}{u} vs peers {fmt(peers)}{u}"
+    )
 
 
 def evidence(per_machine: dict[str, list[HistoryRun]], machine: str) -> tuple[Evidence, ...]:
@@ -107,10 +130,13 @@ def evidence(per_machine: dict[str, list[HistoryRun]], machine: str) -> tuple[Ev
     items: list[Evidence] = []
     if any(k.startswith(names.GPU) for r in everyone for k in r.metrics):
         for name, metric, unit, kind in GPU_EVIDENCE:
+
             def read(r: HistoryRun, metric=metric) -> float | None:
                 return r.metrics.get(metric)
-            items.append(_item(name, unit, _machine_value(own, read), _peers_value(per_machine, machine, read),
-                               kind, machine))
+
+            items.append(
+                _item(name, unit, _machine_value(own, read), _peers_value(per_machine, machine, read), kind, machine)
+            )
         clock_share = _machine_value(own, lambda r: _share_of_max(r))
         peers_share = _peers_value(per_machine, machine, _share_of_max)
         items.append(_item("SM clock mean / max", "%", clock_share, peers_share, "share", machine))
@@ -121,24 +147,55 @@ def evidence(per_machine: dict[str, list[HistoryRun]], machine: str) -> tuple[Ev
             if (machine_share or 0) > 0 or (peers or 0) > 0:
                 seen[reason] = _item(f"clocks event {reason}", "% of time", machine_share, peers, "share", machine)
         if not seen and _machine_value(own, _reason_share("sw_power_cap")) is not None:
-            items.append(Evidence("clocks events", "", "none", "none", False,
-                                  "clocks events: none seen on this machine or its peers"))
+            items.append(
+                Evidence(
+                    "clocks events", "", "none", "none", False, "clocks events: none seen on this machine or its peers"
+                )
+            )
         items += seen.values()
     else:
-        items.append(Evidence("NVML", "", None, None, False,
-                              "NVML figures: not recorded (CPU runs, or runs without a GPU sampler)"))
+        items.append(
+            Evidence(
+                "NVML", "", None, None, False, "NVML figures: not recorded (CPU runs, or runs without a GPU sampler)"
+            )
+        )
     models = sorted({r.host["cpu_model"] for r in own if r.host.get("cpu_model")})
-    peer_models = sorted({r.host["cpu_model"] for other, rs in per_machine.items() if other != machine for r in rs
-                          if r.host.get("cpu_model")})
+    peer_models = sorted(
+        {
+            r.host["cpu_model"]
+            for other, rs in per_machine.items()
+            if other != machine
+            for r in rs
+            if r.host.get("cpu_model")
+        }
+    )
     if models or peer_models:
         mine_text, peers_text = ", ".join(models) or None, ", ".join(peer_models) or None
-        items.append(Evidence("CPU model", "", mine_text, peers_text, bool(models and models != peer_models),
-                              f"CPU model: {mine_text or 'not recorded'} vs peers {peers_text or 'not recorded'}"))
+        items.append(
+            Evidence(
+                "CPU model",
+                "",
+                mine_text,
+                peers_text,
+                bool(models and models != peer_models),
+                f"CPU model: {mine_text or 'not recorded'} vs peers {peers_text or 'not recorded'}",
+            )
+        )
     for name, key, unit in CPU_EVIDENCE:
+
         def read_host(r: HistoryRun, key=key) -> float | None:
             return _float(r.host.get(key))
-        items.append(_item(name, unit, _machine_value(own, read_host), _peers_value(per_machine, machine, read_host),
-                           "level", machine))
+
+        items.append(
+            _item(
+                name,
+                unit,
+                _machine_value(own, read_host),
+                _peers_value(per_machine, machine, read_host),
+                "level",
+                machine,
+            )
+        )
     return tuple(sorted(items, key=lambda e: not e.stands_out))
 
 

@@ -40,8 +40,13 @@ MOVED_CONSISTENCY = 0.8  # share of the machine's runs beyond its peers' median
 MOVED_NAMED = 3  # entries named in the explanation (the table has up to `top`)
 
 
-def explain(mlflow: MlflowClient, report: FleetReport, runs_per_machine: int = RUNS_PER_MACHINE, top: int = 15,
-            cache: dict[str, RunProfile | None] | None = None) -> FleetReport:
+def explain(
+    mlflow: MlflowClient,
+    report: FleetReport,
+    runs_per_machine: int = RUNS_PER_MACHINE,
+    top: int = 15,
+    cache: dict[str, RunProfile | None] | None = None,
+) -> FleetReport:
     """The report with every slow machine's phases and operators against its peers' (`SlowMachine.moved`)
     and its explanation extended by what moved. Reads the tables of at most `runs_per_machine` runs of
     each machine of a workload with a slow machine; workloads without one are not read at all."""
@@ -55,9 +60,14 @@ def explain(mlflow: MlflowClient, report: FleetReport, runs_per_machine: int = R
     return replace(report, workloads=tuple(workloads))
 
 
-def explain_machine(mlflow: MlflowClient, workload: WorkloadFleet, slow: SlowMachine,
-                    runs_per_machine: int = RUNS_PER_MACHINE,
-                    top: int = 15, cache: dict[str, RunProfile | None] | None = None) -> SlowMachine:
+def explain_machine(
+    mlflow: MlflowClient,
+    workload: WorkloadFleet,
+    slow: SlowMachine,
+    runs_per_machine: int = RUNS_PER_MACHINE,
+    top: int = 15,
+    cache: dict[str, RunProfile | None] | None = None,
+) -> SlowMachine:
     cache = {} if cache is None else cache
     own = next(m for m in workload.machines if m.machine == slow.machine)
     others = [m for m in workload.machines if m.machine != slow.machine]
@@ -76,8 +86,15 @@ def explain_machine(mlflow: MlflowClient, workload: WorkloadFleet, slow: SlowMac
 
 def moved_entries(a: Attribution) -> list[Contribution]:
     """The entries slower on the machine that explain the gap (see the module doc), biggest first."""
-    return [c for c in a.contributions if c.delta_ms > 0 and c.share_pct is not None and c.share_pct >= MOVED_SHARE
-            and c.consistency is not None and c.consistency >= MOVED_CONSISTENCY]
+    return [
+        c
+        for c in a.contributions
+        if c.delta_ms > 0
+        and c.share_pct is not None
+        and c.share_pct >= MOVED_SHARE
+        and c.consistency is not None
+        and c.consistency >= MOVED_CONSISTENCY
+    ]
 
 
 def moved_text(c: Contribution) -> str:
@@ -91,9 +108,9 @@ def _explanation(slow: SlowMachine, moved: list[Contribution]) -> str:
     return "; ".join(parts) or NOT_EXPLAINED
 
 
-def _profiles(mlflow: MlflowClient, machines: list[MachineStats], runs_per_machine: int, cache: dict[str,
-              RunProfile | None]
-              ) -> tuple[list[RunProfile], list[str]]:
+def _profiles(
+    mlflow: MlflowClient, machines: list[MachineStats], runs_per_machine: int, cache: dict[str, RunProfile | None]
+) -> tuple[list[RunProfile], list[str]]:
     """The profiles of the newest runs of each machine (its runs are oldest first), and the runs without tables."""
     found: list[RunProfile] = []
     missing: list[str] = []

@@ -148,19 +148,25 @@ def machine_tests(logs: dict[str, np.ndarray]) -> dict[str, tuple[float, float, 
     return {machine: (ratio, p, adj) for (machine, (ratio, p)), adj in zip(tests.items(), adjusted, strict=True)}
 
 
-def slow_machines(logs: dict[str, np.ndarray], max_pvalue: float = ALPHA, min_effect: float = MIN_EFFECT
-                  ) -> list[tuple[str, float, float, float]]:
+def slow_machines(
+    logs: dict[str, np.ndarray], max_pvalue: float = ALPHA, min_effect: float = MIN_EFFECT
+) -> list[tuple[str, float, float, float]]:
     """(machine, ratio to peers, p, Holm-adjusted p) of the machines slower than their peers beyond noise;
     `logs`: each machine's log step times."""
-    return [(machine, ratio, p, adj) for machine, (ratio, p, adj) in machine_tests(logs).items()
-            if adj <= max_pvalue and ratio >= 1.0 + min_effect]
+    return [
+        (machine, ratio, p, adj)
+        for machine, (ratio, p, adj) in machine_tests(logs).items()
+        if adj <= max_pvalue and ratio >= 1.0 + min_effect
+    ]
 
 
 def describe_test(settings: FleetSettings) -> str:
-    return (f"one-sided t test of each machine's mean log step time against its peers' runs, noise pooled within "
-            f"machines (runs - machines degrees of freedom), Holm's correction over a workload's machines at "
-            f"family-wise {settings.max_pvalue:g}; slower by at least {100 * settings.min_effect:g}% "
-            f"(median vs the peers' median); >= {settings.min_runs} runs per machine")
+    return (
+        f"one-sided t test of each machine's mean log step time against its peers' runs, noise pooled within "
+        f"machines (runs - machines degrees of freedom), Holm's correction over a workload's machines at "
+        f"family-wise {settings.max_pvalue:g}; slower by at least {100 * settings.min_effect:g}% "
+        f"(median vs the peers' median); >= {settings.min_runs} runs per machine"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,8 +174,9 @@ def describe_test(settings: FleetSettings) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def fleet_report(records: list[HistoryRun], settings: FleetSettings | None = None,
-                 experiment: str | None = None) -> FleetReport:
+def fleet_report(
+    records: list[HistoryRun], settings: FleetSettings | None = None, experiment: str | None = None
+) -> FleetReport:
     """Every workload run on >= 2 machines (with >= min_runs runs each that logged a step time)."""
     settings = settings or FleetSettings()
     by_workload: dict[str, list[HistoryRun]] = defaultdict(list)
@@ -190,8 +197,13 @@ def fleet_report(records: list[HistoryRun], settings: FleetSettings | None = Non
     return FleetReport(tuple(workloads), describe_test(settings), settings, single, experiment)
 
 
-def judge_workload(key: str, label: str, per_machine: dict[str, list[HistoryRun]],
-                   settings: FleetSettings | None = None, left_out: tuple[str, ...] = ()) -> WorkloadFleet:
+def judge_workload(
+    key: str,
+    label: str,
+    per_machine: dict[str, list[HistoryRun]],
+    settings: FleetSettings | None = None,
+    left_out: tuple[str, ...] = (),
+) -> WorkloadFleet:
     settings = settings or FleetSettings()
     rng = np.random.default_rng(settings.seed)
     step = {machine: np.array([r.step_time_ms for r in rs], dtype=float) for machine, rs in sorted(per_machine.items())}
@@ -204,13 +216,36 @@ def judge_workload(key: str, label: str, per_machine: dict[str, list[HistoryRun]
         boot = np.median(values[rng.integers(0, len(values), size=(settings.resamples, len(values)))], axis=1)
         low, high = np.quantile(boot, [0.025, 0.975])
         is_slow = adj <= settings.max_pvalue and ratio >= 1.0 + settings.min_effect
-        machines.append(MachineStats(machine, len(values), float(np.median(values)), float(low), float(high),
-                                     tuple(r.run_id for r in per_machine[machine]), tuple(float(v) for v in values),
-                                     ratio, p, adj, is_slow, tuple(r.profiled_steps for r in per_machine[machine])))
+        machines.append(
+            MachineStats(
+                machine,
+                len(values),
+                float(np.median(values)),
+                float(low),
+                float(high),
+                tuple(r.run_id for r in per_machine[machine]),
+                tuple(float(v) for v in values),
+                ratio,
+                p,
+                adj,
+                is_slow,
+                tuple(r.profiled_steps for r in per_machine[machine]),
+            )
+        )
         if is_slow:
             peers_median = float(np.median([np.median(v) for k, v in step.items() if k != machine]))
             found = evidence(per_machine, machine)
             standing = [e.text for e in found if e.stands_out]
-            slow.append(SlowMachine(machine, ratio, float(np.median(values)), peers_median, p, adj, found,
-                                    "; ".join(standing) if standing else NOT_EXPLAINED))
+            slow.append(
+                SlowMachine(
+                    machine,
+                    ratio,
+                    float(np.median(values)),
+                    peers_median,
+                    p,
+                    adj,
+                    found,
+                    "; ".join(standing) if standing else NOT_EXPLAINED,
+                )
+            )
     return WorkloadFleet(key, label, tuple(machines), tuple(slow), 100.0 * noise, df, left_out)

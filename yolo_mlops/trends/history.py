@@ -101,8 +101,9 @@ def _sorted_records(runs: list[queries.RunRecord]) -> list[HistoryRun]:
     return sorted(records, key=lambda r: (r.start_time_ms, r.run_id))
 
 
-def load_series_history(mlflow: MlflowClient, experiment_ids: list[str], series: list[str],
-                        prefix: bool = False) -> list[HistoryRun] | None:
+def load_series_history(
+    mlflow: MlflowClient, experiment_ids: list[str], series: list[str], prefix: bool = False
+) -> list[HistoryRun] | None:
     """The FINISHED runs of the given series only (with `prefix`, of every series whose key starts with one of
     them), oldest first, found by MLflow's filter on the series tag instead of reading the experiment; None
     when a key cannot be filtered on (the caller reads the whole history instead)."""
@@ -110,8 +111,7 @@ def load_series_history(mlflow: MlflowClient, experiment_ids: list[str], series:
     if runs is None:
         return None
     wanted = tuple(series)
-    return [r for r in _sorted_records(runs)
-            if (r.series.startswith(wanted) if prefix else r.series in wanted)]
+    return [r for r in _sorted_records(runs) if (r.series.startswith(wanted) if prefix else r.series in wanted)]
 
 
 def series_of_runs(mlflow: MlflowClient, experiment_ids: list[str], run_ids: list[str]) -> list[str]:
@@ -142,14 +142,16 @@ def one_series(grouped: dict[str, list[HistoryRun]], key: str, experiment: str) 
     """The one series `key` names (in full or abbreviated); a ConfigError when none or several match."""
     matches = find_series(grouped, key)
     if not matches:
-        raise ConfigError(f"no series {key!r} in experiment {experiment!r}: it has no runs "
-                          f"(series: {', '.join(sorted(grouped))})")
+        raise ConfigError(
+            f"no series {key!r} in experiment {experiment!r}: it has no runs (series: {', '.join(sorted(grouped))})"
+        )
     if len(matches) > 1:
         raise ConfigError(f"series {key!r} is ambiguous: {', '.join(matches)}")
     return matches[0]
 
 
 # ---- loading by experiment name: only the series asked for ---------------------------------------------------
+
 
 def experiment_id(mlflow: MlflowClient, experiment: str) -> str:
     """The experiment's id; a ConfigError when it does not exist."""
@@ -167,8 +169,9 @@ def load_grouped(mlflow: MlflowClient, experiment: str, across_machines: bool = 
     return group_series(records, across_machines)
 
 
-def load_one_series(mlflow: MlflowClient, experiment: str, key: str, across_machines: bool = False
-                    ) -> tuple[str, list[HistoryRun]]:
+def load_one_series(
+    mlflow: MlflowClient, experiment: str, key: str, across_machines: bool = False
+) -> tuple[str, list[HistoryRun]]:
     """The one series `key` names (in full or abbreviated) and its runs, reading only the runs that can be
     in it (the series tag filtered by MLflow). The whole history is read only to answer a key that names no
     series or is not a key (the error lists the experiment's series), and for `across_machines` (a workload's

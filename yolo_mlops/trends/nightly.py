@@ -67,9 +67,12 @@ class Night:
 
     def tagged(self, spec: RunSpec, extra_tags: dict[str, str] | None = None) -> RunSpec:
         """The configuration as tonight runs it: a benchmark run of this night."""
-        return spec.model_copy(update={"run_kind": "benchmark",
-                                       "tags": {**spec.tags, names.BENCHMARK_NIGHT: self.night_id,
-                                                **(extra_tags or {})}})
+        return spec.model_copy(
+            update={
+                "run_kind": "benchmark",
+                "tags": {**spec.tags, names.BENCHMARK_NIGHT: self.night_id, **(extra_tags or {})},
+            }
+        )
 
     def ran(self, index: int, spec: RunSpec, run_id: str) -> None:
         self.runs_by_experiment[spec.experiment].append(run_id)
@@ -95,8 +98,9 @@ def first_round_counts(suite: BenchmarkSuite) -> list[int]:
     return [suite.repeats if isinstance(suite.repeats, int) else 2] * len(suite.runs)
 
 
-def judge_confirmed(judge: Callable[..., list[JudgedSeries]], confirm_repeats: int,
-                    confirm: Callable[[JudgedSeries], list[str]]) -> list[JudgedSeries]:
+def judge_confirmed(
+    judge: Callable[..., list[JudgedSeries]], confirm_repeats: int, confirm: Callable[[JudgedSeries], list[str]]
+) -> list[JudgedSeries]:
     """The night's series judged (`judge(confirm_repeats=...)`); a series with a new regression is re-measured
     before it alerts (`confirm` makes its confirmation runs and returns their ids) and judged again over them
     (`judge(confirmations=..., suspects=...)`), the series without one keeping their first verdict."""
@@ -109,10 +113,15 @@ def judge_confirmed(judge: Callable[..., list[JudgedSeries]], confirm_repeats: i
     return [again.get(j.series, j) for j in first]
 
 
-def judge_night(mlflow: MlflowClient, experiment: str, run_ids: list[str], settings: DetectionSettings,
-                confirm_repeats: int = 0,
-                confirmations: dict[str, list[str]] | None = None,
-                suspects: dict[str, list[str]] | None = None) -> list[JudgedSeries]:
+def judge_night(
+    mlflow: MlflowClient,
+    experiment: str,
+    run_ids: list[str],
+    settings: DetectionSettings,
+    confirm_repeats: int = 0,
+    confirmations: dict[str, list[str]] | None = None,
+    suspects: dict[str, list[str]] | None = None,
+) -> list[JudgedSeries]:
     """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs. A series whose
     new regression awaits confirmation (confirm_repeats > 0) is returned unlogged with `confirm_metrics`; the
     second call, with `confirmations` (series -> its confirmation runs) and `suspects` (series -> metrics),
@@ -129,30 +138,38 @@ def judge_night(mlflow: MlflowClient, experiment: str, run_ids: list[str], setti
         pending: tuple[str, ...] = ()
         if confirmations is not None:
             extra = confirmations[key]
-            night_verdict, outcome = confirm.judge(trend, set(tonights_runs), set(extra),
-                                                   tuple((suspects or {})[key]))
+            night_verdict, outcome = confirm.judge(trend, set(tonights_runs), set(extra), tuple((suspects or {})[key]))
         else:
             night_verdict = verdict(trend, tonight)
             pending = confirm.needs_confirmation(night_verdict) if confirm_repeats > 0 else ()
         found = attributions(mlflow, trend)
         detectable = power.for_trend(trend, len(tonights_runs), settings.max_pvalue)
         if not pending:
-            log_on_runs(mlflow, tonights_runs + extra, trend, night_verdict, found, detectable, outcome,
-                        tonights_runs)
-        judged.append(JudgedSeries(
-            series=key, label=trend.label, status=night_verdict.status, runs_tonight=tonights_runs,
-            history_runs=len(runs), new_changes=_change_lines(trend, night_verdict, found),
-            plot_run_id=(tonights_runs + extra)[-1], confirm_metrics=list(pending),
-            confirmation=outcome.summary() if outcome else "", confirmation_runs=extra,
-            min_detectable_pct={d.metric: round(d.shift_pct, 3) for d in detectable},
-            bisect=[r for c in night_verdict.new_changes if (r := bisect_range(c)) is not None]
-            + [r for c in night_verdict.new_candidates if (r := candidate_range(c)) is not None],
-            machine=next((r.machine for r in reversed(runs) if r.machine), None)))
+            log_on_runs(mlflow, tonights_runs + extra, trend, night_verdict, found, detectable, outcome, tonights_runs)
+        judged.append(
+            JudgedSeries(
+                series=key,
+                label=trend.label,
+                status=night_verdict.status,
+                runs_tonight=tonights_runs,
+                history_runs=len(runs),
+                new_changes=_change_lines(trend, night_verdict, found),
+                plot_run_id=(tonights_runs + extra)[-1],
+                confirm_metrics=list(pending),
+                confirmation=outcome.summary() if outcome else "",
+                confirmation_runs=extra,
+                min_detectable_pct={d.metric: round(d.shift_pct, 3) for d in detectable},
+                bisect=[r for c in night_verdict.new_changes if (r := bisect_range(c)) is not None]
+                + [r for c in night_verdict.new_candidates if (r := candidate_range(c)) is not None],
+                machine=next((r.machine for r in reversed(runs) if r.machine), None),
+            )
+        )
     return judged
 
 
-def _change_lines(trend: SeriesTrend, night_verdict: SeriesVerdict,
-                  found: dict[tuple[str, str], Attribution]) -> list[str]:
+def _change_lines(
+    trend: SeriesTrend, night_verdict: SeriesVerdict, found: dict[tuple[str, str], Attribution]
+) -> list[str]:
     lines = []
     for change in night_verdict.new_changes:
         line = report.change_line(change, _unit(trend, change.metric))
@@ -172,9 +189,16 @@ def _unit(trend: SeriesTrend, metric: str) -> str:
     return watched.unit if watched is not None else ""
 
 
-def log_on_runs(mlflow: MlflowClient, run_ids: list[str], trend: SeriesTrend, night_verdict: SeriesVerdict,
-                found: dict[tuple[str, str], Attribution], detectable=(),
-                outcome: confirm.Confirmation | None = None, tonight: list[str] | None = None) -> None:
+def log_on_runs(
+    mlflow: MlflowClient,
+    run_ids: list[str],
+    trend: SeriesTrend,
+    night_verdict: SeriesVerdict,
+    found: dict[tuple[str, str], Attribution],
+    detectable=(),
+    outcome: confirm.Confirmation | None = None,
+    tonight: list[str] | None = None,
+) -> None:
     """The night's verdict tags on every run of `run_ids`, the detection power on tonight's, and the series'
     picture and report as artifacts of each."""
     tags: dict[str, str] = {names.TREND: night_verdict.status}
@@ -182,9 +206,10 @@ def log_on_runs(mlflow: MlflowClient, run_ids: list[str], trend: SeriesTrend, ni
     if night_verdict.new_changes:
         tags[names.TREND_CHANGE_RUN] = night_verdict.new_changes[0].run_id
     if outcome is not None:
-        tags[names.TREND_EVIDENCE] = outcome.summary()[:names.TAG_MAX_CHARS]
-    metrics = {names.min_detectable_shift_metric(d.metric): d.shift_pct for d in detectable
-               if d.shift_pct < float("inf")}
+        tags[names.TREND_EVIDENCE] = outcome.summary()[: names.TAG_MAX_CHARS]
+    metrics = {
+        names.min_detectable_shift_metric(d.metric): d.shift_pct for d in detectable if d.shift_pct < float("inf")
+    }
     with tempfile.TemporaryDirectory(prefix="yolo-mlops-trends-") as tmp:
         folder = Path(tmp) / names.TRENDS_DIR
         folder.mkdir()
@@ -199,8 +224,9 @@ def log_on_runs(mlflow: MlflowClient, run_ids: list[str], trend: SeriesTrend, ni
             writes.log_folder(mlflow, run_id, folder, names.TRENDS_DIR)
 
 
-def repeats_needed(mlflow: MlflowClient, suite: BenchmarkSuite, config_index: int,
-                   tonights_runs: list[str]) -> tuple[int, str]:
+def repeats_needed(
+    mlflow: MlflowClient, suite: BenchmarkSuite, config_index: int, tonights_runs: list[str]
+) -> tuple[int, str]:
     """repeats='auto': the runs configuration `config_index` needs tonight to detect `target_shift_pct` in its
     step time, within `max_repeats`, and a note saying why."""
     cap, target = suite.max_repeats, suite.target_shift_pct
@@ -221,11 +247,15 @@ def repeats_needed(mlflow: MlflowClient, suite: BenchmarkSuite, config_index: in
     k, reachable = power.repeats_needed(found.noise_pct, len(recent), target, cap, suite.max_pvalue)
     at_k = power.min_detectable_shift(found.noise_pct, len(recent), k, suite.max_pvalue, power.AUTO_POWER)
     if reachable:
-        return k, (f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time in "
-                   f"{power.AUTO_POWER:.0%} of nights (target {target:g}%)")
-    return k, (f"repeats auto: the cap of {k} runs cannot reach the target {target:g}%: the smallest step found "
-               f"in one night ({power.AUTO_POWER:.0%} of nights) is {at_k:.2f}% (noise {found.noise_pct:.2f}%, "
-               f"{len(recent)} runs of history)")
+        return k, (
+            f"repeats auto: {k} runs detect a {at_k:.2f}% step in step time in "
+            f"{power.AUTO_POWER:.0%} of nights (target {target:g}%)"
+        )
+    return k, (
+        f"repeats auto: the cap of {k} runs cannot reach the target {target:g}%: the smallest step found "
+        f"in one night ({power.AUTO_POWER:.0%} of nights) is {at_k:.2f}% (noise {found.noise_pct:.2f}%, "
+        f"{len(recent)} runs of history)"
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -234,21 +264,59 @@ def _pct(value: float | None) -> str:
 
 def markdown(judged: list[JudgedSeries], failures: list[str], fleet_sections: list[str]) -> str:
     """The night's Prefect artifact: a verdict table, notes and failures, then the fleet view."""
-    rows = [(f"`{j.series}`", j.label, f"**{j.status}**", len(j.runs_tonight), j.history_runs,
-             "<br>".join(j.new_changes) or "-", j.confirmation or "-",
-             _pct(j.min_detectable_pct.get(names.STEP_TIME_P50)),
-             f"[picture]({queries.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})")
-            for j in judged]
-    table = markdown_table(["series", "workload", "verdict", "runs tonight", "runs in history", "new change points",
-                            "confirmation", "min. detectable step (step time)", "plot"], rows)
+    rows = [
+        (
+            f"`{j.series}`",
+            j.label,
+            f"**{j.status}**",
+            len(j.runs_tonight),
+            j.history_runs,
+            "<br>".join(j.new_changes) or "-",
+            j.confirmation or "-",
+            _pct(j.min_detectable_pct.get(names.STEP_TIME_P50)),
+            f"[picture]({queries.artifact_url(j.plot_run_id, names.TRENDS_PLOT_PNG)})",
+        )
+        for j in judged
+    ]
+    table = markdown_table(
+        [
+            "series",
+            "workload",
+            "verdict",
+            "runs tonight",
+            "runs in history",
+            "new change points",
+            "confirmation",
+            "min. detectable step (step time)",
+            "plot",
+        ],
+        rows,
+    )
     notes = [f"- {j.series}: {n}" for j in judged for n in j.notes]
-    return "\n".join(["# Benchmark trends", "", table, "", *notes, *[f"- FAILED: {f}" for f in failures],
-                      "", "## Fleet", "", *fleet_sections])
+    return "\n".join(
+        [
+            "# Benchmark trends",
+            "",
+            table,
+            "",
+            *notes,
+            *[f"- FAILED: {f}" for f in failures],
+            "",
+            "## Fleet",
+            "",
+            *fleet_sections,
+        ]
+    )
 
 
 def failure_message(regressions: list[JudgedSeries], failures: list[str]) -> str:
     """What the night fails with: each new regression with its evidence and notes (the repeats it ran, the
     bisection started), then each run that failed."""
-    return "; ".join([f"new regression in {j.label} [{j.series}]: "
-                      f"{' | '.join([*j.new_changes, j.confirmation or 'not re-measured', *j.notes])}"
-                      for j in regressions] + [f"failed run: {f}" for f in failures])
+    return "; ".join(
+        [
+            f"new regression in {j.label} [{j.series}]: "
+            f"{' | '.join([*j.new_changes, j.confirmation or 'not re-measured', *j.notes])}"
+            for j in regressions
+        ]
+        + [f"failed run: {f}" for f in failures]
+    )

@@ -42,8 +42,13 @@ def robust_noise(values) -> tuple[float, float]:
     return level, float(1.4826 * np.median(np.abs(z - level)))
 
 
-def min_detectable_shift(noise_pct: float, history_runs: int, repeats: int,
-                         max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE, power: float = DEFAULT_POWER) -> float:
+def min_detectable_shift(
+    noise_pct: float,
+    history_runs: int,
+    repeats: int,
+    max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
+    power: float = DEFAULT_POWER,
+) -> float:
     """Smallest step (same unit as noise_pct) the corrected t test finds with probability `power`."""
     m, k = int(history_runs), int(repeats)
     if m < 2 or k < 2:
@@ -68,14 +73,16 @@ def min_detectable_shift(noise_pct: float, history_runs: int, repeats: int,
     return float(ncp * noise_pct * np.sqrt(1.0 / m + 1.0 / k))
 
 
-def for_values(metric: str, recent, repeats: int, max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
-               power: float = DEFAULT_POWER) -> MinDetectable:
+def for_values(
+    metric: str, recent, repeats: int, max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE, power: float = DEFAULT_POWER
+) -> MinDetectable:
     """The minimum detectable shift of a metric whose recent segment is `recent` (drift removed)."""
     z = np.asarray(recent, dtype=float)[-MAX_RECENT:]
     level, sigma = robust_noise(z) if len(z) else (float("nan"), float("nan"))
     noise_pct = 100.0 * sigma / abs(level) if level else float("nan")
-    shift = min_detectable_shift(noise_pct, len(z), repeats, max_pvalue, power) if np.isfinite(noise_pct) \
-        else float("inf")
+    shift = (
+        min_detectable_shift(noise_pct, len(z), repeats, max_pvalue, power) if np.isfinite(noise_pct) else float("inf")
+    )
     return MinDetectable(metric, shift, noise_pct, len(z), int(repeats), power)
 
 
@@ -99,8 +106,14 @@ AUTO_POWER = 0.95  # repeats='auto': the target step is opened in 95% of nights,
 # within the night once the confirmation runs (which miss a few) have judged it (benchmarks/bench_verdicts.py)
 
 
-def repeats_needed(noise_pct: float, history_runs: int, target_pct: float, max_repeats: int,
-                   max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE, power: float = AUTO_POWER) -> tuple[int, bool]:
+def repeats_needed(
+    noise_pct: float,
+    history_runs: int,
+    target_pct: float,
+    max_repeats: int,
+    max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
+    power: float = AUTO_POWER,
+) -> tuple[int, bool]:
     """(repeats, reachable): the fewest runs a night (2 .. max_repeats) that find a step of target_pct with
     probability `power`; (max_repeats, False) when even the cap cannot reach it."""
     for k in range(2, max(int(max_repeats), 2) + 1):
@@ -109,8 +122,15 @@ def repeats_needed(noise_pct: float, history_runs: int, target_pct: float, max_r
     return max(int(max_repeats), 2), False
 
 
-def simulate(noise_pct: float, history_runs: int, repeats: int, shift_pct: float, seeds: int,
-             max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE, heavy_tails: bool = False) -> float:
+def simulate(
+    noise_pct: float,
+    history_runs: int,
+    repeats: int,
+    shift_pct: float,
+    seeds: int,
+    max_pvalue: float = changepoint.DEFAULT_MAX_PVALUE,
+    heavy_tails: bool = False,
+) -> float:
     """Share of generated histories (level 100, Gaussian or t(3) noise) whose step of shift_pct at the start of
     the night's `repeats` runs the detector reports (a change point within one run of it)."""
     hits = 0

@@ -21,16 +21,28 @@ def series_table(trends: list[SeriesTrend]) -> str:
     for t in trends:
         step = t.metric(names.STEP_TIME_P50)
         changes = sum(len(m.changes) for m in t.metrics)
-        rows.append((t.series, t.label, len(t.runs), when(t.runs[-1].start_time_ms),
-                     fmt(step.values[-1]) if step else "-", changes, latest_status(t)))
-    return markdown_table(["series", "workload", "runs", "latest run (UTC)", "step ms p50", "change points",
-                           "latest status"], rows)
+        rows.append(
+            (
+                t.series,
+                t.label,
+                len(t.runs),
+                when(t.runs[-1].start_time_ms),
+                fmt(step.values[-1]) if step else "-",
+                changes,
+                latest_status(t),
+            )
+        )
+    return markdown_table(
+        ["series", "workload", "runs", "latest run (UTC)", "step ms p50", "change points", "latest status"], rows
+    )
 
 
 def change_line(change: ChangeEvent, unit: str) -> str:
-    return (f"{change.metric} {change.change_pct:+.1f}% ({fmt(change.mean_before)} -> {fmt(change.mean_after)} "
-            f"{unit}, p={change.pvalue:.2g}) {change.direction} from run {change.run_id} "
-            f"({when(change.start_time_ms)}; {change.what_changed_text()})")
+    return (
+        f"{change.metric} {change.change_pct:+.1f}% ({fmt(change.mean_before)} -> {fmt(change.mean_after)} "
+        f"{unit}, p={change.pvalue:.2g}) {change.direction} from run {change.run_id} "
+        f"({when(change.start_time_ms)}; {change.what_changed_text()})"
+    )
 
 
 def drift_line(drift: DriftEvent, unit: str) -> str:
@@ -47,8 +59,10 @@ def detectable_line(detectable) -> str:
     """One metric's minimum detectable shift (power.MinDetectable) as text."""
     d = detectable
     shift = "none in one night" if d.shift_pct == float("inf") else f"{d.shift_pct:.2f}%"
-    return (f"{d.metric}: smallest step found in one night ({d.power:.0%} of nights): {shift} "
-            f"(noise {d.noise_pct:.2f}%, {d.history_runs} runs since the last level change, {d.repeats} runs a night)")
+    return (
+        f"{d.metric}: smallest step found in one night ({d.power:.0%} of nights): {shift} "
+        f"(noise {d.noise_pct:.2f}%, {d.history_runs} runs since the last level change, {d.repeats} runs a night)"
+    )
 
 
 def bisect_command(change: ChangeEvent) -> str | None:
@@ -69,16 +83,28 @@ def history_table(trend: SeriesTrend, metric: MetricTrend) -> str:
         seg = metric.segments[seg_of[j]] if seg_of else None
         mark = f"<- {starts[run_id].direction} {starts[run_id].change_pct:+.1f}%" if run_id in starts else ""
         ver = versions[run_id]
-        rows.append((when(t), run_id, fmt(v), fmt(seg.mean) if seg else "-", ver.get("commit", "?")[:8],
-                     ver.get("torch", "?"), mark))
+        rows.append(
+            (
+                when(t),
+                run_id,
+                fmt(v),
+                fmt(seg.mean) if seg else "-",
+                ver.get("commit", "?")[:8],
+                ver.get("torch", "?"),
+                mark,
+            )
+        )
     return markdown_table(["time (UTC)", "run", metric.metric, "segment mean", "commit", "torch", "change"], rows)
 
 
-def series_report(trend: SeriesTrend, attributions: dict[tuple[str, str], Attribution],
-                  metric_names: list[str] | None = None, detectable=()) -> str:
+def series_report(
+    trend: SeriesTrend,
+    attributions: dict[tuple[str, str], Attribution],
+    metric_names: list[str] | None = None,
+    detectable=(),
+) -> str:
     """One series: per metric its history table and change points, each with what changed and attribution."""
-    blocks = [f"Series {trend.series}: {trend.label}, {len(trend.runs)} runs, latest status "
-              f"{latest_status(trend)}"]
+    blocks = [f"Series {trend.series}: {trend.label}, {len(trend.runs)} runs, latest status {latest_status(trend)}"]
     for m in trend.metrics:
         if metric_names and m.metric not in metric_names:
             continue
@@ -106,14 +132,28 @@ def attribution_text(a: Attribution, indent: str = "    ") -> str:
     if not a.contributions:
         return indent + (a.note or "no attribution")
     shift = "-" if a.shift_ms is None else f"{a.shift_ms:+.2f}"
-    head = (f"{indent}attribution: step {fmt(a.step_ms_before)} -> {fmt(a.step_ms_after)} ms ({shift} ms/step), "
-            f"{len(a.before_runs)} runs before vs {len(a.after_runs)} after")
+    head = (
+        f"{indent}attribution: step {fmt(a.step_ms_before)} -> {fmt(a.step_ms_after)} ms ({shift} ms/step), "
+        f"{len(a.before_runs)} runs before vs {len(a.after_runs)} after"
+    )
     if a.runs_without_tables:
         head += f"; {len(a.runs_without_tables)} runs without key_averages tables left out"
-    rows = [(c.kind, c.name[:70], fmt(c.before_ms), fmt(c.after_ms), f"{c.delta_ms:+.3g}", fmt(c.share_pct, ".0f"),
-             fmt(c.consistency, ".2f"), fmt(c.pvalue, ".2g")) for c in a.contributions]
-    table = markdown_table(["kind", "name", "before ms/step", "after ms/step", "delta", "% of shift",
-                            "consistency", "p (M-W)"], rows)
+    rows = [
+        (
+            c.kind,
+            c.name[:70],
+            fmt(c.before_ms),
+            fmt(c.after_ms),
+            f"{c.delta_ms:+.3g}",
+            fmt(c.share_pct, ".0f"),
+            fmt(c.consistency, ".2f"),
+            fmt(c.pvalue, ".2g"),
+        )
+        for c in a.contributions
+    ]
+    table = markdown_table(
+        ["kind", "name", "before ms/step", "after ms/step", "delta", "% of shift", "consistency", "p (M-W)"], rows
+    )
     return head + "\n" + "\n".join(indent + line for line in table.splitlines())
 
 
@@ -127,30 +167,52 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
         times = [dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC) for t in m.times_ms]
         ax.plot(times, m.values, "o", ms=3.5, color="tab:blue", label="runs")
         for seg in m.segments:
-            x = times[seg.start:seg.end]
+            x = times[seg.start : seg.end]
             ax.hlines(seg.mean, x[0], x[-1], color="black", lw=1.5)
             ax.fill_between(x, seg.mean - seg.std, seg.mean + seg.std, color="gray", alpha=0.25, lw=0)
         if m.drift is not None:  # the fitted slope over each segment of the drift region
             for lo, hi, y0, y1 in m.drift.fit.lines:
                 ax.plot([times[lo], times[hi - 1]], [y0, y1], color="tab:orange", lw=2)
-            ax.annotate(f"drift {m.drift.fit.pct_per_100_runs:+.2f}%/100 runs",
-                        (times[m.drift.fit.start], min(m.values)), fontsize=7, color="tab:orange", va="bottom",
-                        xytext=(3, 0), textcoords="offset points")
+            ax.annotate(
+                f"drift {m.drift.fit.pct_per_100_runs:+.2f}%/100 runs",
+                (times[m.drift.fit.start], min(m.values)),
+                fontsize=7,
+                color="tab:orange",
+                va="bottom",
+                xytext=(3, 0),
+                textcoords="offset points",
+            )
         for c in m.candidates:  # every version change, moved or not
             ax.axvline(times[c.test.index], color="tab:purple", ls=":", lw=1)
-            ax.annotate(c.test.what_changed_text()[:40] + (" (moved)" if c.test.moved else ""),
-                        (times[c.test.index], min(m.values)), fontsize=6, color="tab:purple", rotation=90,
-                        va="bottom", xytext=(-8, 0), textcoords="offset points")
+            ax.annotate(
+                c.test.what_changed_text()[:40] + (" (moved)" if c.test.moved else ""),
+                (times[c.test.index], min(m.values)),
+                fontsize=6,
+                color="tab:purple",
+                rotation=90,
+                va="bottom",
+                xytext=(-8, 0),
+                textcoords="offset points",
+            )
         for change in m.changes:
             colour = "tab:red" if change.direction == "regression" else "tab:green"
             ax.axvline(times[change.index], color=colour, ls="--", lw=1)
-            ax.annotate(f"{change.change_pct:+.1f}% {change.direction}\n{change.what_changed_text()[:60]}",
-                        (times[change.index], max(m.values)), fontsize=7, color=colour, va="top",
-                        xytext=(3, 0), textcoords="offset points")
+            ax.annotate(
+                f"{change.change_pct:+.1f}% {change.direction}\n{change.what_changed_text()[:60]}",
+                (times[change.index], max(m.values)),
+                fontsize=7,
+                color=colour,
+                va="top",
+                xytext=(3, 0),
+                textcoords="offset points",
+            )
         ax.set_ylabel(f"{m.metric.split('/', 1)[1]} ({m.unit})", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[0].set_title(f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points "
-                      "(dashed), drift slope (orange), version changes (dotted)", fontsize=9)
+    axes[0].set_title(
+        f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points "
+        "(dashed), drift slope (orange), version changes (dotted)",
+        fontsize=9,
+    )
     fig.autofmt_xdate()
     return save_figure(fig, path)

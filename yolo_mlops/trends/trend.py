@@ -48,8 +48,7 @@ Direction = Literal["regression", "improvement"]  # the way a metric moved, judg
 Status = Literal["regression", "suspected", "drift", "improvement", "stable", "insufficient_history"]
 MIN_HISTORY = 3  # runs before tonight's below which no verdict is given
 # suspected: a regression tonight's confirmation runs did not repeat (set by the benchmark flow's confirmation)
-STATUS_ORDER: tuple[Status, ...] = ("regression", "suspected", "drift", "improvement", "stable",
-                                    "insufficient_history")
+STATUS_ORDER: tuple[Status, ...] = ("regression", "suspected", "drift", "improvement", "stable", "insufficient_history")
 
 
 @dataclass(frozen=True)
@@ -104,9 +103,11 @@ class DriftEvent:
     def text(self, unit: str) -> str:
         f = self.fit
         week = "" if f.slope_per_week is None else f", {f.pct_per_week:+.2f}%/week"
-        return (f"{self.metric} drift {f.pct_per_100_runs:+.2f}% per 100 runs{week} ({f.total_pct:+.1f}% so far over "
-                f"{f.end - f.start} runs, level {f.level:.4g} {unit}, p={f.pvalue:.2g}) {self.direction} since run "
-                f"{self.run_id}")
+        return (
+            f"{self.metric} drift {f.pct_per_100_runs:+.2f}% per 100 runs{week} ({f.total_pct:+.1f}% so far over "
+            f"{f.end - f.start} runs, level {f.level:.4g} {unit}, p={f.pvalue:.2g}) {self.direction} since run "
+            f"{self.run_id}"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,11 @@ class CandidateEvent:
     def text(self, unit: str) -> str:
         c = self.test
         verdict = "moved" if c.moved else "no shift beyond noise"
-        return (f"{self.metric} at {c.what_changed_text()}: {c.change_pct:+.1f}% ({c.mean_before:.4g} -> "
-                f"{c.mean_after:.4g} {unit}, {c.size_before} vs {c.size_after} runs, Welch p={c.pvalue:.2g}) "
-                f"{verdict}" + (f", {self.direction}" if c.moved else "") + f" from run {self.run_id}")
+        return (
+            f"{self.metric} at {c.what_changed_text()}: {c.change_pct:+.1f}% ({c.mean_before:.4g} -> "
+            f"{c.mean_after:.4g} {unit}, {c.size_before} vs {c.size_after} runs, Welch p={c.pvalue:.2g}) "
+            f"{verdict}" + (f", {self.direction}" if c.moved else "") + f" from run {self.run_id}"
+        )
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,9 @@ def what_changed(before: list[HistoryRun], after: list[HistoryRun]) -> tuple[Ver
     return tuple(changes)
 
 
-def metric_trend(runs: list[HistoryRun], watched: Watched, settings: DetectionSettings = DetectionSettings()
-                 ) -> MetricTrend | None:
+def metric_trend(
+    runs: list[HistoryRun], watched: Watched, settings: DetectionSettings = DetectionSettings()
+) -> MetricTrend | None:
     """Segments and change points of one metric over the runs that logged it; None when none did."""
     points = [r for r in runs if watched.metric in r.metrics and np.isfinite(r.metrics[watched.metric])]
     if not points:
@@ -191,44 +195,80 @@ def metric_trend(runs: list[HistoryRun], watched: Watched, settings: DetectionSe
     bounds = [0, *[cp.index for cp in cps], len(points)]
     events = []
     for i, cp in enumerate(cps):
-        before, after = points[bounds[i]:bounds[i + 1]], points[bounds[i + 1]:bounds[i + 2]]
+        before, after = points[bounds[i] : bounds[i + 1]], points[bounds[i + 1] : bounds[i + 2]]
         went_up = cp.mean_after > cp.mean_before
-        events.append(ChangeEvent(
-            metric=watched.metric, index=cp.index, run_id=points[cp.index].run_id,
-            start_time_ms=points[cp.index].start_time_ms, mean_before=cp.mean_before, mean_after=cp.mean_after,
-            change_pct=cp.change_pct, pvalue=cp.pvalue,
-            direction=_direction(went_up, watched),
-            what_changed=what_changed(before, after),
-            before_run_ids=tuple(r.run_id for r in before), after_run_ids=tuple(r.run_id for r in after)))
+        events.append(
+            ChangeEvent(
+                metric=watched.metric,
+                index=cp.index,
+                run_id=points[cp.index].run_id,
+                start_time_ms=points[cp.index].start_time_ms,
+                mean_before=cp.mean_before,
+                mean_after=cp.mean_after,
+                change_pct=cp.change_pct,
+                pvalue=cp.pvalue,
+                direction=_direction(went_up, watched),
+                what_changed=what_changed(before, after),
+                before_run_ids=tuple(r.run_id for r in before),
+                after_run_ids=tuple(r.run_id for r in after),
+            )
+        )
     drift_event = None
     if analysis.drift is not None:
         start = points[analysis.drift.start]
-        drift_event = DriftEvent(watched.metric, start.run_id, start.start_time_ms,
-                                 _direction(analysis.drift.slope > 0, watched), analysis.drift)
+        drift_event = DriftEvent(
+            watched.metric,
+            start.run_id,
+            start.start_time_ms,
+            _direction(analysis.drift.slope > 0, watched),
+            analysis.drift,
+        )
     labels = [{**r.versions, **({"machine": r.machine} if r.machine else {})} for r in points]
     at_cps = {cp.index for cp in cps}
-    cands = tuple(CandidateEvent(watched.metric, points[c.index].run_id, points[c.index].start_time_ms,
-                                 _direction(c.mean_after > c.mean_before, watched), c, c.index in at_cps)
-                  for c in candidates.check_boundaries(analysis.detrended, labels, sorted(at_cps),
-                                                       settings.candidate_pvalue))
+    cands = tuple(
+        CandidateEvent(
+            watched.metric,
+            points[c.index].run_id,
+            points[c.index].start_time_ms,
+            _direction(c.mean_after > c.mean_before, watched),
+            c,
+            c.index in at_cps,
+        )
+        for c in candidates.check_boundaries(analysis.detrended, labels, sorted(at_cps), settings.candidate_pvalue)
+    )
     return MetricTrend(
-        metric=watched.metric, higher_is_better=watched.higher_is_better, unit=watched.unit,
-        run_ids=tuple(r.run_id for r in points), times_ms=tuple(r.start_time_ms for r in points),
-        values=tuple(float(v) for v in values), segments=tuple(segs), changes=tuple(events),
-        runs_without_metric=len(runs) - len(points), drift=drift_event, candidates=cands)
+        metric=watched.metric,
+        higher_is_better=watched.higher_is_better,
+        unit=watched.unit,
+        run_ids=tuple(r.run_id for r in points),
+        times_ms=tuple(r.start_time_ms for r in points),
+        values=tuple(float(v) for v in values),
+        segments=tuple(segs),
+        changes=tuple(events),
+        runs_without_metric=len(runs) - len(points),
+        drift=drift_event,
+        candidates=cands,
+    )
 
 
 def _analyze(values: np.ndarray, times_ms: list[int], settings: DetectionSettings) -> drift.Analysis:
-    return drift.analyze(values, times_ms, window=settings.window, max_pvalue=settings.max_pvalue,
-                         min_magnitude=settings.min_magnitude, drift_pvalue=settings.drift_pvalue)
+    return drift.analyze(
+        values,
+        times_ms,
+        window=settings.window,
+        max_pvalue=settings.max_pvalue,
+        min_magnitude=settings.min_magnitude,
+        drift_pvalue=settings.drift_pvalue,
+    )
 
 
 def _direction(went_up: bool, watched: Watched | MetricTrend) -> Direction:
     return "improvement" if went_up == watched.higher_is_better else "regression"
 
 
-def series_trend(runs: list[HistoryRun], settings: DetectionSettings = DetectionSettings(),
-                 metrics: tuple[Watched, ...] = WATCHED) -> SeriesTrend:
+def series_trend(
+    runs: list[HistoryRun], settings: DetectionSettings = DetectionSettings(), metrics: tuple[Watched, ...] = WATCHED
+) -> SeriesTrend:
     trends = [t for t in (metric_trend(runs, w, settings) for w in metrics) if t is not None]
     return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends), settings)
 
@@ -243,8 +283,12 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     level and none was alerted since, it counts as tonight's again, so a lasting regression is never lost."""
     earlier = [r for r in trend.runs if r.run_id not in tonight]
     if len(earlier) < MIN_HISTORY:
-        return SeriesVerdict(trend.series, trend.label, "insufficient_history",
-                             reason=f"{len(earlier)} earlier runs (a verdict needs {MIN_HISTORY})")
+        return SeriesVerdict(
+            trend.series,
+            trend.label,
+            "insufficient_history",
+            reason=f"{len(earlier)} earlier runs (a verdict needs {MIN_HISTORY})",
+        )
     first_tonight = min((i for i, r in enumerate(trend.runs) if r.run_id in tonight), default=len(trend.runs))
     first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
     new, drifts, cands = [], [], []
@@ -257,8 +301,9 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         changed_tonight = [c for c in m.changes if _new_tonight(m, c, by_id, first_tonight_ms, trend.settings)]
         if not changed_tonight and (open_level := _suspected_level(m, by_id, first_tonight_ms)) is not None:
             changed_tonight = [open_level]  # a dismissed regression's level still holds: judged again tonight
-        moved = [c for c in m.candidates if c.test.moved and not c.at_change_point
-                 and c.start_time_ms >= first_tonight_ms]
+        moved = [
+            c for c in m.candidates if c.test.moved and not c.at_change_point and c.start_time_ms >= first_tonight_ms
+        ]
         cands += moved
         status: Status = "stable"
         if changed_tonight:
@@ -275,15 +320,27 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
             status = "improvement"
         per_metric[m.metric] = status
     overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
-    return SeriesVerdict(trend.series, trend.label, overall, tuple(new), per_metric=per_metric,
-                         new_drifts=tuple(drifts), new_candidates=tuple(cands))
+    return SeriesVerdict(
+        trend.series,
+        trend.label,
+        overall,
+        tuple(new),
+        per_metric=per_metric,
+        new_drifts=tuple(drifts),
+        new_candidates=tuple(cands),
+    )
 
 
 EARLY_SPLIT_RUNS = 5  # a change point this few runs before tonight, into tonight's runs, may be tonight's own
 
 
-def _new_tonight(m: MetricTrend, change: ChangeEvent, by_id: dict[str, HistoryRun], first_tonight_ms: int,
-                 settings: DetectionSettings) -> bool:
+def _new_tonight(
+    m: MetricTrend,
+    change: ChangeEvent,
+    by_id: dict[str, HistoryRun],
+    first_tonight_ms: int,
+    settings: DetectionSettings,
+) -> bool:
     """The change point was not there before tonight: it starts among tonight's runs, or it is the last one
     before them, its new level runs on into tonight from fewer than EARLY_SPLIT_RUNS runs of an earlier night,
     and the history before tonight shows no change point there (within a run). The last run or two before
@@ -309,8 +366,9 @@ def _suspected_level(m: MetricTrend, by_id: dict[str, HistoryRun], first_tonight
     if not earlier or earlier[-1].direction != "regression":
         return None
     tag = names.trend_metric_tag(m.metric)
-    since = [by_id[r].verdicts.get(tag) for r in m.run_ids[earlier[-1].index:]
-             if by_id[r].start_time_ms < first_tonight_ms]
+    since = [
+        by_id[r].verdicts.get(tag) for r in m.run_ids[earlier[-1].index :] if by_id[r].start_time_ms < first_tonight_ms
+    ]
     return earlier[-1] if "suspected" in since and "regression" not in since else None
 
 
