@@ -1,5 +1,5 @@
-"""ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade) and mypy (types), configured in pyproject.toml,
-run as tests."""
+"""ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade), ruff's formatter (one layout for the whole
+tree: `ruff format .` writes it) and mypy (types), configured in pyproject.toml, run as tests."""
 
 from __future__ import annotations
 
@@ -12,8 +12,24 @@ CONFIG = REPO / "pyproject.toml"
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-                           "--config", str(CONFIG), *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--output-format",
+            "concise",
+            "--config",
+            str(CONFIG),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
 
 
 def test_repository_is_ruff_clean():
@@ -30,9 +46,36 @@ def test_ruff_fails_a_bad_file(tmp_path: Path):
         assert rule in proc.stdout, proc.stdout
 
 
+def ruff_format_check(*paths: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "--config", str(CONFIG), *paths],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+
+
+def test_repository_is_formatted():
+    proc = ruff_format_check(str(REPO))
+    assert proc.returncode == 0, "run `ruff format .`:\n" + proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+def test_format_check_fails_a_badly_laid_out_file(tmp_path: Path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f( x ):\n  return {'a':x}\n")
+    proc = ruff_format_check(str(bad))
+    assert proc.returncode == 1 and "bad.py" in proc.stdout, proc.stdout + proc.stderr
+
+
 def mypy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--no-incremental",
-                           "--no-error-summary", *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--no-incremental", "--no-error-summary", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
 
 
 def test_library_flows_tests_and_benchmarks_are_mypy_clean():
