@@ -78,6 +78,7 @@ TIMING = (
     "tests/bisect/test_bisect.py",
     "tests/sweeps/test_pool_sweep.py",
     "tests/trends/test_fleet.py",
+    "tests/trends/test_fleet_moved.py",
     "tests/trends/test_real_history.py",
 )
 QUIET = "quiet-core"

@@ -17,9 +17,12 @@ import torch
 
 from yolo_mlops.trends import fleet
 
-COMMON = "test_fleet::common_work"  # every machine: 5 ms a step
-SLOW_OPS = {"node-c": "test_fleet::slow_copy", "node-d": "test_fleet::slow_decode"}  # +40 ms a step there
-STEPS = 3  # profiled steps a run
+COMMON = "test_fleet::common_work"  # every machine: COMMON_MS a step
+SLOW_OPS = {"node-c": "test_fleet::slow_copy", "node-d": "test_fleet::slow_decode"}  # +SLOW_MS a step there
+# A loaded machine lengthens a sleep by its wake-up delay, tens of ms at worst: a common step of 20 ms keeps the
+# healthy machines' run-to-run noise a fraction of their step, and 160 ms more makes the slow ones slower beyond it
+COMMON_MS, SLOW_MS = 20, 160
+STEPS = 5  # profiled steps a run (its step time is their median, so one delayed step does not move it)
 RUNS = 3  # runs a machine
 
 
@@ -85,10 +88,10 @@ def _profiled_run(mlflow_client, experiment_id: str, machine: str, tmp_path) -> 
             t0 = time.perf_counter()
             with torch.profiler.record_function(COMMON):
                 (x @ x).sum()
-                time.sleep(0.005)
+                time.sleep(COMMON_MS / 1000)
             if machine in SLOW_OPS:
                 with torch.profiler.record_function(SLOW_OPS[machine]):
-                    time.sleep(0.040)
+                    time.sleep(SLOW_MS / 1000)
             step_ms.append(1000 * (time.perf_counter() - t0))
             prof.step()
     for table in prof.tables():
@@ -120,7 +123,7 @@ def test_each_slow_machine_is_explained_by_its_own_operator(mlflow_client, moved
         assert len(slow.moved.after_runs) == RUNS and len(slow.moved.before_runs) == 2 * RUNS  # the healthy peers
         moved = fleet.moved_entries(slow.moved)
         assert moved and (moved[0].kind, moved[0].name) == ("operator", own), [(c.name, c.delta_ms) for c in moved]
-        assert moved[0].delta_ms >= 40 and moved[0].before_ms == 0  # the planted sleep; no peer runs it
+        assert moved[0].delta_ms >= SLOW_MS and moved[0].before_ms == 0  # the planted sleep; no peer runs it
         assert moved[0].consistency == 1.0  # every run of the machine beyond its peers' median
         assert other not in {c.name for c in slow.moved.contributions}  # the other slow machine's, not here
         assert f"moved against its peers: operator {own} " in slow.explanation and other not in slow.explanation
