@@ -144,3 +144,27 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
     )
     assert {c.data.tags[names.SWEEP_LANE] for c in children} == {"cpu"} and len(children) == 4
     assert {c.data.params["env.machine"] for c in children} == {machine_name()}
+
+
+def _mark_after(path: str, delay_s: float) -> None:
+    """A lane stand-in: it leaves a mark once it has run for `delay_s`."""
+    import time
+    from pathlib import Path
+
+    time.sleep(delay_s)
+    Path(path).write_text("ran")
+
+
+def test_a_lane_ended_before_it_reached_its_process_never_runs(prefect_server, tmp_path):
+    """The runner hands a task to its process pool from a resolver thread: a lane ended right after it was
+    submitted (its bound passed before that hand-over) must not start later in a fresh process."""
+    from prefect import task
+    from prefect.task_runners import ProcessPoolTaskRunner
+
+    from yolo_mlops.sweeps import lanes
+
+    marker = tmp_path / "ran"
+    with ProcessPoolTaskRunner(max_workers=1) as runner:
+        runner.submit(task(_mark_after), parameters={"path": str(marker), "delay_s": 2.0})
+        lanes._end_worker_processes(runner)
+    assert not marker.exists()

@@ -108,9 +108,18 @@ def _local_lanes(
 
 def _end_worker_processes(runner: Any) -> None:
     """Ends the lane processes still running (a lane past its bound), so leaving the runner does not wait on
-    them; their children's MLflow runs are ended FAILED by `end_stopped_children`."""
+    them; their children's MLflow runs are ended FAILED by `end_stopped_children`.
+
+    The runner hands a submitted task to its process pool from a resolver thread, so a lane can reach the pool
+    after its bound has passed (a bound shorter than that hand-over, or a loaded machine): that thread is
+    drained first, or the lane would start in a fresh process once these were ended and train every child
+    the sweep has already reported failed. Ending a process breaks the pool, which fails the lanes still
+    queued in it."""
+    resolver = getattr(runner, "_resolver_executor", None)
+    if resolver is not None:
+        resolver.shutdown(wait=True)  # quick: the lanes wait on no other futures, so it only pickles and submits
     executor = getattr(runner, "_executor", None)
-    for process in list(getattr(executor, "_processes", {}).values()):
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
         if process.is_alive():
             process.terminate()
             process.join(30)
