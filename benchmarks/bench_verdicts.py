@@ -3,9 +3,11 @@
 1. False alerts per 1,000 series-nights: stationary histories (Gaussian and Student t(3) noise, 1% of the
    level), 60 runs of history, then nights of 3 runs; a night alerts when its runs open a change point the
    bad way (up) (`trend.verdict`), and with confirmation only when 3 more runs confirm it (`confirm.judge`).
-2. Steps of 2, 3 and 5 noise sd at tonight's first run: the share alerted within that night, with confirmation.
-   Confirmation runs at tonight's level, worse, at another level after a load shift, and back at baseline: the
-   share `confirm.judge` confirms; a lasting step dismissed on its first night: alerted on the nights after.
+2. Steps of 2, 3 and 5 noise sd at tonight's first run: the share alerted within that night, with confirmation
+   (and with a night effect as large as the run noise: the floor). Confirmation runs at tonight's level,
+   worse, at another level after a load shift, and back at baseline: the share `confirm.judge` confirms, and
+   the confirmation test's own rate (runs or nights as the unit); a lasting step dismissed on its first night:
+   alerted on the nights after.
 3. Drifts of 2-30% over 200 runs (noise 1%), judged night by night from run 12: events per drift (new drift
    verdicts + new change points; goal 1) and the runs until the first.
 4. Minimum detectable shift: the prediction (`power.min_detectable_shift`) against the detector's simulated
@@ -112,22 +114,30 @@ def bench_false_alerts(series: int, nights: int = 20) -> str:
 
 def bench_steps(seeds: int) -> str:
     """Steps at tonight's first run, 3 runs a night (the default), and repeats='auto' with target_shift_pct at
-    3 noise sd (the runs `power.repeats_needed` picks for 60 runs of 1% noise, as `nightly.repeats_needed`)."""
+    3 noise sd (the runs `power.repeats_needed` picks for 60 runs of 1% noise, as `nightly.repeats_needed`; as
+    many confirmation runs, `Night.confirmation_repeats`). The last rows add a night effect as large as the run
+    noise (one offset per night, shared by tonight's and the confirmation runs): no test of one night can tell
+    a step from a slow night there, so they show the floor the false-alert goal sets."""
     auto, _ = power.repeats_needed(1.0, HISTORY, 3.0, 8, changepoint.DEFAULT_MAX_PVALUE)  # at power.AUTO_POWER
     rows = []
-    for sd, night in ((2.0, NIGHT), (3.0, NIGHT), (5.0, NIGHT), (3.0, auto)):
+    cases = ((2.0, NIGHT, 0.0), (3.0, NIGHT, 0.0), (5.0, NIGHT, 0.0), (3.0, auto, 0.0), (5.0, NIGHT, 1.0))
+    for sd, night, night_sd in cases:
+        again = max(CONFIRM, night)
         opened = alerted = 0
         for s in range(seeds):
             rng = np.random.default_rng(s)
-            z = 100 + rng.standard_normal(HISTORY + night + CONFIRM)
-            z[HISTORY:] += sd
+            z = 100 + rng.standard_normal(HISTORY + night + again)
+            offsets = np.repeat(rng.standard_normal(HISTORY // NIGHT + 1), NIGHT)
+            z[:HISTORY] += night_sd * offsets[:HISTORY]
+            z[HISTORY:] += sd + night_sd * offsets[-1]
             if opens_regression(z[: HISTORY + night], HISTORY):
                 opened += 1
                 alerted += confirmed(z, HISTORY, night)
         label = f"{sd:g} sd, " + (f"repeats='auto' ({night} runs tonight)" if night != NIGHT else "3 runs tonight")
-        rows.append([label, fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
+        label += f", a night effect of {night_sd:g} run sd" if night_sd else ""
+        rows.append([label, again, fmt(100 * opened / seeds, ".1f"), fmt(100 * alerted / seeds, ".1f")])
     return markdown_table(
-        ["step (noise 1%, 60 runs before)", "% opened tonight", "% alerted tonight with 3 confirmation runs"], rows
+        ["step (noise 1%, 60 runs before)", "confirmation runs", "% opened tonight", "% alerted tonight"], rows
     )
 
 
@@ -382,15 +392,23 @@ def bench_confirmation(seeds: int) -> str:
         ["confirmation runs (30 runs at 100 +- 1 before; 3 tonight, 3 confirmation)", "nights opened", "% confirmed"],
         rows,
     )
-    rng, draws = np.random.default_rng(1), 20_000
+    alpha = trend.DetectionSettings().confirm_pvalue
+    rng, draws = np.random.default_rng(1), 50_000
     calibration = []
-    for before in (30, 60):  # the test alone, confirmation runs drawn from the baseline level
+    for before in (30, 60):  # the run-level test alone, confirmation runs drawn from the baseline level
         held = sum(
-            confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= 0.01
+            confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= alpha
             for _ in range(draws)
         )
-        calibration.append(f"{100 * held / draws:.2f}% with {before} runs before")
-    return table + f"\n\nThe one-sided test at 1% on {draws:,} fresh draws: " + ", ".join(calibration)
+        calibration.append(f"runs as the unit, {before} runs before: {100 * held / draws:.3f}%")
+    for night_sd in (0.0, 1.0):  # the nights test: 20 nights of 3 before, the confirmation night sharing an offset
+        held = 0
+        for _ in range(draws):
+            base = [rng.standard_normal(NIGHT) + night_sd * rng.standard_normal() for _ in range(HISTORY // NIGHT)]
+            again = rng.standard_normal(CONFIRM) + night_sd * rng.standard_normal()
+            held += confirm.nights_t_test(base, again).pvalue <= alpha
+        calibration.append(f"nights as the unit, a night effect of {night_sd:g} run sd: {100 * held / draws:.3f}%")
+    return table + f"\n\nThe one-sided test at {100 * alpha:g}% on {draws:,} fresh draws: " + "; ".join(calibration)
 
 
 def bench_suspected_then_established(seeds: int, nights: int = 4) -> str:
@@ -556,6 +574,12 @@ def main() -> int:
     parser.add_argument("--night-series", type=int, default=100, help="series (20 nights each) per row of 'night'")
     parser.add_argument("--family-series", type=int, default=100, help="series (20 nights each) per row of 'family'")
     parser.add_argument(
+        "--night-sds",
+        type=lambda text: tuple(float(x) for x in text.split(",")),
+        default=(0.0, 0.5, 1.0),
+        help="the night effects of 'family' (sd in run-noise units), comma-separated",
+    )
+    parser.add_argument(
         "--sections",
         help="comma-separated: speed, false, steps, night, family, confirmation, "
         "suspected, drifts, power, candidates (default: all)",
@@ -572,7 +596,7 @@ def main() -> int:
         "family": (
             "False events per series-night, the night's tests as one family (correlated metrics, version "
             "changes on some nights, a night-level random effect)",
-            lambda: bench_family(args.family_series),
+            lambda: bench_family(args.family_series, night_sds=args.night_sds),
         ),
         "confirmation": (
             "Confirmation runs at tonight's level, worse, after a load shift, back at baseline",

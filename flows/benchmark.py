@@ -63,7 +63,7 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
         for j in nightly.judge_confirmed(
             partial(judge_series, experiment, run_ids, suite),
             suite.confirm_repeats,
-            partial(_run_confirmation, night, suite.confirm_repeats),
+            partial(_run_confirmation, night, suite),
         )
     ]
     night.add_notes(judged)
@@ -101,11 +101,12 @@ def _repeats_needed(suite: BenchmarkSuite, night: nightly.Night) -> list[int]:
     return needed
 
 
-def _run_confirmation(night: nightly.Night, repeats: int, judged: JudgedSeries) -> list[str]:
-    """`repeats` more runs of a judged series' configuration, tagged as confirmation runs of this night."""
+def _run_confirmation(night: nightly.Night, suite: BenchmarkSuite, judged: JudgedSeries) -> list[str]:
+    """More runs of a judged series' configuration (`Night.confirmation_repeats`), tagged as confirmation runs
+    of this night."""
     spec = night.tagged(night.spec_of(judged), {names.BENCHMARK_CONFIRMATION: night.night_id})
     done = []
-    for repeat in range(repeats):
+    for repeat in range(night.confirmation_repeats(judged, suite)):
         try:
             done.append(profile_training(spec).run_id)
         except Exception as exc:  # reported with the night's failures

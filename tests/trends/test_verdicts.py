@@ -295,6 +295,26 @@ def test_benchmark_suite_bad_input_is_one_line_each():
     assert BenchmarkSuite(runs=[], repeats="auto", target_shift_pct=5, max_repeats=8).confirm_repeats == 3
 
 
+def test_auto_repeats_confirm_with_as_many_runs_as_the_night_ran():
+    """Under repeats='auto' a series is re-measured with the runs its noise asked for tonight (at least
+    confirm_repeats); with fixed repeats, or confirm_repeats=0 (alert without re-measuring), as configured."""
+    from yolo_mlops.config import BenchmarkSuite
+    from yolo_mlops.trends.nightly import JudgedSeries, Night
+
+    judged = JudgedSeries("s", "label", "regression", [f"r{i}" for i in range(6)], 60, [], "r5")
+
+    def auto(confirm_repeats: int = 3) -> BenchmarkSuite:
+        return BenchmarkSuite(
+            runs=[], repeats="auto", target_shift_pct=3.0, max_repeats=8, confirm_repeats=confirm_repeats
+        )
+
+    night = Night("n1")
+    assert night.confirmation_repeats(judged, auto()) == 6
+    assert night.confirmation_repeats(judged, auto(confirm_repeats=8)) == 8
+    assert night.confirmation_repeats(judged, auto(confirm_repeats=0)) == 0
+    assert night.confirmation_repeats(judged, BenchmarkSuite(runs=[], repeats=6)) == 3
+
+
 # --- confirmation (library) ---------------------------------------------------------------------------------
 
 
@@ -387,6 +407,46 @@ def test_confirmation_back_at_the_old_level_dismisses_at_the_stated_rate():
         confirm_pvalue=0.01,
     )  # higher is better: lower throughput is the bad way
     assert throughput.holds and throughput.pooled and throughput.shift_pct > 0  # 40-41 against 49-51
+
+
+@pytest.mark.parametrize("night_sd", [0.0, 1.0, 2.0])
+def test_the_confirmation_test_allows_for_slow_nights(night_sd):
+    """A night shares one offset among its runs (the confirmation runs share tonight's). Taken as independent
+    runs, a slow night confirms itself: with an offset sd as large as the run noise the runs' t test errs about
+    5% at its 1%. `nights_t_test` (20 baseline nights of 3 runs, a confirmation night of 3) errs at about its 1%
+    whatever the offset: 4,000 nights at a bound of 1.6% (binomial sd 0.16 points), and the runs' test, on the
+    same draws, above it where the nights differ."""
+    rng = np.random.default_rng(int(10 * night_sd))
+    by_nights = by_runs = 0
+    for _ in range(4000):
+        base = [rng.standard_normal(3) + night_sd * rng.standard_normal() for _ in range(20)]
+        again = rng.standard_normal(3) + night_sd * rng.standard_normal()
+        by_nights += confirm.nights_t_test(base, again).pvalue <= 0.01
+        by_runs += confirm.t_test([np.concatenate(base), again], 0, 1, sides=1) <= 0.01
+    assert by_nights / 4000 <= 0.016
+    if night_sd >= 1.0:
+        assert by_runs / 4000 >= 0.03
+
+
+def test_judge_reads_the_nights_of_the_baseline():
+    """Through `judge`: a baseline whose nights differ by 3 run sd (a machine whose load moves night to night)
+    does not confirm a night 8 run sd slow whose confirmation runs share its offset; the same values with
+    every run its own night (no nights known) are judged as independent runs and confirm. A 20 sd step confirms
+    either way, and the evidence names the night-to-night sd allowed for."""
+    rng = np.random.default_rng(5)
+    offsets = np.repeat(3 * rng.standard_normal(10), 3)
+    base = 100 + offsets + rng.standard_normal(30)
+    slow_night = np.r_[base, 108 + rng.standard_normal(6)]
+    nights = records(slow_night)
+    runs_alone = records(slow_night, nights_of=1)
+    for runs, confirmed in ((nights, False), (runs_alone, True)):
+        tonight, again = {r.run_id for r in runs[30:33]}, {r.run_id for r in runs[33:]}
+        _, c = confirm.judge(trend.series_trend(runs), tonight, again, (names.STEP_TIME_P50,))
+        assert c.confirmed is confirmed, c.evidence
+    step = records(np.r_[base, 120 + rng.standard_normal(6)])
+    tonight, again = {r.run_id for r in step[30:33]}, {r.run_id for r in step[33:]}
+    _, c = confirm.judge(trend.series_trend(step), tonight, again, (names.STEP_TIME_P50,))
+    assert c.confirmed and "night-to-night sd" in c.evidence, c.evidence
 
 
 def test_several_metrics_re_measured_are_held_to_holm():

@@ -6,11 +6,14 @@ tests them directly against the level before the regression:
 
 - the *baseline* is the metric's runs before the regression's first run, back to the last change point that
   the history before it shows (the last 200 runs at most);
-- a one-sided t test of the *confirmation runs* against the baseline (noise pooled within both groups) asks
-  whether they sit the bad way of it; the regression holds when p <= `confirm_pvalue` (DetectionSettings,
-  default 0.01) and the shift is at least `min_magnitude`; with several metrics re-measured, Holm's step-down
-  over them (`holm_holds`), so the night's confirmation errs at most `confirm_pvalue` however many metrics
-  regressed;
+- a one-sided t test of the *confirmation runs* against the baseline asks whether they sit the bad way of
+  it; the regression holds when p <= `confirm_pvalue` (DetectionSettings, default 0.001) and the shift is at
+  least `min_magnitude`; with several metrics re-measured, Holm's step-down over them (`holm_holds`), so the
+  night's confirmation errs at most `confirm_pvalue` however many metrics regressed;
+- the night is the unit of the machine's state: the confirmation runs share tonight's offset (load, clocks,
+  cache), so the test allows for the night-to-night spread the baseline's nights show (`nights_t_test`, a
+  one-way random effect), and a slow night does not confirm itself; a baseline of fewer than MIN_NIGHTS
+  nights, or of runs without one, is tested run by run (noise pooled within both groups);
 - the size of the regression is the mean of the confirmation runs pooled with the regression's own runs
   (tonight's, and those of earlier dismissed nights of the same level) when a two-sided t test at
   `AGREE_PVALUE` cannot tell the two apart, else of the confirmation runs alone.
@@ -25,8 +28,11 @@ night is `suspected`; its runs carry that verdict, and `trend.verdict` re-opens 
 the next nights until it is alerted or gone (never lost as a change point that lies before tonight).
 
 Error rate: when the confirmation runs come from the baseline level, they confirm a metric with probability
-`confirm_pvalue` (exact under Gaussian noise), and any of the metrics re-measured at most that (Holm). Rates
-by simulation in `benchmarks/bench_verdicts.py`.
+about `confirm_pvalue` (Satterthwaite's approximation; exact for the run-level test under Gaussian noise) even
+when the whole night is slow, and any of the metrics re-measured at most that (Holm). An alert needs a
+confirmed metric, so a series-night alerts falsely with probability at most about 0.1%, whatever the night's
+own tests opened (`confirm_repeats=0` gives that up: the night's own tests alert). Rates by simulation in
+`benchmarks/bench_verdicts.py`.
 
 The night's own tests as one family (`night_family`): every test a night runs on a series (per watched
 metric: the change-point search, the drift test, and the Welch test of each version boundary among tonight's
@@ -62,6 +68,9 @@ from yolo_mlops.trends.trend import (
 
 AGREE_PVALUE = 0.05  # two-sided: the size pools tonight's and the confirmation runs unless a t test separates them
 BASELINE_RUNS = 200  # the baseline is the last runs of the level before the regression, at most this many
+# nights a baseline needs before its night-to-night spread is allowed for: fewer say too little of it (two nights
+# give the spread about one degree of freedom, and the test's critical t at 0.1% would be in the hundreds)
+MIN_NIGHTS = 4
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class LevelTest:
     shift_pct: float  # the size: the pooled (or confirmation) mean against the baseline's, + = the bad way
     holds: bool
     reopened: bool = False  # the level began before tonight (a dismissed night, or a run early): its runs count
+    night_sd: float = 0.0  # the baseline's night-to-night sd the test allowed for (0: none seen, or no nights)
 
 
 @dataclass(frozen=True)
@@ -232,6 +242,49 @@ def t_test(groups: list[np.ndarray], a: int, b: int, sides: int) -> float:
     return float(stdtr(df, -t)) if sides == 1 else float(2 * stdtr(df, -abs(t)))
 
 
+@dataclass(frozen=True)
+class NightsTest:
+    pvalue: float  # one-sided: the confirmation night's mean above the baseline's
+    night_sd: float  # the night-to-night sd estimated from the baseline (0 when its nights agree within noise)
+    df: float
+
+
+def nights_t_test(baseline_nights: list[np.ndarray], confirmation: np.ndarray) -> NightsTest:
+    """Are the confirmation runs (one night's) above the baseline, whose runs come in nights?
+
+    A night shares one offset among its runs (the machine's load, its clocks, the data's cache): the runs of one
+    night are not independent draws, and a test that takes them as such calls a slow night a regression. The
+    model is a one-way random effect, value = level + night offset (sd sb) + run noise (sd sw). sw comes from
+    the spread within nights (the baseline's and the confirmation night's), sb from the spread of the baseline's
+    night means beyond that (moments, truncated at 0). The difference of the means has variance
+    sb^2 (1 + sum n_i^2 / N^2) + sw^2 (1 / n_c + 1 / N) (the confirmation night's offset, the baseline's
+    nights' offsets, the runs' noise), tested with Satterthwaite's degrees of freedom; where no night offset
+    shows (sb = 0) this is the pooled t test of the runs."""
+    groups = [np.asarray(g, dtype=float) for g in baseline_nights if len(g)]
+    again = np.asarray(confirmation, dtype=float)
+    total, k, n_c = sum(len(g) for g in groups), len(groups), len(again)
+    df_w = sum(len(g) - 1 for g in [*groups, again] if len(g))
+    if not total or not n_c or df_w < 1:
+        return NightsTest(float("nan"), 0.0, 0.0)
+    msw = sum(float(((g - g.mean()) ** 2).sum()) for g in [*groups, again] if len(g)) / df_w
+    base = np.concatenate(groups)
+    diff = float(again.mean() - base.mean())
+    squares = sum(len(g) ** 2 for g in groups)
+    c_b, c_w = 1 + squares / total**2, 1 / n_c + 1 / total
+    sb2, var, df = 0.0, c_w * msw, float(df_w)
+    if k >= 2 and total > k:
+        msb = sum(len(g) * (float(g.mean()) - float(base.mean())) ** 2 for g in groups) / (k - 1)
+        n0 = (total - squares / total) / (k - 1)
+        if msb > msw:
+            sb2 = (msb - msw) / n0
+            a, b = c_b / n0, c_w - c_b / n0
+            var = a * msb + b * msw
+            df = var**2 / ((a * msb) ** 2 / (k - 1) + (b * msw) ** 2 / df_w)
+    if var <= 0:
+        return NightsTest(0.0 if diff > 0 else 1.0, 0.0, df)
+    return NightsTest(float(stdtr(df, -diff / math.sqrt(var))), math.sqrt(sb2), df)
+
+
 def level_test(
     baseline: np.ndarray,
     regressed: np.ndarray,
@@ -239,14 +292,22 @@ def level_test(
     higher_is_better: bool,
     confirm_pvalue: float,
     min_magnitude: float = 0.0,
+    baseline_nights: tuple[str | None, ...] | None = None,
 ) -> LevelTest:
     """Do the confirmation runs sit the bad way of the baseline? The size comes from them pooled with the
-    regressed runs where the two agree (the module doc says why those are not in the test)."""
+    regressed runs where the two agree (the module doc says why those are not in the test). With the
+    baseline runs' nights (every run's benchmark night known, two nights at least), the test allows for
+    the night-to-night spread (`nights_t_test`); else the runs are the unit."""
     sign = -1.0 if higher_is_better else 1.0  # tested as "went up" = the bad way
     base, night, again = (sign * np.asarray(v, dtype=float) for v in (baseline, regressed, confirmation))
     agree = t_test([night, again], 0, 1, sides=2) if len(night) and len(again) else float("nan")
     pooled = bool(len(night)) and not agree <= AGREE_PVALUE  # nan (too few runs to tell): pooled
-    p = t_test([base, again], 0, 1, sides=1)
+    nights = _night_groups(base, baseline_nights)
+    if nights is not None:
+        by_night = nights_t_test(nights, again)
+        p, night_sd = by_night.pvalue, by_night.night_sd
+    else:
+        p, night_sd = t_test([base, again], 0, 1, sides=1), 0.0
     group = np.r_[night, again] if pooled else again
     level = float(np.mean(base)) if len(base) else float("nan")
     shift = 100 * (float(np.mean(group)) - level) / abs(level) if len(group) and level else float("nan")
@@ -260,7 +321,22 @@ def level_test(
         p,
         shift,
         holds,
+        night_sd=night_sd,
     )
+
+
+def _night_groups(base: np.ndarray, nights: tuple[str | None, ...] | None) -> list[np.ndarray] | None:
+    """The baseline's runs by night, in order; None where a run's night is unknown (a run outside a benchmark
+    flow), the runs make fewer than MIN_NIGHTS nights, or no night has two runs (no spread within a night)."""
+    if nights is None or len(nights) != len(base) or any(n is None for n in nights):
+        return None
+    index: dict[str | None, list[float]] = {}
+    for name, value in zip(nights, base, strict=True):
+        index.setdefault(name, []).append(float(value))
+    groups = [np.asarray(v) for v in index.values()]
+    if len(groups) < MIN_NIGHTS or all(len(g) < 2 for g in groups):
+        return None
+    return groups
 
 
 def judge(
@@ -269,11 +345,12 @@ def judge(
     """The verdict over tonight's and the confirmation runs: `regression` when it holds (see the module
     doc), else `suspected` with the evidence; the Confirmation says which and why."""
     v = verdict(trend, tonight | confirmation)
+    nights = {r.run_id: r.night for r in trend.runs}
     tests: dict[str, LevelTest | None] = {}
     for name in metrics:
         series_metric = trend.metric(name)
         if series_metric is not None:
-            tests[name] = _test_metric(series_metric, v, tonight, confirmation, trend.settings)
+            tests[name] = _test_metric(series_metric, v, tonight, confirmation, trend.settings, nights)
     holds = holm_holds({k: t for k, t in tests.items() if t is not None}, trend.settings.confirm_pvalue)
     lines = []
     for name, test in tests.items():
@@ -339,7 +416,12 @@ def regression_start(
 
 
 def _test_metric(
-    series_metric: MetricTrend, v: SeriesVerdict, tonight: set[str], confirmation: set[str], settings: DetectionSettings
+    series_metric: MetricTrend,
+    v: SeriesVerdict,
+    tonight: set[str],
+    confirmation: set[str],
+    settings: DetectionSettings,
+    nights: dict[str, str | None] | None = None,
 ) -> LevelTest | None:
     start = regression_start(series_metric, v, tonight, confirmation)
     if start is None:
@@ -354,8 +436,15 @@ def _test_metric(
     base = values[level_from:start]
     regressed = np.array([x for i, x in enumerate(values) if i >= start and ids[i] not in confirmation])
     again = np.array([x for r, x in zip(ids, values, strict=True) if r in confirmation])
+    base_nights = tuple((nights or {}).get(r) for r in ids[level_from:start]) if nights is not None else None
     test = level_test(
-        base, regressed, again, series_metric.higher_is_better, settings.confirm_pvalue, settings.min_magnitude
+        base,
+        regressed,
+        again,
+        series_metric.higher_is_better,
+        settings.confirm_pvalue,
+        settings.min_magnitude,
+        base_nights,
     )
     return replace(test, reopened=ids[start] not in tonight)
 
@@ -380,6 +469,7 @@ def _evidence(series_metric: MetricTrend, test: LevelTest | None, family: int = 
         f"{part('since its first run' if test.reopened else 'tonight', test.regressed)}, "
         f"{part('confirmation', test.confirmation)}; the confirmation runs against before: one-sided "
         f"p={test.pvalue:.2g}"
+        + (f" (a night-to-night sd of {test.night_sd:.3g} {series_metric.unit} allowed for)" if test.night_sd else "")
         + (f" (Holm over {family} metrics re-measured)" if family > 1 else "")
         + f"; size {test.shift_pct:+.1f}% from {size}"
     )

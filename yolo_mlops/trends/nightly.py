@@ -85,6 +85,15 @@ class Night:
         """The configuration a judged series ran tonight (its confirmation runs re-run it)."""
         return self.config_of[judged.runs_tonight[0]][1]
 
+    def confirmation_repeats(self, judged: JudgedSeries, suite: BenchmarkSuite) -> int:
+        """Runs that re-measure a judged series: `confirm_repeats`, and under repeats='auto' at least as many as
+        the series ran tonight (the runs its noise needed to see the target shift): the confirmation test, at
+        `confirm_pvalue` (0.1%) with the night's offset allowed for, must not be what misses the step (3
+        confirmation runs after 6 auto runs alerted 88.5% of 3-sd steps, benchmarks/bench_verdicts.py)."""
+        if suite.confirm_repeats == 0 or suite.repeats != "auto":
+            return suite.confirm_repeats
+        return max(suite.confirm_repeats, len(judged.runs_tonight))
+
     def add_notes(self, judged: list[JudgedSeries]) -> None:
         """Each series gets the notes of the configurations its runs ran."""
         for j in judged:

@@ -58,7 +58,7 @@ class DetectionSettings:
     min_magnitude: float = changepoint.DEFAULT_MIN_MAGNITUDE
     drift_pvalue: float = drift.DEFAULT_DRIFT_PVALUE  # Mann-Kendall significance of a drift
     candidate_pvalue: float = candidates.DEFAULT_CANDIDATE_PVALUE  # per version boundary: false-alarm rate
-    confirm_pvalue: float = 0.01  # one-sided: confirmation runs the bad way of the level before (trends.confirm)
+    confirm_pvalue: float = 0.001  # one-sided: confirmation runs the bad way of the level before (trends.confirm)
 
 
 @dataclass(frozen=True)
