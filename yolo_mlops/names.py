@@ -153,6 +153,9 @@ MEMORY_PEAK_TOTAL = "memory/peak_total_mib"
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
 
 # artifacts --------------------------------------------------------------------------------------------------
+# Every artifact constant is its path from the run's artifact root. A data-parallel job writes each rank's copy
+# of a file of profiler/, analysis/ or nvml/ in that folder's rank<r>/ (`rank_path`); code that writes a file
+# into a folder it was given takes the constant's `file_name`.
 PROFILER_DIR = "profiler"  # Chrome traces (tensorboard_trace_handler names) and key_averages tables
 NVML_DIR = "nvml"
 ANALYSIS_DIR = "analysis"
@@ -161,16 +164,15 @@ RUN_FOLDERS = (PROFILER_DIR, NVML_DIR, ANALYSIS_DIR)  # uploaded as folders, in 
 ENV_JSON = "env.json"
 RUN_SPEC_YAML = "run_spec.yaml"
 ULTRALYTICS_FILES = ("results.csv", "args.yaml")
-STEP_TIMES_FILE = "step_times.csv"
-STEP_TIMES_CSV = "analysis/step_times.csv"  # a data-parallel job: analysis/rank<r>/step_times.csv per rank
-METRICS_JSON = "metrics.json"
-TRACE_ANALYSIS_JSON = "trace_analysis.json"
-FINDINGS_JSON = "findings.json"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
-NVML_TIMELINE_CSV = "nvml_timeline.csv"  # files of NVML_DIR
-NVML_TIMELINE_PNG = "nvml_timeline.png"
-NVML_META_JSON = "nvml_meta.json"
+STEP_TIMES_CSV = "analysis/step_times.csv"
+METRICS_JSON = "analysis/metrics.json"
+TRACE_ANALYSIS_JSON = "analysis/trace_analysis.json"
+FINDINGS_JSON = "analysis/findings.json"
+REPORT_MD = "analysis/report.md"
+REPORT_HTML = "analysis/report.html"
+NVML_TIMELINE_CSV = "nvml/nvml_timeline.csv"
+NVML_TIMELINE_PNG = "nvml/nvml_timeline.png"
+NVML_META_JSON = "nvml/nvml_meta.json"
 # key_averages tables of PROFILER_DIR, each as <name>.txt (torch's text table) and <name>.json (MLflow table)
 KEY_AVERAGES_SELF_DEVICE = "key_averages_self_device"
 KEY_AVERAGES_SELF_CPU = "key_averages_self_cpu"
@@ -178,9 +180,9 @@ KEY_AVERAGES_MEMORY = "key_averages_memory"
 KEY_AVERAGES_BY_SHAPE = "key_averages_by_shape"
 KEY_AVERAGES_TABLES = (KEY_AVERAGES_SELF_DEVICE, KEY_AVERAGES_SELF_CPU, KEY_AVERAGES_MEMORY, KEY_AVERAGES_BY_SHAPE)
 SWEEP_DIR = "sweep"
-CUDA_MEMORY_SNAPSHOT_FILE = "cuda_memory_snapshot.pickle"  # file of PROFILER_DIR: PyTorch memory visualiser input
-# file of PROFILER_DIR: gzipped JSON [times, sizes by holder]; not *.json.gz, so the folder stays a trace folder
-MEMORY_TIMELINE_FILE = "memory_timeline.gz"
+CUDA_MEMORY_SNAPSHOT_PICKLE = "profiler/cuda_memory_snapshot.pickle"  # PyTorch memory visualiser input
+# gzipped JSON [times, sizes by holder]; not *.json.gz, so the profiler folder stays a trace folder
+MEMORY_TIMELINE_GZ = "profiler/memory_timeline.gz"
 SWEEP_COMPARISON_TABLE = "sweep/comparison.json"
 SWEEP_COMPARISON_MD = "sweep/comparison.md"
 SWEEP_COMPARISON_CSV = "sweep/comparison.csv"
@@ -208,6 +210,17 @@ COMM_ALLREDUCE_MIB_PER_OPTIMIZER_STEP = "comm/allreduce_mib_per_optimizer_step"
 def rank_folder(rank: int) -> str:
     """`rank<r>`: a data-parallel job's folder of one rank under profiler/, analysis/ and nvml/."""
     return f"rank{rank}"
+
+
+def rank_path(path: str, rank: int) -> str:
+    """One rank's copy of a file of profiler/, analysis/ or nvml/: `analysis/rank1/step_times.csv`."""
+    folder, _, name = path.rpartition("/")
+    return f"{folder}/{rank_folder(rank)}/{name}"
+
+
+def file_name(path: str) -> str:
+    """The file name of an artifact path, for code that writes into a folder it was given."""
+    return path.rpartition("/")[2]
 
 
 def rank_metric(rank: int, metric: str) -> str:

@@ -88,7 +88,7 @@ def test_split_matches_the_model_and_optimizer(recorded):
 
 def test_timeline_file_is_torchs_layout_and_its_peak_is_the_split(recorded):
     _, profiler = recorded
-    path = profiler.trace_dir / names.MEMORY_TIMELINE_FILE
+    path = profiler.trace_dir / names.file_name(names.MEMORY_TIMELINE_GZ)
     with gzip.open(path, "rt") as f:
         times, sizes = json.load(f)
     labels = memory_holders.column_labels()
@@ -119,7 +119,7 @@ def test_without_stacks_nothing_is_measured(tmp_path):
         "skipped: needs record_shapes, profile_memory and with_stack (profiler settings; off: with_stack)"
     )
     assert profiler.memory.result is None
-    assert not (profiler.trace_dir / names.MEMORY_TIMELINE_FILE).exists()
+    assert not (profiler.trace_dir / names.file_name(names.MEMORY_TIMELINE_GZ)).exists()
     assert len(profiler.trace_files()) == 1  # the trace itself is unaffected
 
 

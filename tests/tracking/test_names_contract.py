@@ -133,9 +133,7 @@ def test_every_documented_artifact_is_a_constant(path):
 def test_the_doc_lists_the_run_layout():
     # the parsers above must find the tables they check, or the parametrized tests check nothing
     assert {names.RUN_KIND, names.SERIES_KEY, names.GIT_COMMIT_TAG} <= set(documented_tags(TEXT))
-    assert {names.ENV_JSON, names.STEP_TIMES_CSV, f"{names.NVML_DIR}/{names.NVML_TIMELINE_CSV}"} <= set(
-        documented_artifacts(TEXT)
-    )
+    assert {names.ENV_JSON, names.STEP_TIMES_CSV, names.NVML_TIMELINE_CSV} <= set(documented_artifacts(TEXT))
 
 
 def test_the_checks_reject_unknown_names():
@@ -256,3 +254,21 @@ def test_the_metric_check_sees_the_doc_and_rejects_unknown_names():
     assert metric_is_documented(names.sweep_variant_metrics("amp")["ci_low"])
     assert not metric_is_documented("perf/no_such_metric") and not metric_is_documented("gpu/no_such_thing")
     assert not metric_is_documented("trace/host_data_loader_ms")
+
+
+def test_every_name_is_bound_once():
+    """A second assignment of a constant silently replaces the first (a tag and an artifact path that share a
+    name would log the tag under the path): every module-level name of names.py is assigned once."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(names))
+    bound = [
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    ]
+    twice = sorted({n for n in bound if bound.count(n) > 1})
+    assert not twice, f"names.py assigns {', '.join(twice)} more than once"

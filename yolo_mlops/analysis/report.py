@@ -474,7 +474,7 @@ def write_report(
         written.append(out_dir / NVML_PLOT)
         images.append(Image(NVML_PLOT, "NVML timeline"))
     blocks = _report_blocks(analysis, findings, extra, images, sections or [])
-    md_path, html_path = out_dir / names.REPORT_MD, out_dir / names.REPORT_HTML
+    md_path, html_path = out_dir / names.file_name(names.REPORT_MD), out_dir / names.file_name(names.REPORT_HTML)
     md_path.write_text(render_markdown(blocks))
     html_path.write_text(render_html(blocks, out_dir))
     return [md_path, html_path, *written]

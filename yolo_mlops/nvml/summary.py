@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from yolo_mlops import names
-from yolo_mlops.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG
+from yolo_mlops.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG, file_name
 from yolo_mlops.nvml.backend import (
     CLOCKS_EVENT_POWER_BITS,
     CLOCKS_EVENT_REASONS,
@@ -28,9 +28,9 @@ from yolo_mlops.nvml.backend import (
 from yolo_mlops.nvml.sampler import Timeline
 from yolo_mlops.render import new_figure, save_figure
 
-TIMELINE_CSV = NVML_TIMELINE_CSV
-TIMELINE_PNG = NVML_TIMELINE_PNG
-TIMELINE_META = NVML_META_JSON
+TIMELINE_CSV = file_name(NVML_TIMELINE_CSV)  # files of the folder it writes (nvml/, or a rank's)
+TIMELINE_PNG = file_name(NVML_TIMELINE_PNG)
+TIMELINE_META = file_name(NVML_META_JSON)
 
 # Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
 _UTIL_METRICS = (

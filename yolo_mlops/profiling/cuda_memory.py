@@ -16,7 +16,7 @@ from pathlib import Path
 
 from yolo_mlops import names
 
-SNAPSHOT_FILE = names.CUDA_MEMORY_SNAPSHOT_FILE
+SNAPSHOT_FILE = names.file_name(names.CUDA_MEMORY_SNAPSHOT_PICKLE)
 MAX_ENTRIES = 100_000
 RECORDED = "recorded"
 

@@ -25,7 +25,7 @@ from typing import Any
 from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table
 
-TIMELINE_FILE = names.MEMORY_TIMELINE_FILE
+TIMELINE_FILE = names.file_name(names.MEMORY_TIMELINE_GZ)
 RECORDED = "recorded"
 UNKNOWN = "unknown"
 # torch's Category names, lower case, plus the bytes it could not classify
@@ -171,7 +171,7 @@ def timeline_device(training_device: str) -> str:
 SECTION_TITLE = "Peak memory by holder"
 SECTION_TEXT = (
     "Training device at its peak in the first profiler cycle (torch's memory profiler; "
-    f"timeline `{names.profiler_file(TIMELINE_FILE)}`)."
+    f"timeline `{names.MEMORY_TIMELINE_GZ}`)."
 )
 TABLE_HEADERS = ["holder", "MiB", "% of peak"]
 

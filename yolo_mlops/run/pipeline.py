@@ -151,7 +151,7 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     _analysis_dir(prepared)  # the folder the step times go to
     for rank in outcome.ranks or [outcome]:
         rank_plan = replace(plan, rank=rank.rank)
-        rank.steps.save_csv(rank_plan.rank_path(names.ANALYSIS_DIR) / names.STEP_TIMES_FILE)
+        rank.steps.save_csv(rank_plan.rank_path(names.ANALYSIS_DIR) / names.file_name(names.STEP_TIMES_CSV))
         for table in rank.tables:
             name = table.name if rank.rank is None else f"{names.rank_folder(rank.rank)}/{table.name}"
             (rank_plan.rank_path(names.PROFILER_DIR) / f"{table.name}.txt").write_text(table.text)
@@ -224,7 +224,9 @@ def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     except Exception as exc:  # a broken trace must not lose the run: record why and keep the measurements
         tags[names.ANALYSIS_STATUS] = names.ANALYSIS_FAILED
         tags[names.ANALYSIS_ERROR] = f"{type(exc).__name__}: {exc}"[: names.TAG_MAX_CHARS]
-    (_analysis_dir(prepared) / names.METRICS_JSON).write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    (_analysis_dir(prepared) / names.file_name(names.METRICS_JSON)).write_text(
+        json.dumps(metrics, indent=2, sort_keys=True)
+    )
     return result
 
 
@@ -319,7 +321,7 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
         _allreduce_per_optimizer_step(outcome, trace.communication, result)
     if trace.warnings:
         result.tags[names.ANALYSIS_WARNINGS] = "\n".join(trace.warnings)[: names.TAG_MAX_CHARS]
-    (folder / names.TRACE_ANALYSIS_JSON).write_text(trace.to_json())
+    (folder / names.file_name(names.TRACE_ANALYSIS_JSON)).write_text(trace.to_json())
     result.metrics.update(headline_metrics(trace))
     perf = result.perf
     gpu = result.gpu or NvmlSummary(outcome.nvml.backend)  # None fields: not measured
@@ -347,8 +349,8 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     )
     result.findings = findings
     result.metrics[names.FINDINGS_COUNT] = float(len(findings))
-    (folder / names.FINDINGS_JSON).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
-    nvml_plot = prepared.plan.output_dir / names.NVML_DIR / names.NVML_TIMELINE_PNG
+    (folder / names.file_name(names.FINDINGS_JSON)).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
+    nvml_plot = prepared.plan.output_dir / names.NVML_TIMELINE_PNG
     headline = {**(perf.as_metrics() if perf is not None else {}), names.PROFILER_EXPORT_S: outcome.profiler_export_s}
     memory_rows = memory_holders.table_rows(result.metrics)
     sections: list[Block] = (
@@ -363,7 +365,7 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     write_report(
         folder, trace, findings, extra=headline, nvml_plot=nvml_plot if nvml_plot.exists() else None, sections=sections
     )
-    result.report_markdown = (folder / names.REPORT_MD).read_text()
+    result.report_markdown = (folder / names.file_name(names.REPORT_MD)).read_text()
 
 
 # track ------------------------------------------------------------------------------------------------------
@@ -423,7 +425,7 @@ def captured_step_times(folder: Path) -> StepTimes | None:
     line cut short (a full disk) is left out."""
     path = folder / names.STEP_TIMES_CSV
     if not path.is_file():  # a data-parallel job's: rank 0's
-        path = folder / names.ANALYSIS_DIR / names.rank_folder(0) / names.STEP_TIMES_FILE
+        path = folder / names.rank_path(names.STEP_TIMES_CSV, 0)
     if not path.is_file():
         return None
     lines = path.read_text(errors="replace").splitlines()

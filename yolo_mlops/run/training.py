@@ -429,7 +429,7 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         plan.spec.profiler, plan.rank_path(names.PROFILER_DIR), with_cuda=cuda_profiling_possible(device), device=device
     )
     inst = _Instrumentation(profiler, plan.spec.max_steps, plan.spec.torch.pin_memory)
-    inst.steps_csv = plan.rank_path(names.ANALYSIS_DIR) / names.STEP_TIMES_FILE
+    inst.steps_csv = plan.rank_path(names.ANALYSIS_DIR) / names.file_name(names.STEP_TIMES_CSV)
     inst.steps_csv.parent.mkdir(parents=True, exist_ok=True)
     trainer = _make_trainer_class()(overrides=ultralytics_args(plan))
     trainer.instrumentation = inst

@@ -152,7 +152,7 @@ def profile_from_run(
         slowest = queries.run_metric(mlflow, run_id, names.SLOWEST_RANK)
         if slowest is not None:
             return profile_from_run(mlflow, run_id, profiled_steps, step_ms, int(slowest))
-    trace = queries.load_artifact_text(mlflow, run_id, f"{names.ANALYSIS_DIR}/{names.TRACE_ANALYSIS_JSON}")
+    trace = queries.load_artifact_text(mlflow, run_id, names.TRACE_ANALYSIS_JSON)
     return profile_from_tables(run_id, host, device, trace, profiled_steps, step_ms, rank)
 
 
