@@ -13,7 +13,6 @@ Prefect automations can notify; with `auto_bisect` it first hands the regression
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict
 from functools import partial
 
 from prefect import flow, runtime, task
@@ -52,7 +51,7 @@ def judge_series(
 
 
 @flow(name="benchmark", log_prints=True)
-def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
+def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, JudgedSeries]:
     night = nightly.Night(str(runtime.flow_run.id or uuid.uuid4()))
     _run_rounds(suite, night, 0, nightly.first_round_counts(suite))
     if suite.repeats == "auto":  # then each configuration's series says how many more runs it needs
@@ -73,7 +72,7 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, dict]:
     _publish(judged, night.failures, list(night.runs_by_experiment))
     if night.failures or (regressions and suite.fail_on_regression):
         raise RegressionDetected(nightly.failure_message(regressions, night.failures))
-    return {j.series: asdict(j) for j in judged}
+    return {j.series: j for j in judged}  # series key -> its night's verdict
 
 
 def _run_rounds(suite: BenchmarkSuite, night: nightly.Night, start: int, counts: list[int]) -> None:

@@ -108,7 +108,7 @@ def series(nights, mlflow_client):
 def test_first_night_has_no_verdict_and_second_night_fails_on_the_regression(nights, series):
     first, failure = nights
     ((key, judged),) = first.items()
-    assert judged["status"] == "insufficient_history" and len(judged["runs_tonight"]) == 4
+    assert judged.status == "insufficient_history" and len(judged.runs_tonight) == 4
     assert key == series[0].series and len(series) == 8
     assert "new regression" in str(failure) and "perf/step_time_ms_p50" in str(failure)
     assert INJECTED in str(failure)  # the failure message names the operator that moved

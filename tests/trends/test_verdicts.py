@@ -564,20 +564,20 @@ def test_flow_dismisses_a_blip_and_confirms_a_lasting_slowdown(three_nights, mlf
 
     first, blip, failure = three_nights
     ((_, night1),) = first.items()
-    assert night1["status"] == "insufficient_history" and not night1["confirmation_runs"]
+    assert night1.status == "insufficient_history" and not night1.confirmation_runs
     ((key, night2),) = blip.items()
-    assert night2["status"] == "suspected" and len(night2["confirmation_runs"]) == 3
-    assert night2["confirmation"].startswith("dismissed by 3 confirmation runs (3 runs tonight)")
-    assert "from the confirmation runs alone" in night2["confirmation"]  # 4 s tonight, back at 2 s: they differ
+    assert night2.status == "suspected" and len(night2.confirmation_runs) == 3
+    assert night2.confirmation.startswith("dismissed by 3 confirmation runs (3 runs tonight)")
+    assert "from the confirmation runs alone" in night2.confirmation  # 4 s tonight, back at 2 s: they differ
     from yolo_mlops.run.environment import machine_name
 
-    assert night2["machine"] == machine_name()  # where an auto-bisect of this series would be sent
-    for run_id in night2["runs_tonight"] + night2["confirmation_runs"]:
+    assert night2.machine == machine_name()  # where an auto-bisect of this series would be sent
+    for run_id in night2.runs_tonight + night2.confirmation_runs:
         tags = mlflow_client.get_run(run_id).data.tags
         assert tags[names.TREND] == "suspected" and tags[names.TREND_EVIDENCE].startswith("dismissed")
-    for run_id in night2["confirmation_runs"]:
+    for run_id in night2.confirmation_runs:
         assert names.BENCHMARK_CONFIRMATION in mlflow_client.get_run(run_id).data.tags
-    metrics = mlflow_client.get_run(night2["runs_tonight"][0]).data.metrics
+    metrics = mlflow_client.get_run(night2.runs_tonight[0]).data.metrics
     assert metrics[names.min_detectable_shift_metric(names.STEP_TIME_P50)] > 0
     assert "new regression" in str(failure) and "confirmed by 3 confirmation runs" in str(failure)
     experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
