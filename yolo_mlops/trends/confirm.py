@@ -296,8 +296,8 @@ def level_test(
 ) -> LevelTest:
     """Do the confirmation runs sit the bad way of the baseline? The size comes from them pooled with the
     regressed runs where the two agree (the module doc says why those are not in the test). With the
-    baseline runs' nights (every run's benchmark night known, two nights at least), the test allows for
-    the night-to-night spread (`nights_t_test`); else the runs are the unit."""
+    baseline runs' nights (every run's benchmark night known, MIN_NIGHTS nights at least), the test allows
+    for the night-to-night spread (`nights_t_test`); else the runs are the unit."""
     sign = -1.0 if higher_is_better else 1.0  # tested as "went up" = the bad way
     base, night, again = (sign * np.asarray(v, dtype=float) for v in (baseline, regressed, confirmation))
     agree = t_test([night, again], 0, 1, sides=2) if len(night) and len(again) else float("nan")
