@@ -222,11 +222,11 @@ def log_on_runs(
     with tempfile.TemporaryDirectory(prefix="yolo-mlops-trends-") as tmp:
         folder = Path(tmp) / names.TRENDS_DIR
         folder.mkdir()
-        report.plot_series(trend, folder / Path(names.TRENDS_PLOT_PNG).name)
+        report.plot_series(trend, folder / names.file_name(names.TRENDS_PLOT_PNG))
         text = report.series_report(trend, found, detectable=detectable)
         if outcome is not None:
             text += "\n\nConfirmation: " + outcome.summary()
-        (folder / Path(names.TRENDS_REPORT_MD).name).write_text(text)
+        (folder / names.file_name(names.TRENDS_REPORT_MD)).write_text(text)
         for run_id in run_ids:
             on_tonight = tonight is None or run_id in tonight
             writes.log_values(mlflow, run_id, tags=tags, metrics=metrics if on_tonight else {})
