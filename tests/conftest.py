@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -162,6 +163,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     config.option.loadscopereorder = False  # by default xdist puts the units with most tests first
     return ModuleScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session dir holds every training output of the session (0.3-0.8 GB per worker): removed when the
+    session ends, after its fixtures stopped their servers, so repeated runs do not fill the disk.
+    YOLO_MLOPS_KEEP_TEST_DIR=1 keeps it (its MLflow store, e.g. for benchmarks/bench_bisect_noise.py)."""
+    if not os.environ.get("YOLO_MLOPS_KEEP_TEST_DIR"):
+        shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
