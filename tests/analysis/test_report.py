@@ -136,3 +136,21 @@ def test_run_summary_lists_typed_findings_with_the_headline():
     md = summary_markdown(result, RunSpec())
     assert headline(findings) in md
     assert "- [high] 40% of step time is spent waiting for data; saves up to 12.0 ms/step (40% of step)" in md
+
+
+def test_run_summary_has_the_memory_section_only_when_the_split_was_measured():
+    import dataclasses
+
+    from yolo_mlops.config import RunSpec
+    from yolo_mlops.profiling.memory_holders import HOLDERS, SECTION_TITLE, MemoryByHolder
+    from yolo_mlops.run.pipeline import RunResult, summary_markdown
+
+    held = dict.fromkeys(HOLDERS, 0) | {"parameter": 3 * 2**20, "activation": 5 * 2**20}
+    split = MemoryByHolder(device="cpu", peak_total_bytes=8 * 2**20, peak_time_us=1, bytes_by_holder=held)
+    unmeasured = RunResult(run_id="r", experiment_id="0", run_url="u", metrics={}, findings=[], trace_files=[])
+    assert SECTION_TITLE not in summary_markdown(unmeasured, RunSpec())
+    md = summary_markdown(dataclasses.replace(unmeasured, memory=split), RunSpec())
+    table = md.split(f"## {SECTION_TITLE}", 1)[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| holder")]
+    assert rows[0].startswith("| activation | 5.00 | 62.5 |") and rows[1].startswith("| parameter | 3.00 | 37.5 |")
+    assert rows[-1] == "| total | 8.00 | 100.0 |"

@@ -17,7 +17,6 @@ import gzip
 import json
 import time
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,24 +175,14 @@ SECTION_TEXT = (
 TABLE_HEADERS = ["holder", "MiB", "% of peak"]
 
 
-def table_rows(metrics: Mapping[str, float]) -> list[list[str]] | None:
-    """Rows of the 'Peak memory by holder' table (largest first, then the total) from a run's metrics;
-    None when the split was not recorded."""
-    total = metrics.get(names.MEMORY_PEAK_TOTAL)
-    if total is None:
-        return None
-    held = [(h, metrics[names.memory_peak_metric(h)]) for h in HOLDERS if names.memory_peak_metric(h) in metrics]
-    rows = [
-        [h, fmt(mib, ".2f"), fmt(100.0 * mib / total if total else None, ".1f")]
-        for h, mib in sorted(held, key=lambda kv: -kv[1])
-    ]
+def table_rows(split: MemoryByHolder) -> list[list[str]]:
+    """Rows of the 'Peak memory by holder' table: largest first, then the total."""
+    rows = [[h, fmt(mib, ".2f"), fmt(pct, ".1f")] for h, mib, pct in split.rows()]
+    total = split.peak_total_bytes / 2**20
     rows.append(["total", fmt(total, ".2f"), fmt(100.0 if total else None, ".1f")])
     return rows
 
 
-def markdown_section(metrics: Mapping[str, float]) -> str | None:
-    """The section in Markdown, for the run summary; None when the split was not recorded."""
-    rows = table_rows(metrics)
-    if rows is None:
-        return None
-    return "\n".join([f"## {SECTION_TITLE}", "", SECTION_TEXT, "", markdown_table(TABLE_HEADERS, rows)])
+def markdown_section(split: MemoryByHolder) -> str:
+    """The section in Markdown, for the run summary."""
+    return "\n".join([f"## {SECTION_TITLE}", "", SECTION_TEXT, "", markdown_table(TABLE_HEADERS, table_rows(split))])

@@ -28,6 +28,7 @@ from yolo_mlops.config import RunSpec, data_home
 from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
 from yolo_mlops.profiling import memory_holders
+from yolo_mlops.profiling.memory_holders import MemoryByHolder
 from yolo_mlops.profiling.step_timer import PerfSummary, StepTimes, perf_summary
 from yolo_mlops.run import preflight
 from yolo_mlops.run.datasets import DatasetInfo, synthetic_dataset
@@ -62,18 +63,25 @@ class RunAnalysis:
     findings: list[Finding] = field(default_factory=list)  # largest estimated saving first
     report_markdown: str | None = None
     perf: PerfSummary | None = None  # the step timer's summary; None without steps
-    gpu: NvmlSummary | None = None  # what the NVML sampler measured; None without samples
+    gpu: NvmlSummary | None = None  # what the NVML sampler measured (the slowest rank's); None without samples
+    rank_gpu: dict[int, NvmlSummary] = field(default_factory=dict)  # a data-parallel job's, per rank
+    memory: MemoryByHolder | None = None  # torch's peak-memory split; None when it was not measured
 
 
 @dataclass(frozen=True)
 class RunResult:
+    """A finished run: its identity, the typed summaries the report is built from, and what was logged."""
+
     run_id: str
     experiment_id: str
     run_url: str
-    metrics: dict[str, float]
+    metrics: dict[str, float]  # every metric logged, under its MLflow name (what the UI and `compare` show)
     findings: list[Finding]  # largest estimated saving first
     trace_files: list[str]
     report_markdown: str | None = None
+    perf: PerfSummary | None = None
+    gpu: NvmlSummary | None = None
+    memory: MemoryByHolder | None = None
 
 
 # prepare ------------------------------------------------------------------------------------------------------
@@ -289,6 +297,7 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
         summary = summarise(aligned, steps.images)
         headline = rank.rank is None or rank.rank == outcome.slowest_rank  # the job's gpu/* are its slowest rank's
         if rank.rank is not None:
+            result.rank_gpu[rank.rank] = summary
             result.metrics.update({names.rank_metric(rank.rank, k): v for k, v in summary.as_metrics().items()})
         if headline:
             result.gpu = summary
@@ -303,6 +312,7 @@ def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
     """memory/* metrics only when torch's memory profiler measured them; the tag says either way."""
     result.tags[names.MEMORY_BY_HOLDER] = outcome.memory_by_holder_status[: names.TAG_MAX_CHARS]
     if outcome.memory_by_holder is not None:
+        result.memory = outcome.memory_by_holder
         result.metrics.update(outcome.memory_by_holder.metrics())
 
 
@@ -340,10 +350,9 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
             workers=prepared.spec.workers,
             step_time_ms=perf.step_time_ms_mean if perf is not None else None,
             rank_sm_clock_mhz={
-                r.rank: result.metrics[clock]
-                for r in outcome.ranks
-                if r.rank is not None
-                and (clock := names.rank_metric(r.rank, names.GPU_SM_CLOCK_MEAN)) in result.metrics
+                rank: clock
+                for rank, gpu_of_rank in result.rank_gpu.items()
+                if (clock := gpu_of_rank.sm_clock_mhz_mean) is not None
             },
         )
     )
@@ -352,14 +361,13 @@ def _analyze_trace(prepared: PreparedRun, outcome: TrainingOutcome, result: RunA
     (folder / names.file_name(names.FINDINGS_JSON)).write_text(json.dumps([f.to_dict() for f in findings], indent=2))
     nvml_plot = prepared.plan.output_dir / names.NVML_TIMELINE_PNG
     headline = {**(perf.as_metrics() if perf is not None else {}), names.PROFILER_EXPORT_S: outcome.profiler_export_s}
-    memory_rows = memory_holders.table_rows(result.metrics)
     sections: list[Block] = (
         []
-        if memory_rows is None
+        if result.memory is None
         else [
             Heading(memory_holders.SECTION_TITLE),
             Paragraph(memory_holders.SECTION_TEXT),
-            Table(memory_holders.TABLE_HEADERS, memory_rows),
+            Table(memory_holders.TABLE_HEADERS, memory_holders.table_rows(result.memory)),
         ]
     )
     write_report(
@@ -412,6 +420,9 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
         findings=analysis.findings,
         trace_files=[p.relative_to(prepared.plan.output_dir).as_posix() for p in outcome.trace_files],
         report_markdown=analysis.report_markdown,
+        perf=analysis.perf,
+        gpu=analysis.gpu,
+        memory=analysis.memory,
     )
 
 
@@ -522,8 +533,7 @@ def summary_markdown(result: RunResult, spec: RunSpec) -> str:
         lines += ["", "## Findings", "", findings_headline(result.findings), ""] + [
             f"- {f.line()}" for f in result.findings
         ]
-    memory = memory_holders.markdown_section(metrics)
-    if memory is not None:
-        lines += ["", memory]
+    if result.memory is not None:
+        lines += ["", memory_holders.markdown_section(result.memory)]
     lines += ["", "Traces: " + ", ".join(f"`{t}`" for t in result.trace_files)]
     return "\n".join(lines)
