@@ -12,22 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
+from workloads import tiny
 
 from yolo_mlops import names
 from yolo_mlops.bisect import decide
 from yolo_mlops.trends.attribution import Key
 
 REPO = Path(__file__).resolve().parents[2]
-TINY: dict[str, Any] = dict(
-    imgsz=64,
-    batch=4,
-    max_steps=10,
-    workers=0,
-    device="cpu",
-    synthetic_images=16,
-    val=False,
-    profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-)
+TINY: dict[str, Any] = tiny(max_steps=10)
 TRAINING = "yolo_mlops/run/training.py"
 HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
 PLANTED = (

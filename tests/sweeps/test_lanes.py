@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from workloads import tiny
 
 from yolo_mlops import names, sweeps
 from yolo_mlops.config import RunSpec
@@ -119,18 +120,8 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run.environment import machine_name
 
-    tiny = dict(
-        imgsz=64,
-        batch=4,
-        max_steps=4,
-        workers=0,
-        device="cpu",
-        synthetic_images=16,
-        val=False,
-        profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-    )
     result = sweep(
-        base=RunSpec.model_validate({**tiny, "experiment": "sweep-lanes"}),
+        base=RunSpec.model_validate(tiny(experiment="sweep-lanes")),
         variants=["batch_2"],
         repeats=2,
         devices=["cpu"],

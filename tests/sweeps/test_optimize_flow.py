@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from workloads import tiny
 
 from yolo_mlops.analysis import Finding
 from yolo_mlops.config import RunSpec
@@ -17,16 +18,7 @@ from yolo_mlops.sweeps import stats
 
 pytestmark = pytest.mark.slow
 
-TINY = dict(
-    imgsz=64,
-    batch=4,
-    max_steps=4,
-    workers=0,
-    device="cpu",
-    synthetic_images=16,
-    val=False,
-    profiler={"wait": 0, "warmup": 1, "active": 1},
-)
+TINY = tiny(profiler={"wait": 0, "warmup": 1, "active": 1})
 
 
 def finding(rule: str, recommended: list[str]) -> Finding:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workloads import tiny
 
 from yolo_mlops.config import RunSpec
 from yolo_mlops.errors import ConfigError
@@ -23,16 +24,7 @@ from yolo_mlops.sweeps import stats
 pytestmark = pytest.mark.slow
 
 LIMIT = "sweep-test-slot"
-TINY = dict(
-    imgsz=64,
-    batch=4,
-    max_steps=4,
-    workers=0,
-    device="cpu",
-    synthetic_images=16,
-    val=False,
-    profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-)
+TINY = tiny()
 BAD = {"bad_optimizer": {"train_args": {"optimizer": "NoSuchOptimizer"}}}
 
 

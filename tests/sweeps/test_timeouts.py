@@ -17,6 +17,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from workloads import tiny
 
 from yolo_mlops.config import RunSpec
 from yolo_mlops.sweeps import ChildOutcome, remote
@@ -158,19 +159,9 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
     from yolo_mlops import names
     from yolo_mlops.flows.sweep import sweep
 
-    tiny = dict(
-        imgsz=64,
-        batch=4,
-        max_steps=200,
-        workers=0,
-        device="cpu",
-        synthetic_images=16,
-        val=False,
-        profiler={"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-    )
     # 200 CPU steps a child: a lane that was not ended would finish its children, not fail them with the bound
     result = sweep(
-        base=RunSpec.model_validate({**tiny, "experiment": "sweep-lane-timeout"}),
+        base=RunSpec.model_validate(tiny(max_steps=200, experiment="sweep-lane-timeout")),
         variants=["batch_2"],
         repeats=1,
         devices=["cpu"],
