@@ -12,8 +12,8 @@ operator, in the units of a step-time shift) and the sd of their log (their own 
     .venv/bin/python benchmarks/bench_bisect_noise.py --runs 8 --lengths 10:1,24:8,48:16 --json out.json
 
 `--stores GLOB` reads runs already recorded instead (e.g. the MLflow stores of test sessions run with
-YOLO_MLOPS_KEEP_TEST_DIR=1, `'/tmp/yolo-mlops-tests-*/mlflow.db'`): runs grouped by experiment, workload params and bisect commit, groups
-of 4 runs or more, the same figures per group.
+YOLO_MLOPS_KEEP_TEST_DIR=1, `'/tmp/yolo-mlops-tests-*/mlflow.db'`): runs grouped by experiment, workload params
+and bisect commit, groups of 4 runs or more, the same figures per group.
 """
 
 from __future__ import annotations

@@ -28,40 +28,24 @@ import time
 from pathlib import Path
 
 SERIES, RUNS, SHIFT_AT, EXPERIMENT = 20, 200, 120, "bench-trends"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/machines.py: the made-up node
 
 
 def _populate(db_dir: Path) -> None:
     import dataclasses
 
     import numpy as np
+    from machines import gpu_node  # tests/machines.py
 
     from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
-    from yolo_mlops.run.environment import Environment, data_identity, series_key
+    from yolo_mlops.run.environment import data_identity, series_key
     from yolo_mlops.run.pipeline import run_params
     from yolo_mlops.run.training import TrainingPlan
     from yolo_mlops.tracking import connection, run_end, writes
 
     mlflow = connection.client()
-    env = Environment(
-        python="3.11.7",
-        platform="Linux",
-        hostname="node-1",
-        machine="node-1",
-        cpu_count=64,
-        torch="2.14.1+cu130",
-        torch_cuda="13.0",
-        cudnn="92400",
-        ultralytics="8.4.190",
-        mlflow="3.17.2",
-        prefect="3.9.1",
-        device_type="cuda",
-        device_name="NVIDIA H200",
-        gpu_count=8,
-        nvidia_driver="580.65.06",
-        git_commit="a" * 40,
-        git_dirty=False,
-    )
+    env = gpu_node()
     rng = np.random.default_rng(0)
     yaml_path = db_dir / "datasets" / "synthetic-0123456789" / "data.yaml"
     start = time.perf_counter()

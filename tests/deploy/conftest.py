@@ -10,18 +10,16 @@ deploy/ci-system-packages.txt). Without it the integration tests skip, saying so
 
 from __future__ import annotations
 
-import glob
-import os
-import pwd
 import secrets
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from postgres_cluster import Postgres, pg_bindir, running_cluster
 from processes import REPO, VENV_BIN, base_env, fail_with_log, free_port, http_ok, poll_until, start, stop
 
 __all__ = ["REPO", "VENV_BIN", "base_env", "fail_with_log", "free_port", "http_ok", "poll_until", "start", "stop"]
@@ -30,128 +28,20 @@ __all__ = ["REPO", "VENV_BIN", "base_env", "fail_with_log", "free_port", "http_o
 # ---------------------------------------------------------------- PostgreSQL
 
 
-def _pg_bindir() -> Path | None:
-    """Debian keeps initdb/pg_ctl off PATH, in /usr/lib/postgresql/<major>/bin."""
-    found = shutil.which("pg_ctl")
-    if found and shutil.which("initdb"):
-        return Path(found).resolve().parent
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
-    return Path(candidates[-1]).parent if candidates else None
-
-
-@dataclass
-class Postgres:
-    host: str
-    port: int
-    socket_dir: Path
-    bindir: Path
-    passwords: dict[str, str] = field(default_factory=dict)
-
-    def url(self, role: str, database: str, driver: str = "postgresql") -> str:
-        return f"{driver}://{role}:{self.passwords[role]}@{self.host}:{self.port}/{database}"
-
-
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
-    bindir = _pg_bindir()
+    bindir = pg_bindir()
     if bindir is None:
         pytest.skip(
             "PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql "
             "(.ci/run installs it, see deploy/ci-system-packages.txt)"
         )
-    # initdb refuses to run as root: as root, run the server as the `postgres` user (or `nobody`).
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        user = "postgres" if _user_exists("postgres") else "nobody"
-        as_user = ["runuser", "-u", user, "--"]
-
     base = Path(tempfile.mkdtemp(prefix="yolo-mlops-pg-"))
-    base.chmod(0o755)  # the server user must reach its data and socket dirs
-    data, sock = base / "data", base / "sock"
-    for path in (data, sock):
-        path.mkdir()
-        if as_user:
-            shutil.chown(path, user=as_user[2])
-    log = base / "postgres.log"
-    log.touch()
-    log.chmod(0o666)
-    superuser_pw = secrets.token_urlsafe(16)
-    pwfile = base / "pwfile"
-    pwfile.write_text(superuser_pw + "\n")
-    pwfile.chmod(0o644)
-
-    # Password (scram) auth over TCP like the compose stack; trust on the private socket for setup.
-    subprocess.run(
-        [
-            *as_user,
-            str(bindir / "initdb"),
-            "-D",
-            str(data),
-            "-U",
-            "postgres",
-            "--pwfile",
-            str(pwfile),
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-            "--encoding=UTF8",
-            "--no-sync",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    port = free_port()
-    subprocess.run(
-        [
-            *as_user,
-            str(bindir / "pg_ctl"),
-            "-D",
-            str(data),
-            "-l",
-            str(log),
-            "-w",
-            "-t",
-            "60",
-            "-o",
-            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
-            "start",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    pg = Postgres(
-        host="127.0.0.1",
-        port=port,
-        socket_dir=sock,
-        bindir=bindir,
-        passwords={"mlflow": secrets.token_urlsafe(16), "prefect": secrets.token_urlsafe(16)},
-    )
     try:
-        # The same script the compose stack's postgres container runs on first start.
-        env = base_env() | {
-            "PATH": f"{bindir}{os.pathsep}{base_env()['PATH']}",
-            "PGHOST": str(sock),
-            "PGPORT": str(port),
-            "POSTGRES_USER": "postgres",
-            "MLFLOW_DB_PASSWORD": pg.passwords["mlflow"],
-            "PREFECT_DB_PASSWORD": pg.passwords["prefect"],
-        }
-        subprocess.run(
-            ["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True, capture_output=True
-        )
-        yield pg
+        with running_cluster(base, bindir) as pg:
+            yield pg
     finally:
-        subprocess.run(
-            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True
-        )
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
 
 
 # ---------------------------------------------------------------- MLflow

@@ -10,6 +10,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
+from machines import gpu_node
 from mlflow.entities import Metric
 
 from yolo_mlops.trends import fleet
@@ -200,24 +201,13 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     data = environment.data_identity("/data/synthetic-1/data.yaml", True)
     rng = np.random.default_rng(4)
     for machine, slow in (("node-1", 1.0), ("node-2", 1.0), ("node-3", 1.25)):
-        env = environment.Environment(
-            python="3.11.7",
-            platform="Linux",
+        env = gpu_node(
             hostname=machine,
             machine=machine,
-            cpu_count=64,
             torch="2.14.1",
-            torch_cuda="13.0",
-            cudnn="92400",
-            ultralytics="8.4.190",
             mlflow="3",
             prefect="3",
-            device_type="cuda",
-            device_name="NVIDIA H200",
-            gpu_count=8,
             nvidia_driver="580",
-            git_commit="a" * 40,
-            git_dirty=False,
             cpu_mhz=2600.0,
         )
         plan = TrainingPlan(

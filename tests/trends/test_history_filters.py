@@ -16,12 +16,13 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from machines import cpu_node
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from yolo_mlops import names
 from yolo_mlops.config import build_run_spec
-from yolo_mlops.run.environment import Environment, data_identity, series_identity
+from yolo_mlops.run.environment import data_identity, series_identity
 from yolo_mlops.run.pipeline import run_params
 from yolo_mlops.run.training import TrainingPlan
 from yolo_mlops.tracking import queries, writes
@@ -31,25 +32,7 @@ DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
 RUNS_PER_SERIES = 4
 # the untagged filters send back the 3 old runs without env.machine, and twice the run with only the old key
 UNTAGGED_SENT = 5
-ENV = Environment(
-    python="3.11.7",
-    platform="Linux",
-    hostname="node-1",
-    machine="node-1",
-    cpu_count=16,
-    torch="2.14.1+cpu",
-    torch_cuda=None,
-    cudnn=None,
-    ultralytics="8.4.190",
-    mlflow="3.17.2",
-    prefect="3.9.1",
-    device_type="cpu",
-    device_name="AMD EPYC 9654",
-    gpu_count=0,
-    nvidia_driver=None,
-    git_commit="a" * 40,
-    git_dirty=False,
-)
+ENV = cpu_node()
 
 
 class Counting(MlflowClient):

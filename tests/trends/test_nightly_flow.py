@@ -13,6 +13,7 @@ import re
 import time
 
 import pytest
+import workloads
 
 from yolo_mlops import names
 
@@ -24,20 +25,7 @@ POOL, DEPLOYMENT = "nightly-bisect-pool", "bisect-nightly"
 def _suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "epochs": 2,
-            "max_steps": 6,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "experiment": EXPERIMENT,
-            "val": False,
-            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-        }
-    )
+    tiny = build_run_spec(workloads.tiny(epochs=2, max_steps=6, synthetic_images=8, experiment=EXPERIMENT))
     return BenchmarkSuite(
         runs=[tiny],
         repeats="auto",

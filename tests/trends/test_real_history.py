@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import workloads
 
 from yolo_mlops import names
 from yolo_mlops.tracking import queries
@@ -41,20 +42,7 @@ SETTINGS = _settings()
 def tiny_suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "epochs": 2,
-            "max_steps": 6,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "experiment": EXPERIMENT,
-            "val": False,
-            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-        }
-    )
+    tiny = build_run_spec(workloads.tiny(epochs=2, max_steps=6, synthetic_images=8, experiment=EXPERIMENT))
     # One profiled step, without shapes or memory events: the attribution needs the operator, not the allocator,
     # and a small trace is quick to parse and write.
     # confirm_repeats=0: this history is about the verdict, the attribution and the artifacts of a night; the

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from machines import gpu_node
 from mlflow.entities import Metric
 
 from yolo_mlops import names
@@ -33,29 +34,6 @@ from yolo_mlops.trends import history, trend
 DATA_YAML = Path("/data/yolo-mlops/datasets/synthetic-0123456789/data.yaml")
 
 
-def gpu_env(**changes) -> Environment:
-    env = Environment(
-        python="3.11.7",
-        platform="Linux",
-        hostname="node-1",
-        cpu_count=64,
-        torch="2.14.1+cu130",
-        torch_cuda="13.0",
-        cudnn="92400",
-        ultralytics="8.4.190",
-        mlflow="3.17.2",
-        prefect="3.9.1",
-        device_type="cuda",
-        device_name="NVIDIA H200",
-        gpu_count=8,
-        nvidia_driver="580.65.06",
-        git_commit="a" * 40,
-        git_dirty=False,
-        machine="node-1",
-    )
-    return dataclasses.replace(env, **changes)
-
-
 def spec(**changes):
     base = {
         "imgsz": 640,
@@ -70,7 +48,7 @@ def spec(**changes):
 
 
 def key(s=None, env=None, device="0") -> str:
-    return series_key(s or spec(), env or gpu_env(), data_identity(DATA_YAML, synthetic=True), device)
+    return series_key(s or spec(), env or gpu_node(), data_identity(DATA_YAML, synthetic=True), device)
 
 
 def test_versions_stay_inside_the_series():
@@ -86,7 +64,7 @@ def test_versions_stay_inside_the_series():
         {"hostname": "node-2"},
         {"gpu_count": 4},
     ):
-        assert key(env=gpu_env(**change)) == base, change
+        assert key(env=gpu_node(**change)) == base, change
 
 
 def test_workload_and_hardware_define_the_series():
@@ -98,19 +76,19 @@ def test_workload_and_hardware_define_the_series():
         key(spec(variant="amp")),
         key(spec(model="yolo11s.yaml")),
         key(spec(profiler={"skip_first": 10, "wait": 5, "warmup": 2, "active": 3})),
-        key(env=gpu_env(device_name="NVIDIA A100-SXM4-80GB")),
+        key(env=gpu_node(device_name="NVIDIA A100-SXM4-80GB")),
         key(device="0,1"),
-        series_key(spec(), gpu_env(), data_identity(DATA_YAML.with_name("x") / "data.yaml", True), "0"),
-        series_key(spec(), gpu_env(), data_identity("/data/coco.yaml", synthetic=False), "0"),
-        key(spec(device="cpu"), gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0), "cpu"),
-        key(env=gpu_env(machine="node-2")),
+        series_key(spec(), gpu_node(), data_identity(DATA_YAML.with_name("x") / "data.yaml", True), "0"),
+        series_key(spec(), gpu_node(), data_identity("/data/coco.yaml", synthetic=False), "0"),
+        key(spec(device="cpu"), gpu_node(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0), "cpu"),
+        key(env=gpu_node(machine="node-2")),
     ]
     assert base not in different
     assert len(set(different)) == len(different)
 
 
 def test_key_rebuilt_from_logged_params_equals_the_key_of_the_run():
-    s, env = spec(), gpu_env()
+    s, env = spec(), gpu_node()
     params, tags = _logged(s, env)
     identity = series_identity_from_params(params, tags)
     assert identity == series_identity(s, env, data_identity(DATA_YAML, True), "0")
@@ -160,7 +138,7 @@ def _create(mlflow, experiment_id: str, params, tags, step_ms: float) -> str:
 def test_old_and_new_runs_read_as_one_series(mlflow_client):
     experiment_id = mlflow_client.create_experiment(f"series-migration-{time.time_ns()}")
     s = spec()
-    old_env, new_env = gpu_env(torch="2.13.0+cu128", torch_cuda="12.8"), gpu_env()
+    old_env, new_env = gpu_node(torch="2.13.0+cu128", torch_cuda="12.8"), gpu_node()
     old_ids = []
     for ms in (100.0, 101.0, 99.5, 100.4, 99.8, 100.2):  # old-style: legacy tag, no driver param
         params, tags = _logged(s, old_env)
@@ -198,8 +176,8 @@ def test_old_and_new_runs_read_as_one_series(mlflow_client):
 
 def test_machine_is_in_the_series_but_not_in_the_workload():
     s = spec()
-    here = series_identity(s, gpu_env(), data_identity(DATA_YAML, True), "0")
-    there = series_identity(s, gpu_env(machine="node-2", hostname="c0ffee"), data_identity(DATA_YAML, True), "0")
+    here = series_identity(s, gpu_node(), data_identity(DATA_YAML, True), "0")
+    there = series_identity(s, gpu_node(machine="node-2", hostname="c0ffee"), data_identity(DATA_YAML, True), "0")
     assert here.key != there.key
     assert here.workload_key == there.workload_key
     assert here.workload_label == there.workload_label and here.label != there.label
@@ -228,7 +206,7 @@ def test_machines_are_judged_together_only_on_request(mlflow_client):
     s = spec()
     ids = {}
     for machine in ("node-1", "node-2"):
-        env = gpu_env(machine=machine)
+        env = gpu_node(machine=machine)
         params, tags = _logged(s, env)
         tags[names.SERIES] = key(s, env)
         ids[machine] = [_create(mlflow_client, experiment_id, params, tags, ms) for ms in (100.0, 101.0)]
@@ -242,7 +220,7 @@ def test_machines_are_judged_together_only_on_request(mlflow_client):
 
 
 def test_a_data_parallel_job_is_a_series_of_its_own_and_reads_back_from_its_params():
-    cpu = gpu_env(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0)
+    cpu = gpu_node(device_type="cpu", device_name="AMD EPYC 9654", gpu_count=0)
     single = spec(device="cpu")
     job = spec(device="cpu", ddp={"ranks": 2})
     keys = {key(single, cpu, "cpu"), key(job, cpu, "cpu"), key(spec(device="cpu", ddp={"ranks": 4}), cpu, "cpu")}

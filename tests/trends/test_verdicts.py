@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import workloads
 
 from yolo_mlops import names
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
@@ -501,20 +502,7 @@ EXPERIMENT = f"verdicts-real-{time.time_ns()}"
 def _suite():
     from yolo_mlops.config import BenchmarkSuite, build_run_spec
 
-    tiny = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "epochs": 2,
-            "max_steps": 6,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "experiment": EXPERIMENT,
-            "val": False,
-            "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-        }
-    )
+    tiny = build_run_spec(workloads.tiny(epochs=2, max_steps=6, synthetic_images=8, experiment=EXPERIMENT))
     return BenchmarkSuite(runs=[tiny], repeats=3, max_pvalue=0.01, confirm_repeats=3)
 
 
