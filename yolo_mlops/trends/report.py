@@ -182,10 +182,15 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
                 xytext=(3, 0),
                 textcoords="offset points",
             )
-        for c in m.candidates:  # every version change, moved or not
+        # Every version change is a dotted line; only those after which the metric moved are labelled: a year of
+        # nightly commits is hundreds of changes, and a label each would hide the points (and take seconds to draw).
+        unmoved = [times[c.test.index] for c in m.candidates if not c.test.moved]
+        if unmoved:
+            ax.vlines(unmoved, 0, 1, transform=ax.get_xaxis_transform(), colors="tab:purple", linestyles=":", lw=0.8)
+        for c in (c for c in m.candidates if c.test.moved):
             ax.axvline(times[c.test.index], color="tab:purple", ls=":", lw=1)
             ax.annotate(
-                c.test.what_changed_text()[:40] + (" (moved)" if c.test.moved else ""),
+                c.test.what_changed_text()[:40] + " (moved)",
                 (times[c.test.index], min(m.values)),
                 fontsize=6,
                 color="tab:purple",
@@ -211,7 +216,7 @@ def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None =
         ax.grid(alpha=0.3)
     axes[0].set_title(
         f"{trend.label} [{trend.series}]: segment means (line), +-1 std (band), change points "
-        "(dashed), drift slope (orange), version changes (dotted)",
+        "(dashed), drift slope (orange), version changes (dotted; named if it moved)",
         fontsize=9,
     )
     fig.autofmt_xdate()
