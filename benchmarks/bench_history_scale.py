@@ -23,6 +23,8 @@ as a user meets it, the commands interleaved, `--repeats` rounds; the figure is 
   of one series' key, so the prefix path is timed);
 - `nightly judging`: `nightly.judge_night` over the newest night's runs of a suite of 4 workloads on one
   machine (4 series judged; their verdict tags, picture and report logged on the runs through the server);
+- `nightly judging, auth cache off`: the same through a second server over the same stores that checks the
+  login on every request (`MLFLOW_AUTH_CACHE_TTL_SECONDS=0`; the first server keeps start-mlflow.sh's default);
 - `fleet, no cache`: `yolo-mlops fleet --experiment bench-scale` with `YOLO_MLOPS_HISTORY_CACHE=0` (every
   FINISHED run read from MLflow), only up to `--no-cache-up-to` runs (default 10,080): it reads them all;
 - `fleet, cache`: the same with the history cache, built once by an untimed call at that size, so each
@@ -36,6 +38,7 @@ The two first read only their series (MLflow's filter on the series tag) and do 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shutil
@@ -65,8 +68,9 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--measure"]:
     sys.exit(_measure(sys.argv[2:]))
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # tests/processes.py: ports, readiness polls, process-group stop
+sys.path.insert(0, str(REPO / "tests"))  # processes.py (ports, polls, stop), postgres_cluster.py, machines.py
 
+from postgres_cluster import pg_bindir, running_cluster  # noqa: E402
 from processes import base_env, free_port, http_ok, poll_until, start, stop  # noqa: E402
 
 EXPERIMENT = "bench-scale"
@@ -81,114 +85,54 @@ T0_MS = 1_700_000_000_000
 # ---- servers ------------------------------------------------------------------------------------------------
 
 
-def _pg_bindir() -> Path:
-    found = shutil.which("pg_ctl")
-    if found and shutil.which("initdb"):
-        return Path(found).resolve().parent
-    import glob
-
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4]))
-    if not candidates:
-        raise SystemExit("PostgreSQL server binaries not found (deploy/ci-system-packages.txt)")
-    return Path(candidates[-1]).parent
-
-
 class Servers:
-    """PostgreSQL + `mlflow server` as tests/deploy/conftest.py starts them."""
+    """PostgreSQL (tests/postgres_cluster.py) + `mlflow server` (start-mlflow.sh), as tests/deploy starts them."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.bindir = _pg_bindir()
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:  # initdb refuses root
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-        self.mlflow_proc: subprocess.Popen | None = None
+        self.cluster = contextlib.ExitStack()
+        self.mlflow_procs: list[subprocess.Popen] = []  # every mlflow server started, stopped at the end
 
     def start(self) -> None:
-        base = self.base
-        base.chmod(0o755)
-        data, sock = base / "pgdata", base / "pgsock"
-        for path in (data, sock):
-            path.mkdir()
-            if self.as_user:
-                shutil.chown(path, user=self.as_user[2])
-        log = base / "postgres.log"
-        log.touch()
-        log.chmod(0o666)
-        pwfile = base / "pwfile"
-        pwfile.write_text(secrets.token_urlsafe(16) + "\n")
-        pwfile.chmod(0o644)
-        subprocess.run(
-            [
-                *self.as_user,
-                str(self.bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "--pwfile",
-                str(pwfile),
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
-                "--encoding=UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        self.port = free_port()
-        subprocess.run(
-            [
-                *self.as_user,
-                str(self.bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(log),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                f"-p {self.port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        self.data = data
-        self.db_password = secrets.token_urlsafe(16)
-        env = base_env() | {
-            "PATH": f"{self.bindir}{os.pathsep}{base_env()['PATH']}",
-            "PGHOST": str(sock),
-            "PGPORT": str(self.port),
-            "POSTGRES_USER": "postgres",
-            "MLFLOW_DB_PASSWORD": self.db_password,
-            "PREFECT_DB_PASSWORD": secrets.token_urlsafe(16),
-        }
-        subprocess.run(
-            ["sh", str(REPO / "deploy/postgres/init-databases.sh")], env=env, check=True, capture_output=True
-        )
-        self.db_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow"
-        auth_url = f"postgresql+psycopg2://mlflow:{self.db_password}@127.0.0.1:{self.port}/mlflow_auth"
-        port = free_port()
+        bindir = pg_bindir()
+        if bindir is None:
+            raise SystemExit("PostgreSQL server binaries not found (deploy/ci-system-packages.txt)")
+        self.base.chmod(0o755)  # the server's user must reach the cluster's folder inside
+        (self.base / "pg").mkdir()
+        pg = self.cluster.enter_context(running_cluster(self.base / "pg", bindir))
+        self.db_url = pg.url("mlflow", "mlflow", driver="postgresql+psycopg2")
+        self.auth_url = pg.url("mlflow", "mlflow_auth", driver="postgresql+psycopg2")
         self.password = secrets.token_urlsafe(16)
-        artifacts = base / "artifacts"
-        artifacts.mkdir()
+        (self.base / "artifacts").mkdir()
+        self.url = self._start_mlflow("mlflow", auth_cache_ttl_s=None)
+
+    def _start_mlflow(self, name: str, auth_cache_ttl_s: int | None) -> str:
+        """One `mlflow server` (start-mlflow.sh) over the cluster's stores; auth_cache_ttl_s None: the script's
+        default. Several may run at once: the stores live in PostgreSQL, and the first start creates the admin."""
+        port = free_port()
         env = base_env() | {
             "MLFLOW_BACKEND_STORE_URI": self.db_url,
-            "MLFLOW_AUTH_DATABASE_URI": auth_url,
-            "MLFLOW_ARTIFACTS_DESTINATION": str(artifacts),
+            "MLFLOW_AUTH_DATABASE_URI": self.auth_url,
+            "MLFLOW_ARTIFACTS_DESTINATION": str(self.base / "artifacts"),
             "MLFLOW_AUTH_ADMIN_PASSWORD": self.password,
             "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
             "MLFLOW_HOST": "127.0.0.1",
             "MLFLOW_PORT": str(port),
             "MLFLOW_WORKERS": "2",
         }
-        self.mlflow_log = base / "mlflow.log"
-        self.mlflow_proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], self.mlflow_log, env)
-        self.url = f"http://127.0.0.1:{port}"
-        if not poll_until(lambda: http_ok(f"{self.url}/health"), 300, self.mlflow_proc):
-            raise SystemExit(f"mlflow server did not come up:\n{self.mlflow_log.read_text()[-3000:]}")
+        if auth_cache_ttl_s is not None:
+            env["MLFLOW_AUTH_CACHE_TTL_SECONDS"] = str(auth_cache_ttl_s)
+        log = self.base / f"{name}.log"
+        proc = start(["sh", str(REPO / "deploy/mlflow/start-mlflow.sh")], log, env)
+        self.mlflow_procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        if not poll_until(lambda: http_ok(f"{url}/health"), 300, proc):
+            raise SystemExit(f"mlflow server did not come up:\n{log.read_text()[-3000:]}")
+        return url
+
+    def start_uncached(self) -> str:
+        """A second server over the same stores that checks the login on every request (auth cache off)."""
+        return self._start_mlflow("mlflow-uncached", auth_cache_ttl_s=0)
 
     def client_env(self) -> dict[str, str]:
         return {
@@ -198,12 +142,9 @@ class Servers:
         }
 
     def stop(self) -> None:
-        if self.mlflow_proc is not None:
-            stop(self.mlflow_proc)
-        subprocess.run(
-            [*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
-            capture_output=True,
-        )
+        for proc in self.mlflow_procs:
+            stop(proc)
+        self.cluster.close()
 
 
 # ---- filling --------------------------------------------------------------------------------------------------
@@ -215,36 +156,19 @@ class Filler:
     def __init__(self, db_url: str, experiment_id: str, artifact_location: str, home: Path) -> None:
         import dataclasses
 
+        from machines import cpu_node  # tests/machines.py
         from sqlalchemy import create_engine
 
         from yolo_mlops import names
         from yolo_mlops.config import build_run_spec
-        from yolo_mlops.run.environment import Environment, data_identity, series_key
+        from yolo_mlops.run.environment import data_identity, series_key
         from yolo_mlops.run.pipeline import run_params
         from yolo_mlops.run.training import TrainingPlan
 
         self.engine = create_engine(db_url)
         self.experiment_id, self.artifact_location = experiment_id, artifact_location
         yaml_path = home / "datasets" / "synthetic-0123456789" / "data.yaml"
-        env = Environment(
-            python="3.11.7",
-            platform="Linux",
-            hostname="node-0",
-            machine="node-0",
-            cpu_count=16,
-            torch="2.14.1+cpu",
-            torch_cuda=None,
-            cudnn=None,
-            ultralytics="8.4.190",
-            mlflow="3.17.2",
-            prefect="3.9.1",
-            device_type="cpu",
-            device_name="AMD EPYC 9654",
-            gpu_count=0,
-            nvidia_driver=None,
-            git_commit="0" * 40,
-            git_dirty=False,
-        )
+        env = cpu_node(hostname="node-0", machine="node-0", git_commit="0" * 40)
         self.series: list[tuple[str, dict[str, str], dict[str, str], str]] = []  # key, params, tags, machine
         for w in range(WORKLOADS):
             spec = build_run_spec({"batch": w + 1, "device": "cpu", "experiment": EXPERIMENT, "run_kind": "benchmark"})
@@ -372,7 +296,17 @@ def judge_main(run_ids: list[str]) -> int:
     from yolo_mlops.trends import nightly
     from yolo_mlops.trends.trend import DetectionSettings
 
+    profile_to = os.environ.get("BENCH_JUDGE_PROFILE")  # --profile-judge: cProfile stats of the judging itself
+    profiler = None
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     judged = nightly.judge_night(connection.client(), EXPERIMENT, run_ids, DetectionSettings())
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile_to)
     print(f"{len(judged)} series judged, {sum(j.history_runs for j in judged)} runs of history")
     return 0
 
@@ -392,6 +326,11 @@ def main() -> int:
         action="store_true",
         help="time only `trends --series` and the nightly judging (no cache to build)",
     )
+    parser.add_argument(
+        "--profile-judge",
+        type=Path,
+        help="after the timed rounds at each size, one more judging under cProfile: PATH.<size>.prof",
+    )
     parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.judge:
@@ -404,6 +343,7 @@ def main() -> int:
     try:
         print("starting PostgreSQL and the MLflow server ...", flush=True)
         servers.start()
+        uncached_url = servers.start_uncached()
         home = base / "home"
         # MLFLOW_HTTP_REQUEST_TIMEOUT: the project's default of 15 s per request (connection.HTTP_RETRY_DEFAULTS)
         # is shorter than a 1,000-run page of `search_runs` takes on 2 cores shared with other jobs
@@ -435,6 +375,10 @@ def main() -> int:
             commands = {  # name -> (command, environment)
                 "trends --series": (cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]], env),
                 "nightly judging": ([sys.executable, str(Path(__file__).resolve()), "--judge", *suite], env),
+                "nightly judging, auth cache off": (
+                    [sys.executable, str(Path(__file__).resolve()), "--judge", *suite],
+                    env | {"MLFLOW_TRACKING_URI": uncached_url},
+                ),
                 "fleet, no cache": (
                     cli + ["fleet", "--experiment", EXPERIMENT],
                     env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
@@ -454,11 +398,16 @@ def main() -> int:
                     wall, peak, _out = timed(cmd, cmd_env)
                     times.setdefault(name, []).append(wall)
                     rss.setdefault(name, []).append(peak)
+            if args.profile_judge:
+                stats = f"{args.profile_judge}.{size}.prof"
+                judge_cmd, judge_env = commands["nightly judging"]
+                timed(judge_cmd, judge_env | {"BENCH_JUDGE_PROFILE": stats})
+                print(f"  cProfile of one judging: {stats}", flush=True)
             for name, values in times.items():
                 row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
                 results.append(row)
                 print(
-                    f"{size:>6} runs  {name:<16}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+                    f"{size:>6} runs  {name:<31}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
                     f"({', '.join(f'{v:.2f}' for v in values)})",
                     flush=True,
                 )

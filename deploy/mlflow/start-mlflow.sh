@@ -16,6 +16,10 @@
 #   MLFLOW_SERVER_ALLOWED_HOSTS     Host headers accepted; default covers the compose service name
 #   MLFLOW_HOST (0.0.0.0)  MLFLOW_PORT (5000)  MLFLOW_WORKERS (2)
 #   MLFLOW_SERVER_ENABLE_JOB_EXECUTION (false)  MLflow's job runner (GenAI evaluation jobs, trace roll-ups)
+#   MLFLOW_AUTH_CACHE_TTL_SECONDS (60)  how long a worker trusts a checked username/password (0: check every
+#                                   request). The check is a scrypt hash by design, 0.13 s of CPU per request on
+#                                   one core; a run or a nightly judging makes tens of requests. A deleted user or
+#                                   changed password stays accepted by the other workers for at most this long.
 # Extra arguments are passed on to `mlflow server`.
 set -eu
 
@@ -40,6 +44,7 @@ default_permission = ${MLFLOW_AUTH_DEFAULT_PERMISSION:-READ}
 database_uri = ${MLFLOW_AUTH_DATABASE_URI}
 admin_username = ${MLFLOW_AUTH_ADMIN_USERNAME:-admin}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = ${MLFLOW_AUTH_CACHE_TTL_SECONDS:-60}
 INI
 export MLFLOW_AUTH_CONFIG_PATH="$auth_dir/basic_auth.ini"
 
