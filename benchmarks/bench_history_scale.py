@@ -296,15 +296,14 @@ def judge_main(run_ids: list[str]) -> int:
     from yolo_mlops.trends import nightly
     from yolo_mlops.trends.trend import DetectionSettings
 
-    profile_to = os.environ.get("BENCH_JUDGE_PROFILE")  # --profile-judge: cProfile stats of the judging itself
-    profiler = None
-    if profile_to:
-        import cProfile
+    profile_to = os.environ.get("BENCH_JUDGE_PROFILE", "")  # --profile-judge: cProfile stats of the judging
+    import cProfile
 
-        profiler = cProfile.Profile()
+    profiler = cProfile.Profile()
+    if profile_to:
         profiler.enable()
     judged = nightly.judge_night(connection.client(), EXPERIMENT, run_ids, DetectionSettings())
-    if profiler is not None:
+    if profile_to:
         profiler.disable()
         profiler.dump_stats(profile_to)
     print(f"{len(judged)} series judged, {sum(j.history_runs for j in judged)} runs of history")
