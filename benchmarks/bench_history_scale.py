@@ -22,15 +22,22 @@ as a user meets it, the commands interleaved, `--repeats` rounds; the figure is 
 - `trends --series`: `yolo-mlops trends --experiment bench-scale --series KEY` (KEY: the first 10 characters
   of one series' key, so the prefix path is timed);
 - `nightly judging`: `nightly.judge_night` over the newest night's runs of a suite of 4 workloads on one
-  machine (4 series judged; their verdict tags, picture and report logged on the runs through the server);
-- `nightly judging, auth cache off`: the same through a second server over the same stores that checks the
-  login on every request (`MLFLOW_AUTH_CACHE_TTL_SECONDS=0`; the first server keeps start-mlflow.sh's default);
+  machine (4 series judged; their verdict tags, picture and report logged on the runs through the server),
+  with the series' history caches (`tracking/history_cache.py`) brought up to the size once, untimed, so each
+  timed call is a night's warm read that refreshes them from MLflow;
+- `nightly judging, no history cache`: the same with `YOLO_MLOPS_HISTORY_CACHE=0`, every run of the 4 series
+  read from MLflow (what the first night on a machine without a cache costs);
+- `nightly judging, auth cache off`: the warm judging through a second server over the same stores that checks
+  the login on every request (`MLFLOW_AUTH_CACHE_TTL_SECONDS=0`; the first server keeps start-mlflow.sh's
+  default);
 - `fleet, no cache`: `yolo-mlops fleet --experiment bench-scale` with `YOLO_MLOPS_HISTORY_CACHE=0` (every
   FINISHED run read from MLflow), only up to `--no-cache-up-to` runs (default 10,080): it reads them all;
 - `fleet, cache`: the same with the history cache, built once by an untimed call at that size, so each
   timed call is a warm read that refreshes it from MLflow.
 
-The two first read only their series (MLflow's filter on the series tag) and do not use the cache.
+`trends --series` and the judging read only their series (MLflow's filter on the series tag); `trends` is
+timed cold: its one series' cache is rebuilt on each call (`YOLO_MLOPS_HISTORY_CACHE=0`), as a user's first
+look at a series meets it.
 
     .venv/bin/python benchmarks/bench_history_scale.py --sizes 10000 30000 60000 --repeats 3
 """
@@ -323,7 +330,7 @@ def main() -> int:
     parser.add_argument(
         "--no-fleet",
         action="store_true",
-        help="time only `trends --series` and the nightly judging (no cache to build)",
+        help="time only `trends --series` and the nightly judgings, not `fleet`",
     )
     parser.add_argument(
         "--profile-judge",
@@ -372,8 +379,15 @@ def main() -> int:
             filled = size
             suite = filler.night_runs(size, "node-0")[:SUITE]
             commands = {  # name -> (command, environment)
-                "trends --series": (cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]], env),
+                "trends --series": (
+                    cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]],
+                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                ),
                 "nightly judging": ([sys.executable, str(Path(__file__).resolve()), "--judge", *suite], env),
+                "nightly judging, no history cache": (
+                    [sys.executable, str(Path(__file__).resolve()), "--judge", *suite],
+                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                ),
                 "nightly judging, auth cache off": (
                     [sys.executable, str(Path(__file__).resolve()), "--judge", *suite],
                     env | {"MLFLOW_TRACKING_URI": uncached_url},
@@ -388,8 +402,9 @@ def main() -> int:
                 del commands["fleet, no cache"]  # reads every run each time: timed at the small sizes only
             if args.no_fleet:
                 del commands["fleet, cache"]
-            else:
-                timed(*commands["fleet, cache"])  # the cache built once, untimed: later reads refresh it
+            for name in ("fleet, cache", "nightly judging", "nightly judging, auth cache off"):
+                if name in commands:  # each cache brought up to this size once, untimed: later reads refresh it
+                    timed(*commands[name])
             times: dict[str, list[float]] = {}
             rss: dict[str, list[float]] = {}
             for _ in range(args.repeats):
@@ -406,7 +421,7 @@ def main() -> int:
                 row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
                 results.append(row)
                 print(
-                    f"{size:>6} runs  {name:<31}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+                    f"{size:>6} runs  {name:<33}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
                     f"({', '.join(f'{v:.2f}' for v in values)})",
                     flush=True,
                 )

@@ -4,7 +4,9 @@ The store is the session's real SQLite MLflow store. The experiment holds 3 work
 series, the params the pipeline logs), old runs of one series that read into it only when their identity is
 rebuilt from their params (no `env.machine`, the machine-less tag), an old run with only the legacy
 `series_key`, and a FAILED run. A counting client records every search's filter and how many runs MLflow
-sent back, so a command that went back to reading the whole experiment for one series fails here."""
+sent back, so a command that went back to reading the whole experiment for one series fails here. The local
+history cache is off in this module, so every read is one MLflow answers (tests/tracking/test_history_cache.py
+holds the cache to the same filters)."""
 
 from __future__ import annotations
 
@@ -94,6 +96,13 @@ def _create(mlflow, experiment_id: str, params, tags, step_ms: float, status: st
     mlflow.set_terminated(run.info.run_id, status)
     time.sleep(0.005)  # distinct start times order the history
     return run.info.run_id
+
+
+@pytest.fixture(autouse=True)
+def no_history_cache(monkeypatch):
+    from yolo_mlops.tracking import history_cache
+
+    monkeypatch.setenv(history_cache.CACHE_VAR, "0")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@
     writes         experiments, runs, batched params/metrics/tags, artifact uploads
     run_end        how a run ends (FINISHED, FAILED, KILLED) and the reason that travels with its exception
     queries        run lookups as typed records, sweep children, paginated searches, artifacts read back, UI links
-    history_cache  a series' finished runs kept on disk between reads, so a year of nightly history reads fast
+    history_cache  finished runs (an experiment's, or one series') kept on disk between reads and refreshed
+                   from MLflow, so a year of nightly history reads in the time of a night's runs
     upload         a run folder as the record of its run, and `yolo-mlops upload` to send it later
 
 The names it writes (tags, params, metrics, artifact paths) are `yolo_mlops.names`, the contracts layer's leaf.

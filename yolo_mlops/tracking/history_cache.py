@@ -1,19 +1,25 @@
-"""A local cache of an experiment's FINISHED runs, so that reading a long history costs the runs that changed,
-not the whole experiment. MLflow stays the source of truth: the cache is rebuilt from it, refreshed from it
-on every read, and can be deleted or turned off at any time.
+"""A local cache of FINISHED runs, so that reading a long history costs the runs that changed, not the
+whole history. MLflow stays the source of truth: the cache is rebuilt from it, refreshed from it on every read,
+and can be deleted or turned off at any time.
 
-Where: `<data home>/cache/history/<hash of tracking URI + experiment id>.pickle` (data home:
+A cache holds one *scope* of one experiment: a union of MLflow filters. `finished_runs` keeps every FINISHED
+run (the fleet view reads them all); `series_runs` keeps one scope per series key (its series tag) plus one for
+the runs the tag alone does not place (`queries.UNTAGGED_FILTERS`), so the nightly judging and `trends
+--series` hold and refresh only the series they ask for: their memory follows the series, not the experiment.
+
+Where: `<data home>/cache/history/<hash of tracking URI + experiment id + scope>.pickle` (data home:
 `YOLO_MLOPS_HOME`, default `~/.yolo-mlops`). `YOLO_MLOPS_HISTORY_CACHE=0` turns it off (every read goes to
 MLflow); deleting the folder is always safe.
 
-Each read refreshes the cache with three searches, none of which grows with the history:
+Each read refreshes a scope with searches none of which grows with the history:
 
-- **added or finished later**: the FINISHED runs whose end time is at or after the newest end time seen,
+- **added or finished later**: the scope's runs whose end time is at or after the newest end time it has seen,
   less `REFRESH_WINDOW_MS` (2 days: clients' clocks may differ, and the nightly flow writes its verdict
   tags on a night's runs after they ended). These replace their cached copies; a cached run of that window
   that no longer comes back (deleted, or no longer FINISHED) is dropped.
-- **deleted**: the ids of the experiment's deleted FINISHED runs; each is dropped.
-- **restored**: runs that were deleted at the last read and are not now are read again by id.
+- **deleted**: the ids of the experiment's deleted FINISHED runs (one search per read, shared by its
+  scopes); each is dropped.
+- **restored**: runs that were deleted at the last read and are not now are read again by id, within the scope.
 
 What it cannot see: a tag, metric or status written on a run more than the window after it ended (MLflow
 records no modification time), and a run deleted and then purged (`mlflow gc`) between two reads. Neither
@@ -40,7 +46,8 @@ if TYPE_CHECKING:
 
 CACHE_VAR = "YOLO_MLOPS_HISTORY_CACHE"  # "0", "off", "false", "no": no cache
 REFRESH_WINDOW_MS = 2 * 86_400_000
-FORMAT = 1
+FORMAT = 2
+EXPERIMENT_SCOPE = (queries.FINISHED,)
 
 
 @dataclass
@@ -48,6 +55,7 @@ class _State:
     format: int
     tracking_uri: str
     experiment_id: str
+    scope: tuple[str, ...]  # the filters whose union the cache holds
     runs: dict[str, queries.RunRecord] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)  # deleted FINISHED runs at the last read
 
@@ -64,8 +72,8 @@ def cache_dir() -> Path:
     return data_home() / "cache" / "history"
 
 
-def cache_file(tracking_uri: str, experiment_id: str) -> Path:
-    digest = hashlib.sha256(f"{tracking_uri}\n{experiment_id}".encode()).hexdigest()[:24]
+def cache_file(tracking_uri: str, experiment_id: str, scope: Sequence[str] = EXPERIMENT_SCOPE) -> Path:
+    digest = hashlib.sha256("\n".join([tracking_uri, experiment_id, *scope]).encode()).hexdigest()[:24]
     return cache_dir() / f"{digest}.pickle"
 
 
@@ -80,42 +88,75 @@ def finished_runs(mlflow: MlflowClient, experiment_ids: Sequence[str]) -> list[q
         return queries.search_records(mlflow, experiment_ids, queries.FINISHED)
     found: list[queries.RunRecord] = []
     for experiment_id in experiment_ids:
-        found += _refreshed(mlflow, _uri(mlflow), str(experiment_id))
+        found += _refreshed_scopes(mlflow, str(experiment_id), [EXPERIMENT_SCOPE])
     return found
 
 
-def _refreshed(mlflow: MlflowClient, uri: str, experiment_id: str) -> list[queries.RunRecord]:
-    path = cache_file(uri, experiment_id)
-    state = _load(path, uri, experiment_id)
+def series_runs(
+    mlflow: MlflowClient, experiment_ids: Sequence[str], series: Sequence[str], prefix: bool = False
+) -> list[queries.RunRecord] | None:
+    """`queries.series_records` (the FINISHED runs that can belong to the series, oldest first, ties by run id;
+    None when a key cannot be filtered on), each series' runs and the untagged ones kept in a cache of their
+    own and refreshed from MLflow (module docstring)."""
+    filters = [queries.series_filter(s, prefix) for s in series]
+    if not enabled() or any(f is None for f in filters):
+        return queries.series_records(mlflow, experiment_ids, series, prefix)
+    scopes = [(str(f),) for f in dict.fromkeys(filters)] + [queries.UNTAGGED_FILTERS]
+    found: dict[str, queries.RunRecord] = {}
+    for experiment_id in experiment_ids:
+        found.update((r.run_id, r) for r in _refreshed_scopes(mlflow, str(experiment_id), scopes))
+    return sorted(found.values(), key=lambda r: (r.start_time_ms, r.run_id))
+
+
+def _refreshed_scopes(
+    mlflow: MlflowClient, experiment_id: str, scopes: Sequence[tuple[str, ...]]
+) -> list[queries.RunRecord]:
+    """The runs of each scope, each scope's cache refreshed; the experiment's deleted runs read once for all."""
+    uri = _uri(mlflow)
+    deleted = set(queries.deleted_run_ids(mlflow, [experiment_id]))
+    found: list[queries.RunRecord] = []
+    for scope in scopes:
+        found += _refreshed(mlflow, uri, experiment_id, tuple(scope), deleted)
+    return found
+
+
+def _search(mlflow: MlflowClient, experiment_id: str, scope: tuple[str, ...], also: str = "") -> list:
+    found: dict[str, queries.RunRecord] = {}
+    for where in scope:
+        found.update((r.run_id, r) for r in queries.search_records(mlflow, [experiment_id], where + also))
+    return list(found.values())
+
+
+def _refreshed(
+    mlflow: MlflowClient, uri: str, experiment_id: str, scope: tuple[str, ...], deleted: set[str]
+) -> list[queries.RunRecord]:
+    path = cache_file(uri, experiment_id, scope)
+    state = _load(path, uri, experiment_id, scope)
     if state is None:
-        state = _State(FORMAT, uri, experiment_id)
-        state.runs = {r.run_id: r for r in queries.search_records(mlflow, [experiment_id], queries.FINISHED)}
-        state.deleted = set(queries.deleted_run_ids(mlflow, [experiment_id]))
+        state = _State(FORMAT, uri, experiment_id, scope)
+        state.runs = {r.run_id: r for r in _search(mlflow, experiment_id, scope)}
     else:
         newest = state.newest_end_ms()
         if newest is not None:
             since = newest - REFRESH_WINDOW_MS
             for run_id in [i for i, r in state.runs.items() if r.end_time_ms is None or r.end_time_ms >= since]:
                 del state.runs[run_id]  # read again below, unless deleted or no longer FINISHED
-            fresh = queries.search_records(
-                mlflow, [experiment_id], f"{queries.FINISHED} AND attributes.end_time >= {since}"
-            )
+            fresh = _search(mlflow, experiment_id, scope, f" AND attributes.end_time >= {since}")
         else:
             state.runs.clear()
-            fresh = queries.search_records(mlflow, [experiment_id], queries.FINISHED)
+            fresh = _search(mlflow, experiment_id, scope)
         state.runs.update((r.run_id, r) for r in fresh)
-        deleted = set(queries.deleted_run_ids(mlflow, [experiment_id]))
-        for run_id in deleted:
-            state.runs.pop(run_id, None)
         restored = sorted(state.deleted - deleted)
-        if restored:
-            state.runs.update((r.run_id, r) for r in queries.records_by_id(mlflow, [experiment_id], restored))
-        state.deleted = deleted
+        for where in scope if restored else ():
+            state.runs.update((r.run_id, r) for r in queries.records_by_id(mlflow, [experiment_id], restored, where))
+    for run_id in deleted:
+        state.runs.pop(run_id, None)
+    state.deleted = deleted
     _save(path, state)
     return list(state.runs.values())
 
 
-def _load(path: Path, uri: str, experiment_id: str) -> _State | None:
+def _load(path: Path, uri: str, experiment_id: str, scope: tuple[str, ...]) -> _State | None:
     try:
         with path.open("rb") as f:
             state = pickle.load(f)
@@ -126,6 +167,7 @@ def _load(path: Path, uri: str, experiment_id: str) -> _State | None:
         or state.format != FORMAT
         or state.tracking_uri != uri
         or state.experiment_id != experiment_id
+        or state.scope != scope
     ):
         return None
     return state

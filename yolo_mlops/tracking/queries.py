@@ -205,13 +205,16 @@ def series_records(
     return sorted(found.values(), key=lambda r: (r.start_time_ms, r.run_id))
 
 
-def records_by_id(mlflow: MlflowClient, experiment_ids: Sequence[str], run_ids: Sequence[str]) -> list[RunRecord]:
-    """The FINISHED runs among `run_ids` (unknown or unfinished ones are left out), in one search per 100."""
+def records_by_id(
+    mlflow: MlflowClient, experiment_ids: Sequence[str], run_ids: Sequence[str], where: str = FINISHED
+) -> list[RunRecord]:
+    """The runs among `run_ids` that match `where` (by default: FINISHED; unknown ones are left out), in one
+    search per 100."""
     ids = [i for i in dict.fromkeys(run_ids) if _SERIES_KEY_TEXT.fullmatch(i)]
     records: list[RunRecord] = []
     for lo in range(0, len(ids), 100):
         quoted = ", ".join(f"'{i}'" for i in ids[lo : lo + 100])
-        records += search_records(mlflow, experiment_ids, f"{FINISHED} AND attributes.run_id IN ({quoted})")
+        records += search_records(mlflow, experiment_ids, f"{where} AND attributes.run_id IN ({quoted})")
     return records
 
 

@@ -105,9 +105,10 @@ def load_series_history(
     mlflow: MlflowClient, experiment_ids: list[str], series: list[str], prefix: bool = False
 ) -> list[HistoryRun] | None:
     """The FINISHED runs of the given series only (with `prefix`, of every series whose key starts with one of
-    them), oldest first, found by MLflow's filter on the series tag instead of reading the experiment; None
-    when a key cannot be filtered on (the caller reads the whole history instead)."""
-    runs = queries.series_records(mlflow, experiment_ids, series, prefix)
+    them), oldest first, found by MLflow's filter on the series tag instead of reading the experiment, through
+    the local history cache of each series unless it is turned off; None when a key cannot be filtered on (the
+    caller reads the whole history instead)."""
+    runs = history_cache.series_runs(mlflow, experiment_ids, series, prefix)
     if runs is None:
         return None
     wanted = tuple(series)
