@@ -146,49 +146,12 @@ def test_findings_ordered_by_estimated_saving(known_trace):
 
 def test_analyze_cli_prints_and_emits_findings(known_trace, capsys):
     path = known_trace.source
-    assert (
-        cli.main(
-            [
-                "analyze",
-                path,
-                "--amp",
-                "off",
-                "--cudnn-benchmark",
-                "on",
-                "--batch",
-                "8",
-                "--data-wait-pct",
-                "30",
-                "--step-time-ms",
-                "1.0",
-            ]
-        )
-        == 0
-    )
+    settings = "--amp off --cudnn-benchmark on --batch 8 --data-wait-pct 30 --step-time-ms 1.0".split()
+    assert cli.main(["analyze", path, *settings]) == 0
     text = capsys.readouterr().out
     assert text.index("findings (largest estimated saving first):") > text.index("GPU idle by host cause")
     assert text.rstrip().splitlines()[-1].startswith("Top finding: [high] 30% of step time is spent waiting")
-    assert (
-        cli.main(
-            [
-                "analyze",
-                path,
-                "--format",
-                "json",
-                "--amp",
-                "off",
-                "--cudnn-benchmark",
-                "on",
-                "--batch",
-                "8",
-                "--data-wait-pct",
-                "30",
-                "--step-time-ms",
-                "1.0",
-            ]
-        )
-        == 0
-    )
+    assert cli.main(["analyze", path, "--format", "json", *settings]) == 0
     doc = json.loads(capsys.readouterr().out)
     # same rules and thresholds as inside a run: the CLI's findings are diagnose()'s
     direct = diagnose(

@@ -74,18 +74,24 @@ def client_env(prefect_api: PrefectServer, mlflow_server: MlflowServer, work_dir
     )
 
 
-@pytest.fixture(scope="module")
-def bootstrapped(client_env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_bootstrap(client_env: dict[str, str], machine: str = "ci-node", rc: int = 0) -> subprocess.CompletedProcess:
+    """deploy/bootstrap.sh for a machine with 2 GPUs; asserts it exited with `rc`."""
     env = client_env | {
         "YOLO_MLOPS_GPU_COUNT": "2",
         "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
-        "YOLO_MLOPS_MACHINE": "ci-node",
+        "YOLO_MLOPS_MACHINE": machine,
     }
     proc = subprocess.run(
         ["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
     )
-    assert proc.returncode == 0, f"bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    output = f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == rc, f"bootstrap.sh on {machine}: exit {proc.returncode}:\n{output}"
     return proc
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(client_env: dict[str, str]) -> subprocess.CompletedProcess:
+    return run_bootstrap(client_env)
 
 
 def test_bootstrap_creates_pools_limits_and_deployments(bootstrapped, prefect_api: PrefectServer):
@@ -137,30 +143,14 @@ def test_bootstrap_is_idempotent(bootstrapped, client_env: dict[str, str], prefe
         timeout=30,
     ).raise_for_status()
     assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 3
-    env = client_env | {
-        "YOLO_MLOPS_GPU_COUNT": "2",
-        "YOLO_MLOPS_IMAGE": "registry.example/yolo-mlops:ci",
-        "YOLO_MLOPS_MACHINE": "ci-node",
-    }
-    proc = subprocess.run(
-        ["bash", str(REPO / "deploy/bootstrap.sh")], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, f"second bootstrap.sh failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    run_bootstrap(client_env)  # again
     after = {d["name"]: d["id"] for d in api(prefect_api, "POST", "/deployments/filter", json={})}
     assert after == before  # updated in place, not duplicated
     limits = [c["name"] for c in api(prefect_api, "POST", "/v2/concurrency_limits/filter", json={})]
     assert sorted(n for n in limits if n.startswith("gpu-")) == ["gpu-ci-node-0", "gpu-ci-node-1"]
     assert api(prefect_api, "GET", "/v2/concurrency_limits/gpu-ci-node-0")["limit"] == 1
     # a second machine adds its own limits beside the first one's
-    proc = subprocess.run(
-        ["bash", str(REPO / "deploy/bootstrap.sh")],
-        env=env | {"YOLO_MLOPS_MACHINE": "node-b"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"bootstrap.sh on a second machine failed:\n{proc.stderr[-4000:]}"
+    run_bootstrap(client_env, machine="node-b")
     limits = [c["name"] for c in api(prefect_api, "POST", "/v2/concurrency_limits/filter", json={})]
     assert sorted(n for n in limits if n.startswith("gpu-")) == [
         "gpu-ci-node-0",
@@ -168,15 +158,8 @@ def test_bootstrap_is_idempotent(bootstrapped, client_env: dict[str, str], prefe
         "gpu-node-b-0",
         "gpu-node-b-1",
     ]
-    bad = subprocess.run(
-        ["bash", str(REPO / "deploy/bootstrap.sh")],
-        env=env | {"YOLO_MLOPS_MACHINE": "no/slash"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bad.returncode == 2 and "cannot be part of a limit name" in bad.stderr
+    bad = run_bootstrap(client_env, machine="no/slash", rc=2)
+    assert "cannot be part of a limit name" in bad.stderr
 
 
 @pytest.fixture(scope="module")

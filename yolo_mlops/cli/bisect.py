@@ -16,7 +16,7 @@ from yolo_mlops import names
 def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops import bisect as bisection
 
-    request = bisection.BisectRequest(
+    fields = dict(  # the request checked here is the flow's arguments
         good=args.good,
         bad=args.bad,
         repo=args.repo,
@@ -31,7 +31,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         min_effect=args.min_effect,
         run_timeout_s=args.run_timeout,
     )
-    bisection.prepare(request)  # bad input fails here, in one line, before Prefect starts
+    bisection.prepare(bisection.BisectRequest(**fields))  # bad input fails here, in one line, before Prefect starts
     from yolo_mlops.config import data_home
     from yolo_mlops.run import prefect_server
 
@@ -43,21 +43,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops.flows.bisection import bisect
 
     quiet_prefect_tracebacks()
-    result = bisect(
-        good=args.good,
-        bad=args.bad,
-        run_id=args.run,
-        series=args.series,
-        experiment=args.experiment,
-        repo=args.repo,
-        bisect_experiment=args.bisect_experiment,
-        repeats=args.repeats,
-        max_repeats=args.max_repeats,
-        metric=args.metric,
-        alpha=args.alpha,
-        min_effect=args.min_effect,
-        run_timeout_s=args.run_timeout,
-    )
+    result = bisect(**fields)
     print("\n" + result.report)
     return bisection.exit_code(result)
 
