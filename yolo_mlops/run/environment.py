@@ -8,6 +8,7 @@ The versions are recorded on every run (`env.*` params) as the "what changed" di
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -232,13 +233,13 @@ class SeriesIdentity:
     @property
     def key(self) -> str:
         """The series: this workload on this machine."""
-        return _hash(self._fields(with_machine=True))
+        return _identity_hash(self, with_machine=True)
 
     @property
     def workload_key(self) -> str:
         """The same workload on any machine of the same hardware kind: what a fleet view compares across
         machines, and what `trends --across-machines` judges as one history."""
-        return _hash(self._fields(with_machine=False))
+        return _identity_hash(self, with_machine=False)
 
     def _fields(self, with_machine: bool) -> dict:
         fields = asdict(self)
@@ -265,6 +266,14 @@ def _hash(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=65536)
+def _identity_hash(identity: SeriesIdentity, with_machine: bool) -> str:
+    """Remembered per identity: a history types every run of a series, and every run of one series has the same
+    identity (hashing it again was most of the time `fleet` spent typing a year of runs)."""
+    return _hash(identity._fields(with_machine))
+
+
+@functools.lru_cache(maxsize=65536)
 def data_identity(yaml_path: Path | str, synthetic: bool) -> str:
     """Dataset identity in the series key: the synthetic dataset's cache folder (it names its settings),
     or the user's dataset YAML path."""
