@@ -120,7 +120,10 @@ def _refreshed_scopes(
     return found
 
 
-def _search(mlflow: MlflowClient, experiment_id: str, scope: tuple[str, ...], also: str = "") -> list:
+def _search(
+    mlflow: MlflowClient, experiment_id: str, scope: tuple[str, ...], also: str = ""
+) -> list[queries.RunRecord]:
+    """The runs matching any filter of the scope (each AND `also`), each once."""
     found: dict[str, queries.RunRecord] = {}
     for where in scope:
         found.update((r.run_id, r) for r in queries.search_records(mlflow, [experiment_id], where + also))
