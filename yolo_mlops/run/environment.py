@@ -332,6 +332,22 @@ def series_identity_from_params(params: Mapping[str, str], tags: Mapping[str, st
         return None
 
 
+# The tags series_identity_from_params reads (a run's params name the rest).
+_IDENTITY_TAGS = (names.DEVICE_TYPE, names.DATASET, names.VARIANT)
+
+
+def remembered_series_identity(params: Mapping[str, str], tags: Mapping[str, str]) -> SeriesIdentity | None:
+    """series_identity_from_params, remembered per distinct params and identity tags: the runs of a series log
+    the same params (up to the versions, which change with the code), so a year of history rebuilds each identity
+    once per distinct layout rather than once per run (3.3 of the 5.5 s typing 60,000 runs took)."""
+    return _identity_of(tuple(params.items()), tuple((k, tags[k]) for k in _IDENTITY_TAGS if k in tags))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _identity_of(params: tuple[tuple[str, str], ...], tags: tuple[tuple[str, str], ...]) -> SeriesIdentity | None:
+    return series_identity_from_params(dict(params), dict(tags))
+
+
 def _required(value: int | None) -> int:
     if value is None:
         raise KeyError("param not recorded")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
-from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
+from yolo_mlops.run.environment import remembered_series_identity, versions_from_params
 from yolo_mlops.tracking import connection, history_cache, queries
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class HistoryRun:
 def record_from_stored(run: queries.RunRecord) -> HistoryRun | None:
     """A typed record of one stored run; None when its series cannot be known (no tag, no params)."""
     params, tags = run.params, run.tags
-    identity = series_identity_from_params(params, tags)
+    identity = remembered_series_identity(params, tags)
     series: str | None
     if identity is not None and names.ENV_MACHINE not in params:
         series = identity.key  # logged before the machine joined the key: its machine's series
