@@ -327,6 +327,26 @@ def test_rounding_and_merging():
     assert kernel_type("cudaStreamSync") == "OTHER"
 
 
+def test_merging_intervals_in_order_or_not_gives_the_same_union():
+    # input already in order is read where it lies, any other is sorted first: both must give the one union
+    import numpy as np
+
+    from yolo_mlops.analysis.gpu import merge_intervals
+
+    rng = np.random.default_rng(3)
+    start = np.round(np.sort(rng.uniform(0, 1000, 500)))  # rounded: ties and touching intervals
+    end = start + np.round(rng.uniform(0, 8, 500))
+    in_order = merge_intervals(start, end)
+    shuffled = rng.permutation(500)
+    sorted_first = merge_intervals(start[shuffled], end[shuffled])
+    assert np.array_equal(in_order[0], sorted_first[0]) and np.array_equal(in_order[1], sorted_first[1])
+    assert np.all(in_order[0][1:] > in_order[1][:-1])  # disjoint, not touching
+    assert np.isclose(
+        (in_order[1] - in_order[0]).sum(),
+        len(set().union(*(range(int(a), int(b)) for a, b in zip(start, end, strict=True)))),
+    )
+
+
 def test_one_jump_is_not_steady_growth():
     from yolo_mlops.analysis.memory import growth_trend
 

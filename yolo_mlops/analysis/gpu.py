@@ -146,17 +146,30 @@ def unique(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
+def _in_order(values: np.ndarray) -> bool:
+    """Whether values never decrease (NaN anywhere: False), so a stable sort would not move them."""
+    return bool(np.all(values[1:] >= values[:-1]))
+
+
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge."""
     if start.size == 0:
         return start.copy(), end.copy()
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    running_end = np.maximum.accumulate(e)
+    # Big traces hold a million intervals and more: each temporary is dropped as soon as it is used, the
+    # running end is accumulated in place, and input already in order (a trace's activities mostly are; a
+    # stable sort would leave it as it is) is read where it lies instead of copied in sorted order.
+    if _in_order(start):
+        s, running_end = start, np.maximum.accumulate(end)
+    else:
+        order = np.argsort(start, kind="stable")
+        s, running_end = start[order], end[order]
+        del order
+        np.maximum.accumulate(running_end, out=running_end)
     is_new = np.empty(s.size, dtype=bool)
     is_new[0] = True
-    is_new[1:] = s[1:] > running_end[:-1]
+    np.greater(s[1:], running_end[:-1], out=is_new[1:])
     first = np.flatnonzero(is_new)
+    del is_new
     last = np.append(first[1:] - 1, s.size - 1)
     return s[first], running_end[last]
 
@@ -181,7 +194,7 @@ def select_gpu_activities(trace: RankTrace) -> GpuActivities:
         stream=trace.stream[keep],
         name_id=name_id,
         kernel_type=type_by_name[name_id] if name_id.size else np.zeros(0, dtype=object),
-        launch_ts=launch_ts[keep],
+        launch_ts=launch_ts,
     )
 
 
@@ -191,21 +204,26 @@ def launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivitie
 
 
 def _launch_ts_by_correlation(trace: RankTrace, gpu: np.ndarray) -> np.ndarray:
-    """For each event, the start of the host event sharing its correlation id (NaN if none)."""
-    launch_ts = np.full(trace.event_count, np.nan)
+    """For each of the `gpu` events, in order, the start of the host event sharing its correlation id (NaN if
+    none). Sized by the GPU activities, not the whole trace: on a big trace an array per event is the largest
+    thing the activities' selection would make."""
+    gpu_idx = np.flatnonzero(gpu)
+    launch_ts = np.full(gpu_idx.size, np.nan)
     host_with_corr = ~gpu & (trace.correlation >= 0)
     host_corr = trace.correlation[host_with_corr]
     host_ts = trace.ts[host_with_corr]
+    del host_with_corr
     if host_corr.size == 0:
         return launch_ts
-    order = np.argsort(host_corr, kind="stable")
-    host_corr, host_ts = host_corr[order], host_ts[order]
-    gpu_idx = np.flatnonzero(gpu & (trace.correlation >= 0))
+    if not _in_order(host_corr):  # launches are recorded in correlation order: usually nothing to sort
+        order = np.argsort(host_corr, kind="stable")
+        host_corr, host_ts = host_corr[order], host_ts[order]
+        del order
     wanted = trace.correlation[gpu_idx]
     pos = np.searchsorted(host_corr, wanted)
-    found = pos < host_corr.size
+    found = (wanted >= 0) & (pos < host_corr.size)
     found[found] = host_corr[pos[found]] == wanted[found]
-    launch_ts[gpu_idx[found]] = host_ts[pos[found]]
+    launch_ts[found] = host_ts[pos[found]]
     return launch_ts
 
 
@@ -215,6 +233,7 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
     all_s, all_e = merge_intervals(acts.start, acts.end)
     kernel_time = float(all_e[-1] - all_s[0])
     busy = float((all_e - all_s).sum())
+    del all_s, all_e
     is_compute = acts.kernel_type == COMPUTATION
     compute = union_length(acts.start[is_compute], acts.end[is_compute])
     idle = kernel_time - busy
@@ -227,22 +246,35 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
 
 
 def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
-    """Time per kernel type and per overlap of types, largest first (zero rows dropped)."""
-    times, deltas = [], []
-    for bit, ktype in enumerate(BREAKDOWN_KERNEL_TYPES):
+    """Time per kernel type and per overlap of types, largest first (zero rows dropped).
+
+    Each type's busy intervals become +bit at their start and -bit at their end; sorted by time, the running sum
+    is the set of types busy in each segment. The bits fit int8, and the arrays are built in place and dropped
+    when used: on a trace of millions of kernels this is the analysis' largest moment."""
+    merged = []
+    for ktype in BREAKDOWN_KERNEL_TYPES:
         mask = acts.kernel_type == ktype
-        s, e = merge_intervals(acts.start[mask], acts.end[mask])
-        times += [s, e]
-        deltas += [np.full(s.size, 1 << bit), np.full(e.size, -(1 << bit))]
-    time = np.concatenate(times)
-    if time.size == 0:
+        merged.append(merge_intervals(acts.start[mask], acts.end[mask]))
+        del mask
+    size = 2 * sum(s.size for s, _ in merged)
+    if size == 0:
         return []
-    delta = np.concatenate(deltas)
+    time = np.empty(size)
+    delta = np.empty(size, dtype=np.int8)
+    at = 0
+    for bit, (s, e) in enumerate(merged):
+        for values, sign in ((s, 1), (e, -1)):
+            time[at : at + values.size] = values
+            delta[at : at + values.size] = sign * (1 << bit)
+            at += values.size
+    del merged, s, e, values
     order = np.argsort(time, kind="stable")
     time, delta = time[order], delta[order]
-    running = np.cumsum(delta)
+    del order
+    state = np.cumsum(delta[:-1], dtype=np.int8)  # the running sum before each point: who is busy after it
+    del delta
     seg = np.diff(time)
-    state = running[:-1]
+    del time
     totals = np.bincount(state, weights=seg, minlength=1 << len(BREAKDOWN_KERNEL_TYPES))
     rows = [(_overlap_label(state_bits), float(t)) for state_bits, t in enumerate(totals) if state_bits > 0 and t > 0]
     grand_total = sum(t for _, t in rows)

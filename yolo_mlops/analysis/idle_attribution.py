@@ -131,17 +131,19 @@ def _host_layers(
         for category in category_by_name
     ]
     causes = sorted({c for c in cause_by_name if c is not None})
-    code_by_name = np.array([causes.index(c) if c is not None else -1 for c in cause_by_name], dtype=np.int32)
-    code = code_by_name[trace.name_id] if trace.name_id.size else np.zeros(0, np.int32)
-    end = trace.ts + trace.dur
+    # one small code per event (a handful of causes), and each layer's ends computed for its own events only:
+    # arrays over every event of a big trace are what the analysis' peak memory is made of
+    code_by_name = np.array([causes.index(c) if c is not None else -1 for c in cause_by_name], dtype=np.int16)
+    code = code_by_name[trace.name_id] if trace.name_id.size else np.zeros(0, np.int16)
     layers = {}
     for i, cause in enumerate(causes):
         sel = host & (code == i)
-        layers[cause] = _merged(trace.ts[sel], end[sel])
+        layers[cause] = _merged(trace.ts[sel], trace.ts[sel] + trace.dur[sel])
+    del code
     # older traces record ProfilerStep#N as a cpu_op too: a step span is not launch work
     steps = [i for i, name in enumerate(trace.names) if name.startswith("ProfilerStep#")]
     launching = host & trace.category_mask(LAUNCH_EVENT_CATEGORIES) & ~np.isin(trace.name_id, steps)
-    return layers, _merged(trace.ts[launching], end[launching])
+    return layers, _merged(trace.ts[launching], trace.ts[launching] + trace.dur[launching])
 
 
 def _empty() -> Intervals:
@@ -165,10 +167,12 @@ def gpu_idle_by_cause(
     gap_s, gap_e = busy_e[:-1], busy_s[1:]
     real = gap_e > gap_s
     gap_s, gap_e = gap_s[real], gap_e[real]
+    del busy_s, busy_e, real
     # The activity that ends each gap: the first one starting at the gap's end (ties: the earliest launch).
     order = np.lexsort((acts.launch_ts, acts.start))
     first = np.searchsorted(acts.start[order], gap_e, side="left")
-    next_launch = acts.launch_ts[order][first] if gap_e.size else np.zeros(0)
+    next_launch = acts.launch_ts[order[first]] if gap_e.size else np.zeros(0)
+    del order, first
     host_caused = next_launch > gap_s  # NaN (unknown launch) compares False
     totals = dict.fromkeys(IDLE_CAUSES, 0.0)
     totals[OTHER] += float((gap_e[~host_caused] - gap_s[~host_caused]).sum())
@@ -229,10 +233,9 @@ def step_time_by_phase(
     if not labels:  # a trace without our labels: the built-in categories are (nearly) disjoint too
         labels = [c for c in (DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY, CUDA_SYNC_CATEGORY) if c in present]
     layers = []
-    end = trace.ts + trace.dur
     for label in labels:
         ids = [i for i, c in code_by_name.items() if c == label]
         sel = host & np.isin(trace.name_id, ids)
-        layers.append((label, _merged(trace.ts[sel], end[sel])))
+        layers.append((label, _merged(trace.ts[sel], trace.ts[sel] + trace.dur[sel])))
     split = exclusive_split((steps.start, steps.end), layers, BETWEEN_PHASES)
     return [_cause_time(name, t, total, steps.count, total) for name, t in split.items()]

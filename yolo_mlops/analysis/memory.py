@@ -39,7 +39,10 @@ def memory_profile(trace: RankTrace, steps: Steps) -> MemoryProfile | None:
     on_cuda = mem.device_type == CUDA_DEVICE_TYPE
     device = "cuda" if on_cuda.any() else "cpu"
     sel = on_cuda if on_cuda.any() else mem.device_type != CUDA_DEVICE_TYPE
-    ts, allocated, reserved = mem.ts[sel], mem.total_allocated[sel], mem.total_reserved[sel]
+    if sel.all():  # the usual case, one device: the columns as they are, not copies of a big trace's
+        ts, allocated, reserved = mem.ts, mem.total_allocated, mem.total_reserved
+    else:
+        ts, allocated, reserved = mem.ts[sel], mem.total_allocated[sel], mem.total_reserved[sel]
     if not on_cuda.any():
         # the CPU allocator keeps no cache: its "Total Reserved" is always 0, which is not a measurement
         reserved = np.full_like(allocated, np.nan)

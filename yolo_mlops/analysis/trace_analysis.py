@@ -51,10 +51,12 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
 
     window_end = float(np.ceil(steps.start[-1])) if steps.count >= 2 else None
     all_acts = gpu_mod.select_gpu_activities(trace)
+    memory = memory_profile(trace, steps)
+    step_summaries = _step_summaries(all_acts, steps, category_times, memory)
     window_acts = all_acts if window_end is None else gpu_mod.launched_before(all_acts, window_end)
+    del all_acts  # the rest reads the window: one copy of a big trace's activities alive, not two
     breakdown = gpu_mod.temporal_breakdown(window_acts)
     has_gpu = breakdown is not None
-    memory = memory_profile(trace, steps)
     device_name, device_memory, capability = _device_properties(trace)
     gpu_summary = None
     if breakdown is not None:
@@ -88,7 +90,7 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         top_kernels=gpu_mod.top_kernels(window_acts, trace.names) if has_gpu else [],
         top_host_ops=[HostOp(*op) for op in top_host_ops(trace, host)],
         memory=memory,
-        steps=_step_summaries(all_acts, steps, category_times, memory),
+        steps=step_summaries,
         gpu_idle_by_cause=gpu_idle_by_cause(
             trace, host, steps, window_acts, window_steps, window_step_us, category_by_name
         )
