@@ -377,6 +377,28 @@ def test_a_value_out_of_range_is_a_trace_error_naming_the_file(tmp_path):
         analyze_traces(path)
 
 
+def test_integer_columns_are_as_narrow_as_their_values_and_keep_every_value(tmp_path):
+    import numpy as np
+
+    from yolo_mlops.analysis.trace_loader import load_trace_file
+
+    def kernel(i: int, correlation: int) -> dict:
+        args = {"stream": 7, "correlation": correlation}
+        return {"ph": "X", "name": f"k{i}", "ts": 10 + i, "dur": 1, "pid": 0, "tid": 7, "cat": "kernel", "args": args}
+
+    # 200 names (int16), one category, pid and thread (int8), streams -1 and 7 (int8), correlations past int32
+    events = [{"ph": "X", "name": "ProfilerStep#1", "ts": 0, "dur": 500, "pid": 1, "tid": 1, "cat": "cpu_op"}]
+    events += [kernel(i, 2**40 + i if i % 2 else i) for i in range(199)]
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace_file(path)
+    assert (trace.name_id.dtype, trace.stream.dtype, trace.tid_id.dtype) == (np.int16, np.int8, np.int8)
+    assert trace.correlation.dtype == np.int64
+    assert trace.correlation.tolist() == [-1] + [2**40 + i if i % 2 else i for i in range(199)]
+    assert trace.stream.tolist() == [-1] + [7] * 199
+    assert [trace.names[i] for i in trace.name_id] == ["ProfilerStep#1"] + [f"k{i}" for i in range(199)]
+
+
 def test_a_trace_without_steps_has_no_per_step_idle_figures(tmp_path):
     events = [
         {

@@ -95,18 +95,20 @@ class RankTrace:
     rank: int
     names: list[str]
     categories: list[str]
-    name_id: np.ndarray  # int32 index into names
-    cat_id: np.ndarray  # int32 index into categories
-    pid_id: np.ndarray  # int32 index into pids (Kineto: the device id for GPU activities)
+    # The integer columns are signed and as narrow as their values allow (int8 up to int64, see _narrowed):
+    # a big trace's few categories, threads and streams then take a byte an event, not four or eight.
+    name_id: np.ndarray  # index into names
+    cat_id: np.ndarray  # index into categories
+    pid_id: np.ndarray  # index into pids (Kineto: the device id for GPU activities)
     ts: np.ndarray  # float64 microseconds
     dur: np.ndarray  # float64 microseconds
-    stream: np.ndarray  # int32, -1 when the event has no CUDA stream
-    correlation: np.ndarray  # int64, -1 when absent
+    stream: np.ndarray  # -1 when the event has no CUDA stream
+    correlation: np.ndarray  # -1 when absent
     pids: list[str]
     memory: MemoryEvents
     device_properties: list[dict] = field(default_factory=list)
     # thread of each event (index into tids): on CPU ranks gloo's collectives run on threads of their own
-    tid_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    tid_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     tids: list[str] = field(default_factory=list)
     backend: str | None = None  # distributedInfo.backend ("nccl", "gloo"); None outside a process group
     world_size: int | None = None  # distributedInfo.world_size
@@ -129,7 +131,7 @@ class MemoryEvents:
     """`[memory]` instant events (only present when profiling with profile_memory=True)."""
 
     ts: np.ndarray
-    device_type: np.ndarray
+    device_type: np.ndarray  # narrowed like RankTrace's integer columns
     total_allocated: np.ndarray  # bytes, float64 (some traces lack it: NaN)
     total_reserved: np.ndarray
 
@@ -708,10 +710,16 @@ class _ColumnBuilder:
             if column in state:
                 getattr(self, column).extend(state.pop(column))
 
+    def _narrowed(self, column: str, dtype) -> np.ndarray:
+        """The integer column, narrowed, its buffer released at once (so the columns are never held twice)."""
+        values = _narrowed_copy(_column(getattr(self, column), dtype))
+        setattr(self, column, array(getattr(self, column).typecode))
+        return values
+
     def build(self, path: Path, rank: int, meta: dict) -> RankTrace:
         memory = MemoryEvents(
             ts=_column(self.mem_ts, np.float64),
-            device_type=_column(self.mem_device_type, np.int32),
+            device_type=self._narrowed("mem_device_type", np.int32),
             total_allocated=_column(self.mem_allocated, np.float64),
             total_reserved=_column(self.mem_reserved, np.float64),
         )
@@ -724,21 +732,36 @@ class _ColumnBuilder:
             rank=rank,
             names=self.names.values,
             categories=self.categories.values,
-            name_id=_column(self.name_id, np.int32),
-            cat_id=_column(self.cat_id, np.int32),
-            pid_id=_column(self.pid_id, np.int32),
+            name_id=self._narrowed("name_id", np.int32),
+            cat_id=self._narrowed("cat_id", np.int32),
+            pid_id=self._narrowed("pid_id", np.int32),
             ts=_column(self.ts, np.float64),
             dur=_column(self.dur, np.float64),
-            stream=_column(self.stream, np.int32),
-            correlation=_column(self.correlation, np.int64),
+            stream=self._narrowed("stream", np.int32),
+            correlation=self._narrowed("correlation", np.int64),
             pids=[str(pid) for pid in self.pids.values],
             memory=memory,
             device_properties=device_properties if isinstance(device_properties, list) else [],
-            tid_id=_column(self.tid_id, np.int32),
+            tid_id=self._narrowed("tid_id", np.int32),
             tids=[str(tid) for tid in self.tids.values],
             backend=str(info["backend"]) if info.get("backend") else None,
             world_size=int(world_size) if isinstance(world_size, (int, float)) else None,
         )
+
+
+_NARROW_TYPES = (np.int8, np.int16, np.int32, np.int64)
+
+
+def _narrowed_copy(values: np.ndarray) -> np.ndarray:
+    """values in the narrowest signed integer type that holds them all (the same numbers)."""
+    if values.size == 0:
+        return values.astype(np.int8)
+    low, high = int(values.min()), int(values.max())
+    for dtype in _NARROW_TYPES:
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return values.astype(dtype)
+    return values  # pragma: no cover - int64 holds every column's values
 
 
 def _column(buffer: array, dtype) -> np.ndarray:
