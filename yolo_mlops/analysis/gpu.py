@@ -146,6 +146,11 @@ def unique(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
+def selected(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """values[mask], or values themselves when the mask keeps them all (no copy of a big trace's column)."""
+    return values if mask.all() else values[mask]
+
+
 def _in_order(values: np.ndarray) -> bool:
     """Whether values never decrease (NaN anywhere: False), so a stable sort would not move them."""
     return bool(np.all(values[1:] >= values[:-1]))
@@ -165,13 +170,13 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
         s, running_end = start[order], end[order]
         del order
         np.maximum.accumulate(running_end, out=running_end)
-    is_new = np.empty(s.size, dtype=bool)
+    is_new = np.empty(s.size, dtype=bool)  # an interval that starts a merged one
     is_new[0] = True
     np.greater(s[1:], running_end[:-1], out=is_new[1:])
-    first = np.flatnonzero(is_new)
-    del is_new
-    last = np.append(first[1:] - 1, s.size - 1)
-    return s[first], running_end[last]
+    is_last = np.empty(s.size, dtype=bool)  # one that ends a merged one: the last before the next new one
+    is_last[:-1] = is_new[1:]
+    is_last[-1] = True
+    return s[is_new], running_end[is_last]
 
 
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
@@ -235,7 +240,7 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
     busy = float((all_e - all_s).sum())
     del all_s, all_e
     is_compute = acts.kernel_type == COMPUTATION
-    compute = union_length(acts.start[is_compute], acts.end[is_compute])
+    compute = union_length(selected(acts.start, is_compute), selected(acts.end, is_compute))
     idle = kernel_time - busy
     return TemporalBreakdown(
         idle_time_us=idle,
@@ -254,7 +259,7 @@ def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
     merged = []
     for ktype in BREAKDOWN_KERNEL_TYPES:
         mask = acts.kernel_type == ktype
-        merged.append(merge_intervals(acts.start[mask], acts.end[mask]))
+        merged.append(merge_intervals(selected(acts.start, mask), selected(acts.end, mask)))
         del mask
     size = 2 * sum(s.size for s, _ in merged)
     if size == 0:
@@ -290,10 +295,10 @@ def idle_breakdown(acts: GpuActivities) -> list[StreamIdle]:
     rows: list[StreamIdle] = []
     for stream in unique(acts.stream):
         on_stream = acts.stream == stream
-        order = np.argsort(acts.start[on_stream], kind="stable")
-        start = acts.start[on_stream][order]
-        end = acts.end[on_stream][order]
-        launch = acts.launch_ts[on_stream][order]
+        start, end, launch = (selected(v, on_stream) for v in (acts.start, acts.end, acts.launch_ts))
+        if not _in_order(start):  # a stable sort leaves ordered starts as they are
+            order = np.argsort(start, kind="stable")
+            start, end, launch = start[order], end[order], launch[order]
         gap = start[1:] - end[:-1]
         host_wait = launch[1:] > end[:-1]  # NaN launch (unknown) compares False
         kernel_wait = ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_US)
