@@ -2,10 +2,11 @@
 
 The decompressed file is streamed in blocks; each block's complete events are decoded by a typed
 msgspec decoder that builds only the fields we use, appended to typed `array.array` columns and
-dropped. Memory therefore grows with the number of events (~80 bytes each), not with the JSON
-size, and no per-event Python object outlives its block. Names, categories and process ids are
-interned into small tables. Layouts the block decoder does not handle fall back to ijson
-streaming. docs/analysis.md has the measurements that picked this design.
+dropped. Memory therefore grows with the number of events (~26 bytes a complete event once the
+integer columns are narrowed), not with the JSON size, and no per-event Python object outlives its
+block. Names, categories and process ids are interned into small tables. Layouts the block decoder
+does not handle fall back to ijson streaming. docs/analysis.md has the measurements that picked
+this design.
 """
 
 from __future__ import annotations
@@ -690,9 +691,26 @@ class _ColumnBuilder:
     )
     _INTERNED = (("name_id", "names"), ("cat_id", "categories"), ("pid_id", "pids"), ("tid_id", "tids"))
 
+    # the numpy type of each column's buffer (array typecodes name C types, whose sizes vary by platform)
+    _DTYPES = {
+        "name_id": np.int32,
+        "cat_id": np.int32,
+        "pid_id": np.int32,
+        "tid_id": np.int32,
+        "ts": np.float64,
+        "dur": np.float64,
+        "stream": np.int32,
+        "correlation": np.int64,
+        "mem_ts": np.float64,
+        "mem_device_type": np.int32,
+        "mem_allocated": np.float64,
+        "mem_reserved": np.float64,
+    }
+
     def state(self) -> dict:
-        """Everything read, as plain values (what a reader process sends back)."""
-        state: dict = {name: getattr(self, name) for name in self._COLUMNS}
+        """Everything read, as plain values (what a reader process sends back): the columns as numpy arrays,
+        the integer ones narrowed, so the pipe and the receiving process carry as few bytes as they hold."""
+        state: dict = {name: self._final(name) for name in self._COLUMNS}
         state.update({table: getattr(self, table).values for _, table in self._INTERNED})
         state["seen_events"] = self.seen_events
         return state
@@ -702,26 +720,39 @@ class _ColumnBuilder:
         tables get the next codes in the order the part first met them, as if this builder had read it."""
         self.seen_events += state["seen_events"]
         for column, table in self._INTERNED:
-            codes = np.asarray(getattr(self, table).many(state[table]), dtype=np.int32)
-            ids = np.frombuffer(state.pop(column), dtype=np.int32)
-            if ids.size:
-                getattr(self, column).frombytes(codes[ids].tobytes())
+            codes = np.asarray(getattr(self, table).many(state[table]), dtype=np.int64)
+            ids = state.pop(column)
+            self._append(column, _narrowed_copy(codes[ids]) if ids.size else ids)
         for column in self._COLUMNS:
             if column in state:
-                getattr(self, column).extend(state.pop(column))
+                self._append(column, state.pop(column))
 
-    def _narrowed(self, column: str, dtype) -> np.ndarray:
-        """The integer column, narrowed, its buffer released at once (so the columns are never held twice)."""
-        values = _narrowed_copy(_column(getattr(self, column), dtype))
-        setattr(self, column, array(getattr(self, column).typecode))
-        return values
+    def _append(self, column: str, values: np.ndarray) -> None:
+        """The column, final (see _final), with values after it; one column at a time is ever held twice."""
+        own = self._final(column)
+        joined = np.concatenate([own, values])
+        del own
+        setattr(self, column, _narrowed_copy(joined) if joined.dtype.kind == "i" else joined)
+
+    def _final(self, column: str) -> np.ndarray:
+        """The column as a numpy array, the integer ones in the narrowest type that holds their values (the same
+        numbers); a buffer still being filled is released once copied, so the columns are never held twice."""
+        values = getattr(self, column)
+        if isinstance(values, np.ndarray):
+            return values
+        dtype = self._DTYPES[column]
+        final = _column(values, dtype)  # a view: the buffer lives on as its base, unless narrowed into a copy
+        if np.dtype(dtype).kind == "i":
+            final = _narrowed_copy(final)
+        setattr(self, column, final)
+        return final
 
     def build(self, path: Path, rank: int, meta: dict) -> RankTrace:
         memory = MemoryEvents(
-            ts=_column(self.mem_ts, np.float64),
-            device_type=self._narrowed("mem_device_type", np.int32),
-            total_allocated=_column(self.mem_allocated, np.float64),
-            total_reserved=_column(self.mem_reserved, np.float64),
+            ts=self._final("mem_ts"),
+            device_type=self._final("mem_device_type"),
+            total_allocated=self._final("mem_allocated"),
+            total_reserved=self._final("mem_reserved"),
         )
         device_properties = meta.get("deviceProperties")
         info = meta.get("distributedInfo")
@@ -732,17 +763,17 @@ class _ColumnBuilder:
             rank=rank,
             names=self.names.values,
             categories=self.categories.values,
-            name_id=self._narrowed("name_id", np.int32),
-            cat_id=self._narrowed("cat_id", np.int32),
-            pid_id=self._narrowed("pid_id", np.int32),
-            ts=_column(self.ts, np.float64),
-            dur=_column(self.dur, np.float64),
-            stream=self._narrowed("stream", np.int32),
-            correlation=self._narrowed("correlation", np.int64),
+            name_id=self._final("name_id"),
+            cat_id=self._final("cat_id"),
+            pid_id=self._final("pid_id"),
+            ts=self._final("ts"),
+            dur=self._final("dur"),
+            stream=self._final("stream"),
+            correlation=self._final("correlation"),
             pids=[str(pid) for pid in self.pids.values],
             memory=memory,
             device_properties=device_properties if isinstance(device_properties, list) else [],
-            tid_id=self._narrowed("tid_id", np.int32),
+            tid_id=self._final("tid_id"),
             tids=[str(tid) for tid in self.tids.values],
             backend=str(info["backend"]) if info.get("backend") else None,
             world_size=int(world_size) if isinstance(world_size, (int, float)) else None,
