@@ -343,7 +343,7 @@ def remembered_series_identity(params: Mapping[str, str], tags: Mapping[str, str
     return _identity_of(tuple(params.items()), tuple((k, tags[k]) for k in _IDENTITY_TAGS if k in tags))
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=2048)  # keys hold a run's params (a few KB): a few MB at most
 def _identity_of(params: tuple[tuple[str, str], ...], tags: tuple[tuple[str, str], ...]) -> SeriesIdentity | None:
     return series_identity_from_params(dict(params), dict(tags))
 
