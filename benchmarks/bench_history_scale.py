@@ -337,6 +337,11 @@ def main() -> int:
         type=Path,
         help="after the timed rounds at each size, one more judging under cProfile: PATH.<size>.prof",
     )
+    parser.add_argument(
+        "--profile-fleet",
+        type=Path,
+        help="after the timed rounds at each size, one more `fleet` (cache warm) under cProfile: PATH.<size>.prof",
+    )
     parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.judge:
@@ -417,6 +422,11 @@ def main() -> int:
                 judge_cmd, judge_env = commands["nightly judging"]
                 timed(judge_cmd, judge_env | {"BENCH_JUDGE_PROFILE": stats})
                 print(f"  cProfile of one judging: {stats}", flush=True)
+            if args.profile_fleet and "fleet, cache" in commands:
+                stats = f"{args.profile_fleet}.{size}.prof"
+                fleet_cmd, fleet_env = commands["fleet, cache"]
+                timed([sys.executable, "-m", "cProfile", "-o", stats, *fleet_cmd[1:]], fleet_env)
+                print(f"  cProfile of one fleet: {stats}", flush=True)
             for name, values in times.items():
                 row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
                 results.append(row)

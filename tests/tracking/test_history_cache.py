@@ -98,6 +98,24 @@ def test_the_cache_follows_every_change_mlflow_sees(mlflow_client, cache_home):
     assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
 
 
+def test_a_read_that_finds_nothing_new_leaves_the_file_as_it_was(mlflow_client, cache_home):
+    # a year of history is a 20 MB file: rewritten only when a read found a change, never after a read that
+    # found again exactly the runs of the window it had dropped
+    experiment_id = mlflow_client.create_experiment(f"history-cache-unchanged-{time.time_ns()}")
+    now = int(time.time() * 1000)
+    recent = _run(mlflow_client, experiment_id, 100.0, now)
+    _cached(mlflow_client, experiment_id)
+    path = history_cache.cache_file(mlflow_client.tracking_uri, experiment_id)
+    written = path.stat()
+    assert _cached(mlflow_client, experiment_id) == _truth(mlflow_client, experiment_id)
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    mlflow_client.set_tag(recent, names.TREND, "regression")  # a change in the window: written again
+    assert _cached(mlflow_client, experiment_id)[recent].tags[names.TREND] == "regression"
+    assert path.stat().st_ino != written.st_ino
+    with path.open("rb") as f:
+        assert pickle.load(f).runs[recent].tags[names.TREND] == "regression"
+
+
 def test_a_changed_old_run_is_seen_with_the_cache_off_or_deleted(mlflow_client, cache_home, monkeypatch):
     # the documented limit: a tag written on a run long after it ended is not seen by a warm cache
     experiment_id = mlflow_client.create_experiment(f"history-cache-off-{time.time_ns()}")

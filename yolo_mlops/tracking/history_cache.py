@@ -137,25 +137,33 @@ def _refreshed(
     state = _load(path, uri, experiment_id, scope)
     if state is None:
         state = _State(FORMAT, uri, experiment_id, scope)
-        state.runs = {r.run_id: r for r in _search(mlflow, experiment_id, scope)}
+        state.runs = {r.run_id: _interned(r) for r in _search(mlflow, experiment_id, scope)}
+        changed = True
     else:
         newest = state.newest_end_ms()
         if newest is not None:
             since = newest - REFRESH_WINDOW_MS
-            for run_id in [i for i, r in state.runs.items() if r.end_time_ms is None or r.end_time_ms >= since]:
-                del state.runs[run_id]  # read again below, unless deleted or no longer FINISHED
+            # read again below, unless deleted or no longer FINISHED
+            stale = [i for i, r in state.runs.items() if r.end_time_ms is None or r.end_time_ms >= since]
+            dropped = {run_id: state.runs.pop(run_id) for run_id in stale}
             fresh = _search(mlflow, experiment_id, scope, f" AND attributes.end_time >= {since}")
         else:
+            dropped = dict(state.runs)
             state.runs.clear()
             fresh = _search(mlflow, experiment_id, scope)
-        state.runs.update((r.run_id, r) for r in fresh)
+        state.runs.update((r.run_id, _interned(r)) for r in fresh)
         restored = sorted(state.deleted - deleted)
         for where in scope if restored else ():
-            state.runs.update((r.run_id, r) for r in queries.records_by_id(mlflow, [experiment_id], restored, where))
+            records = queries.records_by_id(mlflow, [experiment_id], restored, where)
+            state.runs.update((r.run_id, _interned(r)) for r in records)
+        # most reads find again exactly the runs of the last days they dropped: the file is then rewritten
+        # only when something changed, not 20 MB a year of history at every read
+        changed = bool(restored) or deleted != state.deleted or {r.run_id: r for r in fresh} != dropped
     for run_id in deleted:
         state.runs.pop(run_id, None)
     state.deleted = deleted
-    _save(path, state)
+    if changed:
+        _save(path, state)
     return list(state.runs.values())
 
 
@@ -178,8 +186,8 @@ def _load(path: Path, uri: str, experiment_id: str, scope: tuple[str, ...]) -> _
 
 def _save(path: Path, state: _State) -> None:
     """Written whole to a temporary file and renamed over the old one: a reader never sees half a file, and
-    of two writers the last one wins with a state that was true when it read."""
-    state.runs = {run_id: _interned(r) for run_id, r in state.runs.items()}
+    of two writers the last one wins with a state that was true when it read. Its runs are interned (_interned)
+    as they enter it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=path.stem, suffix=".tmp", delete=False) as f:
