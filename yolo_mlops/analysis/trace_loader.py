@@ -96,7 +96,7 @@ class RankTrace:
     rank: int
     names: list[str]
     categories: list[str]
-    # The integer columns are signed and as narrow as their values allow (int8 up to int64, see _narrowed):
+    # The integer columns are signed and as narrow as their values allow (int8 to int64, see _narrowed_copy):
     # a big trace's few categories, threads and streams then take a byte an event, not four or eight.
     name_id: np.ndarray  # index into names
     cat_id: np.ndarray  # index into categories
