@@ -109,12 +109,16 @@ def test_pool_sweep_runs_on_both_machines(pool_sweep, fleet: LocalFleet):
 
 
 def test_fleet_names_the_planted_slow_machine(pool_sweep, fleet: LocalFleet):
-    proc, log = fleet.cli("fleet", "--experiment", "fleet-sweep", "--format", "json")
+    # Two runs a machine per workload leave the pooled t test 2 degrees of freedom: at the 1% default Holm's
+    # first step needs t > 9.9, which one 1.5x swing between the fast machine's two runs on a loaded CI host
+    # defeats even against a 10x planted slowdown. 5% (t > 4.3) is the documented setting for few runs; the
+    # fast machine cannot be named at any setting (the test is one-sided and it is the faster).
+    proc, log = fleet.cli("fleet", "--experiment", "fleet-sweep", "--max-pvalue", "0.05", "--format", "json")
     assert proc.wait(600) == 0, log.read_text(errors="replace")[-4000:]
     text = log.read_text(errors="replace")
     report = json.loads(text[text.index("{") :])
     slow = {m["machine"] for w in report["workloads"] for m in w["slow_machines"]}
-    assert slow == {SLOW}
+    assert slow == {SLOW}, json.dumps([w["machines"] for w in report["workloads"]], indent=1)
 
 
 def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, fleet: LocalFleet):
