@@ -251,10 +251,10 @@ def test_gzip_and_plain_json_agree(tmp_path, cpu_trace_file):
 
 def _columns_equal(a, b) -> None:
     for column in ("ts", "dur", "stream", "correlation", "name_id", "cat_id", "pid_id"):
-        assert list(getattr(a, column)) == list(getattr(b, column)), column
+        assert list(a._final(column)) == list(b._final(column)), column
     assert a.names.values == b.names.values
     assert a.pids.values == b.pids.values
-    assert list(a.mem_allocated) == list(b.mem_allocated)
+    assert list(a._final("mem_allocated")) == list(b._final("mem_allocated"))
     assert a.seen_events == b.seen_events
 
 
@@ -347,6 +347,112 @@ def test_merging_intervals_in_order_or_not_gives_the_same_union():
     )
 
 
+def _random_activities(seed: int, count: int = 3000, ties: bool = True):
+    """Activities of every kernel type on a few streams, rounded to whole microseconds: overlaps, ties,
+    touching intervals and some unknown launches."""
+    import numpy as np
+
+    from yolo_mlops.analysis.gpu import KERNEL_TYPES, GpuActivities
+
+    rng = np.random.default_rng(seed)
+    start = np.sort(rng.uniform(0, 20 * count, count))
+    start = np.round(start) if ties else start
+    end = start + np.round(rng.exponential(12, count))
+    launch = start - np.round(rng.uniform(1, 40, count))
+    launch[rng.random(count) < 0.05] = np.nan
+    return GpuActivities(
+        start=start,
+        end=end,
+        stream=rng.integers(0, 3, count).astype(np.int8),
+        name_id=rng.integers(0, 50, count).astype(np.int16),
+        type_code=rng.integers(0, len(KERNEL_TYPES), count).astype(np.int8),
+        launch_ts=launch,
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kernel_type_breakdown_is_the_sweep_over_sorted_deltas_exactly(monkeypatch, seed):
+    """The breakdown searches each type's union, a chunk at a time; the plain sweep (every boundary a +bit or
+    -bit, stably sorted, summed by bincount) must give the same floats to the last bit."""
+    import numpy as np
+
+    from yolo_mlops.analysis import gpu
+
+    monkeypatch.setattr(gpu, "CHUNK_ELEMENTS", 256)  # many chunks, and boundaries of a tie split between them
+    acts = _random_activities(seed)
+    merged = [
+        gpu.merge_intervals(acts.start[acts.of_type(k)], acts.end[acts.of_type(k)]) for k in gpu.BREAKDOWN_KERNEL_TYPES
+    ]
+    time = np.concatenate([v for pair in merged for v in pair])
+    delta = np.concatenate(
+        [np.full(v.size, sign << bit) for bit, (s, e) in enumerate(merged) for v, sign in ((s, 1), (e, -1))]
+    )
+    order = np.argsort(time, kind="stable")
+    totals = np.bincount(np.cumsum(delta[order])[:-1], weights=np.diff(time[order]), minlength=8)
+    expected = {gpu._overlap_label(bits): float(t) for bits, t in enumerate(totals) if bits > 0 and t > 0}
+    assert {row.kernel_type: row.time_us for row in gpu.kernel_type_breakdown(acts)} == expected
+    assert any(" overlapping " in label for label in expected)  # the data has overlaps of types
+
+
+@pytest.mark.parametrize("ties", [True, False])
+def test_the_launch_that_ends_a_gap_is_the_earliest_of_those_starting_then(ties):
+    import numpy as np
+
+    from yolo_mlops.analysis.gpu import merge_intervals
+    from yolo_mlops.analysis.idle_attribution import _next_launch
+
+    acts = _random_activities(4, ties=ties)
+    gap_e = merge_intervals(acts.start, acts.end)[0][1:]
+    order = np.lexsort((acts.launch_ts, acts.start))  # by start, then launch, an unknown (NaN) launch last
+    expected = acts.launch_ts[order[np.searchsorted(acts.start[order], gap_e, side="left")]]
+    assert np.array_equal(_next_launch(acts, gap_e), expected, equal_nan=True)
+
+
+def test_steps_of_timestamps_a_chunk_at_a_time(monkeypatch):
+    import numpy as np
+
+    from yolo_mlops.analysis import host
+
+    monkeypatch.setattr(host, "CHUNK_ELEMENTS", 7)
+    steps = host.Steps(number=np.arange(3), start=np.array([10.0, 20.0, 35.0]), end=np.array([20.0, 30.0, 40.0]))
+    ts = np.array([5.0, 10.0, 19.9, 20.0, 29.0, 30.0, 33.0, 35.0, 39.9, 40.0, 41.0, np.nan] * 3)
+    assert steps.index_of(ts).tolist() == [-1, 0, 0, 1, 1, -1, -1, 2, 2, -1, -1, -1] * 3
+
+
+def test_step_summaries_of_activities_launched_out_of_step_order_are_the_same():
+    """Activities launched in step order are grouped by slices, others by a stable sort: the same groups."""
+    import numpy as np
+
+    from yolo_mlops.analysis import host
+    from yolo_mlops.analysis.trace_analysis import _step_summaries
+
+    acts = _random_activities(6)
+    steps = host.Steps(
+        number=np.arange(4),
+        start=np.array([0.0, 15000.0, 30000.0, 45000.0]),
+        end=np.array([15000.0, 30000.0, 45000.0, 59000.0]),
+    )
+    category_times = {"cpu_op": np.zeros((2, 4))}
+    by_step = np.argsort(steps.index_of(acts.launch_ts), kind="stable")  # launched in step order
+    in_order = _step_summaries(acts.subset(by_step), steps, category_times, None)
+    shuffled = _step_summaries(
+        acts.subset(np.random.default_rng(0).permutation(acts.count)), steps, category_times, None
+    )
+    assert in_order == shuffled and all(s.gpu is not None for s in in_order)
+
+
+def test_the_window_made_in_place_is_the_window():
+    import numpy as np
+
+    from yolo_mlops.analysis.gpu import keep_launched_before, launched_before
+
+    acts = _random_activities(5)
+    window = launched_before(acts, 30000.0)
+    in_place = keep_launched_before(acts, 30000.0)
+    for field in window.__dataclass_fields__:
+        assert np.array_equal(getattr(window, field), getattr(in_place, field), equal_nan=True), field
+
+
 def test_one_jump_is_not_steady_growth():
     from yolo_mlops.analysis.memory import growth_trend
 
@@ -377,10 +483,15 @@ def test_a_value_out_of_range_is_a_trace_error_naming_the_file(tmp_path):
         analyze_traces(path)
 
 
-def test_integer_columns_are_as_narrow_as_their_values_and_keep_every_value(tmp_path):
+@pytest.mark.parametrize("small_batches", [False, True])
+def test_integer_columns_are_as_narrow_as_their_values_and_keep_every_value(tmp_path, monkeypatch, small_batches):
     import numpy as np
 
+    from yolo_mlops.analysis import trace_loader
     from yolo_mlops.analysis.trace_loader import load_trace_file
+
+    if small_batches:  # columns widen while read: the first batches fit int8, later ones need int16 and int64
+        monkeypatch.setattr(trace_loader, "READ_BUFFER_BYTES", 512)
 
     def kernel(i: int, correlation: int) -> dict:
         args = {"stream": 7, "correlation": correlation}

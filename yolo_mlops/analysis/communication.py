@@ -160,10 +160,11 @@ def _nccl_spans(trace: RankTrace, steps):
         acts = launched_before(acts, float(np.ceil(steps.start[-1])))
         window_steps = steps.count - 1
     order = np.argsort(acts.start, kind="stable")
-    kinds, start, end, launch = acts.kernel_type[order], acts.start[order], acts.end[order], acts.launch_ts[order]
+    acts = acts.subset(order)
+    start, end, launch = acts.start, acts.end, acts.launch_ts
     step_of = steps.index_of(launch)
     step_of = np.where(step_of < window_steps, step_of, -1)
-    comm, compute = kinds == COMMUNICATION, kinds == COMPUTATION
+    comm, compute = acts.of_type(COMMUNICATION), acts.of_type(COMPUTATION)
     return ("nccl", start[comm], end[comm], start[compute], end[compute], step_of[comm], step_of[compute], window_steps)
 
 

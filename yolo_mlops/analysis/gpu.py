@@ -34,6 +34,7 @@ OTHER = "OTHER"
 # Order matters: it fixes the bit of each type in the overlap sweep and the row labels
 # ("COMPUTATION overlapping COMMUNICATION"), as in HTA's get_gpu_kernel_breakdown.
 BREAKDOWN_KERNEL_TYPES = (COMPUTATION, COMMUNICATION, MEMORY)
+KERNEL_TYPES = (*BREAKDOWN_KERNEL_TYPES, OTHER)  # GpuActivities.type_code indexes this
 
 _COMM_KERNEL_RE = re.compile(r"^nccl.*Kernel")
 _MEMORY_KERNEL_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -49,6 +50,9 @@ _LAYOUT_CONVERSION_RE = re.compile(r"nchwtonhwc|nhwctonchw")
 KERNEL_WAIT_THRESHOLD_US = 30.0
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 TOP_KERNELS = 10
+# Elements a chunked loop handles at once: searches over a million activities, a chunk at a time, make int64
+# positions of half a MiB instead of 8 MiB
+CHUNK_ELEMENTS = 1 << 16
 
 
 def kernel_type(name: str) -> str:
@@ -69,15 +73,19 @@ class GpuActivities:
     end: np.ndarray
     stream: np.ndarray
     name_id: np.ndarray
-    kernel_type: np.ndarray  # object array of type names
+    type_code: np.ndarray  # int8 index into KERNEL_TYPES (a byte an activity, compared in C)
     launch_ts: np.ndarray  # float64 start of the launching runtime call (NaN when unknown)
 
     @property
     def count(self) -> int:
         return int(self.start.size)
 
-    def subset(self, mask: np.ndarray) -> GpuActivities:
+    def subset(self, mask: np.ndarray | slice) -> GpuActivities:
         return GpuActivities(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+    def of_type(self, ktype: str) -> np.ndarray:
+        """The mask of the activities whose kernel type is ktype."""
+        return self.type_code == KERNEL_TYPES.index(ktype)
 
 
 @dataclass
@@ -131,8 +139,17 @@ def hta_rounded_interval(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, n
 
     A sub-microsecond activity can round to end < start; HTA keeps that negative length, we clamp
     it to zero so that no activity subtracts from busy time."""
-    start = np.ceil(ts)
-    return start, np.maximum(np.floor(ts + dur), start)
+    return _hta_rounded_in_place(np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64))
+
+
+def _hta_rounded_in_place(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """hta_rounded_interval written over its two float64 arguments (the start over ts, the end over dur):
+    no third array the size of a big trace's activities."""
+    dur += ts  # the end: ts + dur, the same sum
+    np.ceil(ts, out=ts)
+    np.floor(dur, out=dur)
+    np.maximum(dur, ts, out=dur)
+    return ts, dur
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -151,19 +168,20 @@ def selected(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return values if mask.all() else values[mask]
 
 
-def _in_order(values: np.ndarray) -> bool:
+def in_order(values: np.ndarray) -> bool:
     """Whether values never decrease (NaN anywhere: False), so a stable sort would not move them."""
     return bool(np.all(values[1:] >= values[:-1]))
 
 
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge."""
+    """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge. The result is to
+    be read, not written: when nothing merges, the start array is `start` itself if that was in order."""
     if start.size == 0:
         return start.copy(), end.copy()
     # Big traces hold a million intervals and more: each temporary is dropped as soon as it is used, the
     # running end is accumulated in place, and input already in order (a trace's activities mostly are; a
     # stable sort would leave it as it is) is read where it lies instead of copied in sorted order.
-    if _in_order(start):
+    if in_order(start):
         s, running_end = start, np.maximum.accumulate(end)
     else:
         order = np.argsort(start, kind="stable")
@@ -173,6 +191,8 @@ def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     is_new = np.empty(s.size, dtype=bool)  # an interval that starts a merged one
     is_new[0] = True
     np.greater(s[1:], running_end[:-1], out=is_new[1:])
+    if is_new.all():  # nothing merges: every interval is its own (no copies of a million intervals)
+        return s, running_end
     is_last = np.empty(s.size, dtype=bool)  # one that ends a merged one: the last before the next new one
     is_last[:-1] = is_new[1:]
     is_last[-1] = True
@@ -188,17 +208,17 @@ def select_gpu_activities(trace: RankTrace) -> GpuActivities:
     """Every GPU activity of the trace, with the start of its launching host call."""
     keep = trace.gpu_mask()
     launch_ts = np.ceil(_launch_ts_by_correlation(trace, keep))  # whole us, as HTA compares them
-    start, end = hta_rounded_interval(trace.ts[keep], trace.dur[keep])
+    start, end = _hta_rounded_in_place(trace.ts[keep], trace.dur[keep])  # both selections are copies
     name_id = trace.name_id[keep]
-    type_by_name = np.full(len(trace.names), OTHER, dtype=object)
+    code_by_name = np.full(len(trace.names), KERNEL_TYPES.index(OTHER), dtype=np.int8)
     for i in unique(name_id).tolist():  # GPU names only: a trace has far more host names
-        type_by_name[i] = kernel_type(trace.names[i])
+        code_by_name[i] = KERNEL_TYPES.index(kernel_type(trace.names[i]))
     return GpuActivities(
         start=start,
         end=end,
         stream=trace.stream[keep],
         name_id=name_id,
-        kernel_type=type_by_name[name_id] if name_id.size else np.zeros(0, dtype=object),
+        type_code=code_by_name[name_id],
         launch_ts=launch_ts,
     )
 
@@ -208,27 +228,37 @@ def launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivitie
     return acts.subset(acts.launch_ts < host_window_end)  # NaN compares False
 
 
+def keep_launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivities:
+    """launched_before, made of acts in place, a field at a time: the caller's activities become the window's,
+    and a big trace's activities are held once and one field more, not twice."""
+    keep = acts.launch_ts < host_window_end  # NaN compares False
+    for f in acts.__dataclass_fields__:
+        setattr(acts, f, getattr(acts, f)[keep])
+    return acts
+
+
 def _launch_ts_by_correlation(trace: RankTrace, gpu: np.ndarray) -> np.ndarray:
     """For each of the `gpu` events, in order, the start of the host event sharing its correlation id (NaN if
     none). Sized by the GPU activities, not the whole trace: on a big trace an array per event is the largest
     thing the activities' selection would make."""
-    gpu_idx = np.flatnonzero(gpu)
-    launch_ts = np.full(gpu_idx.size, np.nan)
+    launch_ts = np.full(int(np.count_nonzero(gpu)), np.nan)
     host_with_corr = ~gpu & (trace.correlation >= 0)
     host_corr = trace.correlation[host_with_corr]
     host_ts = trace.ts[host_with_corr]
     del host_with_corr
     if host_corr.size == 0:
         return launch_ts
-    if not _in_order(host_corr):  # launches are recorded in correlation order: usually nothing to sort
+    if not in_order(host_corr):  # launches are recorded in correlation order: usually nothing to sort
         order = np.argsort(host_corr, kind="stable")
         host_corr, host_ts = host_corr[order], host_ts[order]
         del order
-    wanted = trace.correlation[gpu_idx]
-    pos = np.searchsorted(host_corr, wanted)
-    found = (wanted >= 0) & (pos < host_corr.size)
-    found[found] = host_corr[pos[found]] == wanted[found]
-    launch_ts[found] = host_ts[pos[found]]
+    wanted_all = trace.correlation[gpu]
+    for at in range(0, wanted_all.size, CHUNK_ELEMENTS):  # a chunk at a time: the positions are int64
+        wanted = wanted_all[at : at + CHUNK_ELEMENTS]
+        pos = np.searchsorted(host_corr, wanted)
+        found = (wanted >= 0) & (pos < host_corr.size)
+        found[found] = host_corr[pos[found]] == wanted[found]
+        launch_ts[at : at + wanted.size][found] = host_ts[pos[found]]
     return launch_ts
 
 
@@ -239,7 +269,7 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
     kernel_time = float(all_e[-1] - all_s[0])
     busy = float((all_e - all_s).sum())
     del all_s, all_e
-    is_compute = acts.kernel_type == COMPUTATION
+    is_compute = acts.of_type(COMPUTATION)
     compute = union_length(selected(acts.start, is_compute), selected(acts.end, is_compute))
     idle = kernel_time - busy
     return TemporalBreakdown(
@@ -253,34 +283,34 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
 def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
     """Time per kernel type and per overlap of types, largest first (zero rows dropped).
 
-    Each type's busy intervals become +bit at their start and -bit at their end; sorted by time, the running sum
-    is the set of types busy in each segment. The bits fit int8, and the arrays are built in place and dropped
-    when used: on a trace of millions of kernels this is the analysis' largest moment."""
+    The boundaries of every type's busy intervals, sorted, cut time into segments; a type is busy over a segment
+    when one of its merged intervals covers the segment's start (one search per type), which sets that type's
+    bit in the segment's state. Only the sorted boundaries, a byte of state per segment and one chunk of
+    searches are held at once: on a trace of millions of kernels this is the analysis' largest moment."""
     merged = []
     for ktype in BREAKDOWN_KERNEL_TYPES:
-        mask = acts.kernel_type == ktype
+        mask = acts.of_type(ktype)
         merged.append(merge_intervals(selected(acts.start, mask), selected(acts.end, mask)))
         del mask
     size = 2 * sum(s.size for s, _ in merged)
     if size == 0:
         return []
-    time = np.empty(size)
-    delta = np.empty(size, dtype=np.int8)
-    at = 0
+    time = np.concatenate([v for pair in merged for v in pair])
+    time.sort()
+    state = np.zeros(size - 1, dtype=np.int8)  # the types busy from each boundary to the next
     for bit, (s, e) in enumerate(merged):
-        for values, sign in ((s, 1), (e, -1)):
-            time[at : at + values.size] = values
-            delta[at : at + values.size] = sign * (1 << bit)
-            at += values.size
-    del merged, s, e, values
-    order = np.argsort(time, kind="stable")
-    time, delta = time[order], delta[order]
-    del order
-    state = np.cumsum(delta[:-1], dtype=np.int8)  # the running sum before each point: who is busy after it
-    del delta
-    seg = np.diff(time)
-    del time
-    totals = np.bincount(state, weights=seg, minlength=1 << len(BREAKDOWN_KERNEL_TYPES))
+        for at in range(0, size - 1, CHUNK_ELEMENTS):
+            points = time[at : min(at + CHUNK_ELEMENTS, size - 1)]
+            # merged intervals are disjoint and never touch: at most one starts at or before a point and
+            # ends after it, and then the point is inside it
+            busy = np.searchsorted(s, points, side="right") > np.searchsorted(e, points, side="right")
+            state[at : at + points.size] |= busy.view(np.int8) << bit
+    del merged
+    # each segment's length added to its state's total in time order, as np.bincount(state, weights=diff)
+    # adds them, a chunk at a time (bincount would hold the lengths and the state as intp, 16 bytes a segment)
+    totals = np.zeros(1 << len(BREAKDOWN_KERNEL_TYPES))
+    for at in range(0, size - 1, CHUNK_ELEMENTS):
+        np.add.at(totals, state[at : at + CHUNK_ELEMENTS], np.diff(time[at : at + CHUNK_ELEMENTS + 1]))
     rows = [(_overlap_label(state_bits), float(t)) for state_bits, t in enumerate(totals) if state_bits > 0 and t > 0]
     grand_total = sum(t for _, t in rows)
     rows.sort(key=lambda r: -r[1])
@@ -296,7 +326,7 @@ def idle_breakdown(acts: GpuActivities) -> list[StreamIdle]:
     for stream in unique(acts.stream):
         on_stream = acts.stream == stream
         start, end, launch = (selected(v, on_stream) for v in (acts.start, acts.end, acts.launch_ts))
-        if not _in_order(start):  # a stable sort leaves ordered starts as they are
+        if not in_order(start):  # a stable sort leaves ordered starts as they are
             order = np.argsort(start, kind="stable")
             start, end, launch = start[order], end[order], launch[order]
         gap = start[1:] - end[:-1]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import merge_intervals, unique
+from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, merge_intervals, unique
 from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace, TraceError
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
@@ -81,10 +81,14 @@ class Steps:
 
     def index_of(self, ts: np.ndarray) -> np.ndarray:
         """Index of the step whose span holds each timestamp, -1 outside every step."""
-        idx = np.searchsorted(self.start, ts, side="right") - 1
-        inside = idx >= 0
-        inside[inside] = ts[inside] < self.end[idx[inside]]
-        return np.where(inside, idx, -1)
+        idx = np.searchsorted(self.start, ts, side="right")
+        idx -= 1
+        for at in range(0, idx.size, CHUNK_ELEMENTS):  # in place, a chunk at a time: one array of ts' size
+            chunk = idx[at : at + CHUNK_ELEMENTS]
+            inside = chunk >= 0
+            inside[inside] = ts[at : at + CHUNK_ELEMENTS][inside] < self.end[chunk[inside]]
+            chunk[~inside] = -1
+        return idx
 
 
 @dataclass

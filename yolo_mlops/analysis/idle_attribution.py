@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import GpuActivities, merge_intervals, unique
+from yolo_mlops.analysis.gpu import GpuActivities, merge_intervals, selected, unique
 from yolo_mlops.analysis.host import (
     CUDA_SYNC_CATEGORY,
     DATA_LOADER_CATEGORY,
@@ -166,17 +166,12 @@ def gpu_idle_by_cause(
     span = float(busy_e[-1] - busy_s[0])
     gap_s, gap_e = busy_e[:-1], busy_s[1:]
     real = gap_e > gap_s
-    gap_s, gap_e = gap_s[real], gap_e[real]
+    gap_s, gap_e = selected(gap_s, real), selected(gap_e, real)
     del busy_s, busy_e, real
-    # The activity that ends each gap: the first one starting at the gap's end (ties: the earliest launch).
-    order = np.lexsort((acts.launch_ts, acts.start))
-    first = np.searchsorted(acts.start[order], gap_e, side="left")
-    next_launch = acts.launch_ts[order[first]] if gap_e.size else np.zeros(0)
-    del order, first
-    host_caused = next_launch > gap_s  # NaN (unknown launch) compares False
+    host_caused = _next_launch(acts, gap_e) > gap_s  # NaN (unknown launch) compares False
     totals = dict.fromkeys(IDLE_CAUSES, 0.0)
-    totals[OTHER] += float((gap_e[~host_caused] - gap_s[~host_caused]).sum())
-    hs, he = gap_s[host_caused], gap_e[host_caused]
+    totals[OTHER] += float((gap_e - gap_s)[~host_caused].sum())
+    hs, he = selected(gap_s, host_caused), selected(gap_e, host_caused)
     if hs.size:
         layers, launching = _host_layers(trace, host, category_by_name)
         sync = layers.get(CUDA_SYNC, _empty())
@@ -194,6 +189,20 @@ def gpu_idle_by_cause(
         for cause, t in exclusive_split((hs, he), ordered, OTHER).items():
             totals[cause] += t
     return [_cause_time(c, t, span, window_steps, window_step_us) for c, t in totals.items()]
+
+
+def _next_launch(acts: GpuActivities, gap_e: np.ndarray) -> np.ndarray:
+    """The launch time of the activity that ends each gap: the first one starting at the gap's end (ties: the
+    earliest launch, an unknown one last). Activities in start order without two starting together (a single
+    stream's) are searched where they lie; otherwise in (start, launch) order."""
+    if gap_e.size == 0:
+        return np.zeros(0)
+    start = acts.start
+    if bool(np.all(start[1:] > start[:-1])):
+        return acts.launch_ts[np.searchsorted(start, gap_e, side="left")]
+    order = np.lexsort((acts.launch_ts, start))
+    first = np.searchsorted(start[order], gap_e, side="left")
+    return acts.launch_ts[order[first]]
 
 
 def _intersect(a: Intervals, b: Intervals) -> Intervals:

@@ -50,11 +50,11 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
     ]
 
     window_end = float(np.ceil(steps.start[-1])) if steps.count >= 2 else None
+    memory = memory_profile(trace, steps)  # before the activities are selected: their peaks do not add up
     all_acts = gpu_mod.select_gpu_activities(trace)
-    memory = memory_profile(trace, steps)
     step_summaries = _step_summaries(all_acts, steps, category_times, memory)
-    window_acts = all_acts if window_end is None else gpu_mod.launched_before(all_acts, window_end)
-    del all_acts  # the rest reads the window: one copy of a big trace's activities alive, not two
+    window_acts = all_acts if window_end is None else gpu_mod.keep_launched_before(all_acts, window_end)
+    del all_acts  # the rest reads the window
     breakdown = gpu_mod.temporal_breakdown(window_acts)
     has_gpu = breakdown is not None
     device_name, device_memory, capability = _device_properties(trace)
@@ -106,12 +106,16 @@ def _step_summaries(
     all_acts: gpu_mod.GpuActivities, steps: Steps, category_times: dict[str, np.ndarray], memory: MemoryProfile | None
 ) -> list[StepSummary]:
     launch_step = steps.index_of(all_acts.launch_ts)
-    # Group activities by step once (sort), instead of one full-length mask per step.
-    order = np.argsort(launch_step, kind="stable")
-    bounds = np.searchsorted(launch_step[order], np.arange(steps.count + 1))
+    # Group activities by step once (a stable sort, or none when they are launched in step order: then each
+    # step's are a slice), instead of one full-length mask per step; a step's group starts after the
+    # activities of the steps before it and of none (-1).
+    bounds = np.cumsum(np.bincount(launch_step + 1, minlength=steps.count + 1))
+    order = None if gpu_mod.in_order(launch_step) else np.argsort(launch_step, kind="stable")
+    del launch_step
     summaries = []
     for i in range(steps.count):
-        step_acts = all_acts.subset(order[bounds[i] : bounds[i + 1]])
+        group = slice(bounds[i], bounds[i + 1])
+        step_acts = all_acts.subset(group if order is None else order[group])
         breakdown = gpu_mod.temporal_breakdown(step_acts)
         summaries.append(
             StepSummary(

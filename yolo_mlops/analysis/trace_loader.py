@@ -640,14 +640,15 @@ class _ColumnBuilder:
         self.categories = _Interner()
         self.pids = _Interner()
         self.tids = _Interner()
-        self.name_id = array("i")
-        self.cat_id = array("i")
-        self.pid_id = array("i")
-        self.tid_id = array("i")
+        # the events' integer columns start as bytes and widen when a value needs it (_extend_narrow)
+        self.name_id = array("b")
+        self.cat_id = array("b")
+        self.pid_id = array("b")
+        self.tid_id = array("b")
         self.ts = array("d")
         self.dur = array("d")
-        self.stream = array("i")
-        self.correlation = array("q")
+        self.stream = array("b")
+        self.correlation = array("b")
         self.mem_ts = array("d")
         self.mem_device_type = array("i")
         self.mem_allocated = array("d")
@@ -660,13 +661,13 @@ class _ColumnBuilder:
         # array.fromlist converts a list in C; extend() from an iterator goes item by item (3x slower)
         self.ts.fromlist(list(map(_TS, complete)))
         self.dur.fromlist(list(map(_DUR, complete)))
-        self.name_id.fromlist(self.names.many(list(map(_NAME, complete))))
-        self.cat_id.fromlist(self.categories.many(list(map(_CAT, complete))))
-        self.pid_id.fromlist(self.pids.many(list(map(_PID, complete))))
-        self.tid_id.fromlist(self.tids.many(list(map(_TID, complete))))
+        self._extend_narrow("name_id", self.names.many(list(map(_NAME, complete))))
+        self._extend_narrow("cat_id", self.categories.many(list(map(_CAT, complete))))
+        self._extend_narrow("pid_id", self.pids.many(list(map(_PID, complete))))
+        self._extend_narrow("tid_id", self.tids.many(list(map(_TID, complete))))
         args = list(map(_ARGS, complete))
-        self.stream.fromlist(list(map(_STREAM, args)))
-        self.correlation.fromlist(list(map(_CORRELATION, args)))
+        self._extend_narrow("stream", list(map(_STREAM, args)))
+        self._extend_narrow("correlation", list(map(_CORRELATION, args)))
         memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
         if memory:
             args = list(map(_ARGS, memory))
@@ -675,6 +676,25 @@ class _ColumnBuilder:
             _append_floats(self.mem_allocated, list(map(_ALLOCATED, args)))
             _append_floats(self.mem_reserved, list(map(_RESERVED, args)))
 
+    def _extend_narrow(self, column: str, values: list[int]) -> None:
+        """Append values to an integer column held in the narrowest signed type that holds every value so far
+        (what _narrowed_copy would make of the whole column at the end, without a wider buffer before it);
+        a value beyond the column's widest type raises OverflowError."""
+        buffer = getattr(self, column)
+        try:
+            buffer.fromlist(values)  # unchanged when a value does not fit
+        except OverflowError:
+            low, high = min(values), max(values)
+            codes = _NARROW_TYPECODES[_NARROW_TYPECODES.index(buffer.typecode) :]
+            codes = codes[: codes.index(self._WIDEST.get(column, "i")) + 1]
+            fits = [c for c in codes if _TYPECODE_INFO[c].min <= low and high <= _TYPECODE_INFO[c].max]
+            if not fits:
+                raise
+            wider = array(fits[0], _column(buffer).astype(_BUFFER_DTYPE[fits[0]]).tobytes())
+            wider.fromlist(values)
+            setattr(self, column, wider)
+
+    _WIDEST = {"correlation": "q"}  # the rest stop at int32 (a stream id beyond it is out of range)
     _COLUMNS = (
         "name_id",
         "cat_id",
@@ -690,22 +710,6 @@ class _ColumnBuilder:
         "mem_reserved",
     )
     _INTERNED = (("name_id", "names"), ("cat_id", "categories"), ("pid_id", "pids"), ("tid_id", "tids"))
-
-    # the numpy type of each column's buffer (array typecodes name C types, whose sizes vary by platform)
-    _DTYPES = {
-        "name_id": np.int32,
-        "cat_id": np.int32,
-        "pid_id": np.int32,
-        "tid_id": np.int32,
-        "ts": np.float64,
-        "dur": np.float64,
-        "stream": np.int32,
-        "correlation": np.int64,
-        "mem_ts": np.float64,
-        "mem_device_type": np.int32,
-        "mem_allocated": np.float64,
-        "mem_reserved": np.float64,
-    }
 
     def state(self) -> dict:
         """Everything read, as plain values (what a reader process sends back): the columns as numpy arrays,
@@ -740,9 +744,8 @@ class _ColumnBuilder:
         values = getattr(self, column)
         if isinstance(values, np.ndarray):
             return values
-        dtype = self._DTYPES[column]
-        final = _column(values, dtype)  # a view: the buffer lives on as its base, unless narrowed into a copy
-        if np.dtype(dtype).kind == "i":
+        final = _column(values)  # a view: the buffer lives on as its base, unless narrowed into a copy
+        if final.dtype.kind == "i":
             final = _narrowed_copy(final)
         setattr(self, column, final)
         return final
@@ -781,22 +784,28 @@ class _ColumnBuilder:
 
 
 _NARROW_TYPES = (np.int8, np.int16, np.int32, np.int64)
+_NARROW_TYPECODES = ("b", "h", "i", "q")  # array's signed C types, narrowest first: 1, 2, 4 and 8 bytes here
+# the numpy type of each buffer's typecode (array typecodes name C types, whose sizes vary by platform)
+_BUFFER_DTYPE = {code: np.dtype(f"i{array(code).itemsize}") for code in _NARROW_TYPECODES} | {"d": np.dtype("f8")}
+_TYPECODE_INFO = {code: np.iinfo(_BUFFER_DTYPE[code]) for code in _NARROW_TYPECODES}
 
 
 def _narrowed_copy(values: np.ndarray) -> np.ndarray:
-    """values in the narrowest signed integer type that holds them all (the same numbers)."""
+    """values in the narrowest signed integer type that holds them all (the same numbers); a copy, unless
+    values already have that type (then values themselves)."""
     if values.size == 0:
         return values.astype(np.int8)
     low, high = int(values.min()), int(values.max())
     for dtype in _NARROW_TYPES:
         info = np.iinfo(dtype)
         if info.min <= low and high <= info.max:
-            return values.astype(dtype)
+            return values.astype(dtype, copy=False)
     return values  # pragma: no cover - int64 holds every column's values
 
 
-def _column(buffer: array, dtype) -> np.ndarray:
+def _column(buffer: array) -> np.ndarray:
     """A numpy view of a finished buffer (no copy: the array stays alive as the view's base)."""
+    dtype = _BUFFER_DTYPE[buffer.typecode]
     if len(buffer) == 0:
         return np.zeros(0, dtype=dtype)
     return np.frombuffer(buffer, dtype=dtype)
