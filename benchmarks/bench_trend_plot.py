@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +22,9 @@ from yolo_mlops.trends import report
 from yolo_mlops.trends.history import HistoryRun
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, series_trend
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/histories.py: the run records
+from histories import history_run  # noqa: E402
+
 DAY_MS = 86_400_000
 
 
@@ -30,21 +34,18 @@ def history(nights: int) -> list[HistoryRun]:
     for night in range(nights):
         step = 50.0 * (1 + 0.02 * rng.standard_normal()) * (1.1 if night > 0.7 * nights else 1.0)
         runs.append(
-            HistoryRun(
-                run_id=f"run-{night}",
-                experiment_id="1",
-                start_time_ms=1_700_000_000_000 + night * DAY_MS,
-                series="bench",
-                label="yolo11n batch 16",
-                metrics={
+            history_run(
+                night,
+                {
                     names.STEP_TIME_P50: step,
                     names.IMAGES_PER_S: 16_000.0 / step,
                     names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
                 },
-                versions={"commit": f"{night // 7:040x}", "torch": "2.14.1"},
-                night=f"night-{night}",
-                profiled_steps=1,
-                step_time_ms=step,
+                {"commit": f"{night // 7:040x}", "torch": "2.14.1"},
+                f"night-{night}",
+                series="bench",
+                label="yolo11n batch 16",
+                every_ms=DAY_MS,
             )
         )
     return runs

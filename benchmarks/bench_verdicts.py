@@ -38,7 +38,9 @@ from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, tr
 from yolo_mlops.trends.history import HistoryRun
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/histories.py: the run records
 from bench_changepoint import history as cp_history  # noqa: E402
+from histories import history_run  # noqa: E402
 
 HISTORY, NIGHT, CONFIRM = 60, 3, 3
 
@@ -47,24 +49,10 @@ def noise(rng, n: int, heavy: bool) -> np.ndarray:
     return rng.standard_t(3, n) / np.sqrt(3.0) if heavy else rng.standard_normal(n)
 
 
-HOUR_MS = 3_600_000
-
-
 def records(values, nights_of: int = NIGHT, start_night: int = 0) -> list[HistoryRun]:
     """One step-time value per run, 3 runs a night, an hour apart: what `trends.history` reads from MLflow."""
     return [
-        HistoryRun(
-            run_id=f"run{i:04d}",
-            experiment_id="1",
-            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-            series="s",
-            label="sim",
-            metrics={names.STEP_TIME_P50: float(v)},
-            versions={},
-            night=f"n{start_night + i // nights_of}",
-            profiled_steps=5,
-            step_time_ms=float(v),
-        )
+        history_run(i, {names.STEP_TIME_P50: float(v)}, {}, f"n{start_night + i // nights_of}")
         for i, v in enumerate(values)
     ]
 
@@ -166,23 +154,18 @@ def _metric_values(rng, n: int, heavy: bool, metrics) -> dict[str, np.ndarray]:
     return out
 
 
-def _night_records(values: dict[str, np.ndarray], nights_of: int = NIGHT) -> list[HistoryRun]:
-    n = len(next(iter(values.values())))
+def _metric_records(values: dict[str, np.ndarray], versions: list[dict[str, str]]) -> list[HistoryRun]:
+    """Run i logs values[metric][i] for every metric and ran `versions[i]`, 3 runs a night."""
     return [
-        HistoryRun(
-            run_id=f"run{i:04d}",
-            experiment_id="1",
-            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-            series="s",
-            label="sim",
-            metrics={k: float(v[i]) for k, v in values.items()},
-            versions={"commit": f"c{max(0, (i - HISTORY) // nights_of + 1)}"},
-            night=f"n{i // nights_of}",
-            profiled_steps=5,
-            step_time_ms=float(values[names.STEP_TIME_P50][i]),
-        )
-        for i in range(n)
+        history_run(i, {k: float(v[i]) for k, v in values.items()}, dict(versions[i]), f"n{i // NIGHT}")
+        for i in range(len(versions))
     ]
+
+
+def _night_records(values: dict[str, np.ndarray]) -> list[HistoryRun]:
+    """The HISTORY runs of the history at commit c0, then a new commit every night."""
+    n = len(values[names.STEP_TIME_P50])
+    return _metric_records(values, [{"commit": f"c{max(0, (i - HISTORY) // NIGHT + 1)}"} for i in range(n)])
 
 
 def bench_night(series: int, nights: int = 20) -> str:
@@ -267,25 +250,6 @@ def _family_values(rng, n: int, metrics, night_sd: float, night_offsets: np.ndar
     return out
 
 
-def _family_records(values: dict[str, np.ndarray], versions: list[dict[str, str]]) -> list[HistoryRun]:
-    n = len(versions)
-    return [
-        HistoryRun(
-            run_id=f"run{i:04d}",
-            experiment_id="1",
-            start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-            series="s",
-            label="sim",
-            metrics={k: float(v[i]) for k, v in values.items()},
-            versions=dict(versions[i]),
-            night=f"n{i // NIGHT}",
-            profiled_steps=5,
-            step_time_ms=float(values[names.STEP_TIME_P50][i]),
-        )
-        for i in range(n)
-    ]
-
-
 def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (0.0, 0.5, 1.0)) -> str:
     """False events per series-night of stationary series as the nightly flow judges them: every watched metric
     (correlated), a new commit on 30% of nights and a new torch on 5%, a night-level random effect shared by a
@@ -310,7 +274,7 @@ def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (
                 for night in range(nights):
                     first = HISTORY + night * NIGHT
                     total += 1
-                    runs = _family_records(
+                    runs = _metric_records(
                         {k: v[: first + NIGHT] for k, v in values.items()}, versions[: first + NIGHT]
                     )
                     tonight = {r.run_id for r in runs[first:]}
@@ -325,7 +289,7 @@ def bench_family(series: int, nights: int = 20, night_sds: tuple[float, ...] = (
                         counts["opened" + key] += 1
                         again = _family_values(rng, CONFIRM, metrics, night_sd, offsets[first : first + CONFIRM])
                         both = {k: np.r_[values[k][: first + NIGHT], again[k]] for k in values}
-                        runs_c = _family_records(both, versions[: first + NIGHT] + [versions[first]] * CONFIRM)
+                        runs_c = _metric_records(both, versions[: first + NIGHT] + [versions[first]] * CONFIRM)
                         extra = {r.run_id for r in runs_c[first + NIGHT :]}
                         counts["alerts" + key] += confirm.judge(
                             trend.series_trend(runs_c), tonight, extra, confirm.needs_confirmation(v)

@@ -10,12 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 import workloads
+from histories import HOUR_MS, history_run
 
 from yolo_mlops import names
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
 from yolo_mlops.trends.history import HistoryRun
-
-HOUR_MS = 3_600_000
 
 
 def drifting(n: int, total_pct: float, seed: int, noise_pct: float = 1.0, step: tuple[int, float] | None = None):
@@ -27,23 +26,17 @@ def drifting(n: int, total_pct: float, seed: int, noise_pct: float = 1.0, step: 
 
 
 def records(values, versions=None, nights_of: int = 3, night_prefix: str = "n") -> list[HistoryRun]:
-    out = []
-    for i, v in enumerate(values):
-        out.append(
-            HistoryRun(
-                run_id=f"run{i:04d}",
-                experiment_id="1",
-                start_time_ms=1_700_000_000_000 + i * HOUR_MS,
-                series="s1",
-                label="yolo11n.yaml 640px b16",
-                metrics={names.STEP_TIME_P50: float(v)},
-                versions=(versions[i] if versions else {"torch": "2.14.1"}),
-                night=f"{night_prefix}{i // nights_of}",
-                profiled_steps=5,
-                step_time_ms=float(v),
-            )
+    return [
+        history_run(
+            i,
+            {names.STEP_TIME_P50: float(v)},
+            versions[i] if versions else {"torch": "2.14.1"},
+            f"{night_prefix}{i // nights_of}",
+            series="s1",
+            label="yolo11n.yaml 640px b16",
         )
-    return out
+        for i, v in enumerate(values)
+    ]
 
 
 # --- drift --------------------------------------------------------------------------------------------------
@@ -216,17 +209,13 @@ def test_the_night_s_family_errs_at_most_its_rate_by_simulation():
         rng = np.random.default_rng(4_000 + s)
         values = _three_metrics(rng, history + 3 * nights)
         runs = [
-            HistoryRun(
-                run_id=f"run{i:04d}",
-                experiment_id="1",
-                start_time_ms=1_700_000_000_000 + i * HOUR_MS,
+            history_run(
+                i,
+                {k: float(v[i]) for k, v in values.items()},
+                {"commit": f"c{i // 3}"},
+                f"n{i // 3}",
                 series="s1",
                 label="w",
-                metrics={k: float(v[i]) for k, v in values.items()},
-                versions={"commit": f"c{i // 3}"},
-                night=f"n{i // 3}",
-                profiled_steps=5,
-                step_time_ms=float(values[names.STEP_TIME_P50][i]),
             )
             for i in range(len(values[names.STEP_TIME_P50]))
         ]
