@@ -163,14 +163,11 @@ class Filler:
     def __init__(self, db_url: str, experiment_id: str, artifact_location: str, home: Path) -> None:
         import dataclasses
 
-        from machines import cpu_node  # tests/machines.py
+        from machines import benchmark_run, cpu_node  # tests/machines.py
         from sqlalchemy import create_engine
 
         from yolo_mlops import names
         from yolo_mlops.config import build_run_spec
-        from yolo_mlops.run.environment import data_identity, series_key
-        from yolo_mlops.run.pipeline import run_params
-        from yolo_mlops.run.training import TrainingPlan
 
         self.engine = create_engine(db_url)
         self.experiment_id, self.artifact_location = experiment_id, artifact_location
@@ -179,18 +176,10 @@ class Filler:
         self.series: list[tuple[str, dict[str, str], dict[str, str], str]] = []  # key, params, tags, machine
         for w in range(WORKLOADS):
             spec = build_run_spec({"batch": w + 1, "device": "cpu", "experiment": EXPERIMENT, "run_kind": "benchmark"})
-            plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="cpu", output_dir=home, steps_expected=60)
             for m in range(MACHINES):
                 machine_env = dataclasses.replace(env, hostname=f"node-{m}", machine=f"node-{m}")
-                key = series_key(spec, machine_env, data_identity(yaml_path, True), "cpu")
-                tags = {
-                    names.RUN_KIND: "benchmark",
-                    names.VARIANT: spec.variant,
-                    names.DEVICE_TYPE: "cpu",
-                    names.DATASET: "synthetic",
-                    names.SERIES: key,
-                }
-                self.series.append((key, run_params(spec, plan, machine_env), tags, f"node-{m}"))
+                params, tags = benchmark_run(spec, machine_env, yaml_path, "cpu", home)
+                self.series.append((tags[names.SERIES], params, tags, f"node-{m}"))
         self.names = names
 
     def run_at(self, index: int) -> tuple[int, int]:

@@ -35,13 +35,10 @@ def _populate(db_dir: Path) -> None:
     import dataclasses
 
     import numpy as np
-    from machines import gpu_node  # tests/machines.py
+    from machines import benchmark_run, gpu_node  # tests/machines.py
 
     from yolo_mlops import names
     from yolo_mlops.config import build_run_spec
-    from yolo_mlops.run.environment import data_identity, series_key
-    from yolo_mlops.run.pipeline import run_params
-    from yolo_mlops.run.training import TrainingPlan
     from yolo_mlops.tracking import connection, run_end, writes
 
     mlflow = connection.client()
@@ -53,15 +50,7 @@ def _populate(db_dir: Path) -> None:
         run_env = dataclasses.replace(env, torch="2.15.0+cu130") if run >= SHIFT_AT else env
         for s in range(SERIES):
             spec = build_run_spec({"batch": s + 1, "device": "0", "experiment": EXPERIMENT, "run_kind": "benchmark"})
-            plan = TrainingPlan(spec=spec, data_yaml=yaml_path, device="0", output_dir=db_dir, steps_expected=60)
-            key = series_key(spec, run_env, data_identity(yaml_path, True), "0")
-            tags = {
-                names.RUN_KIND: "benchmark",
-                names.VARIANT: spec.variant,
-                names.DEVICE_TYPE: "cuda",
-                names.DATASET: "synthetic",
-                names.SERIES: key,
-            }
+            params, tags = benchmark_run(spec, run_env, yaml_path, "0", db_dir)
             shift = 1.10 if (s % 2 == 0 and run >= SHIFT_AT) else 1.0
             step = 50.0 * (1 + s / 10) * shift * (1 + 0.02 * rng.standard_normal())
             metrics = {
@@ -73,7 +62,7 @@ def _populate(db_dir: Path) -> None:
                 "gpu/mem_used_gib_max": 10 + 0.01 * rng.standard_normal(),
                 "gpu/energy_per_image_j": 2 + 0.02 * rng.standard_normal(),
             }
-            run_id = writes.create_run(mlflow, EXPERIMENT, None, tags, run_params(spec, plan, run_env))
+            run_id = writes.create_run(mlflow, EXPERIMENT, None, tags, params)
             writes.log_values(mlflow, run_id, metrics=metrics)
             run_end.end_run(mlflow, run_id, "FINISHED")
         if run % 20 == 19:

@@ -10,7 +10,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
-from machines import gpu_node
+from machines import benchmark_tags, gpu_node
 from mlflow.entities import Metric
 
 from yolo_mlops.trends import fleet
@@ -216,13 +216,7 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
         )
         for _ in range(3):
             run = mlflow_client.create_run(
-                experiment_id,
-                tags={
-                    names.SERIES: environment.series_key(spec, env, data, "0"),
-                    names.VARIANT: spec.variant,
-                    names.DEVICE_TYPE: "cuda",
-                    names.DATASET: "synthetic",
-                },
+                experiment_id, tags=benchmark_tags(spec, env, environment.series_key(spec, env, data, "0"))
             )
             writes.log_values(mlflow_client, run.info.run_id, params=run_params(spec, plan, env))
             now = int(time.time() * 1000)

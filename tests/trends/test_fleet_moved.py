@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from machines import benchmark_tags, cpu_node
 
 from yolo_mlops.trends import fleet
 
@@ -46,24 +47,18 @@ def _profiled_run(mlflow_client, experiment_id: str, machine: str, tmp_path) -> 
             "profiler": {"wait": 0, "warmup": 1, "active": STEPS, "record_shapes": False, "profile_memory": False},
         }
     )
-    env = environment.Environment(
-        python="3.11.7",
-        platform="Linux",
+    env = cpu_node(
         hostname=machine,
         machine=machine,
         cpu_count=8,
         torch=torch.__version__,
         torch_cuda="none",
         cudnn="none",
-        ultralytics="8.4.190",
         mlflow="3",
         prefect="3",
-        device_type="cpu",
         device_name="Intel(R) Xeon(R) Processor",
-        gpu_count=0,
         nvidia_driver="none",
         git_commit="b" * 40,
-        git_dirty=False,
         cpu_mhz=2600.0,
     )
     data = environment.data_identity("/data/synthetic-1/data.yaml", True)
@@ -71,13 +66,7 @@ def _profiled_run(mlflow_client, experiment_id: str, machine: str, tmp_path) -> 
         spec=spec, data_yaml=tmp_path / "data.yaml", device="cpu", output_dir=tmp_path, steps_expected=STEPS
     )
     run = mlflow_client.create_run(
-        experiment_id,
-        tags={
-            names.SERIES: environment.series_key(spec, env, data, "cpu"),
-            names.VARIANT: spec.variant,
-            names.DEVICE_TYPE: "cpu",
-            names.DATASET: "synthetic",
-        },
+        experiment_id, tags=benchmark_tags(spec, env, environment.series_key(spec, env, data, "cpu"))
     )
     run_id = run.info.run_id
     writes.log_values(mlflow_client, run_id, params=run_params(spec, plan, env))

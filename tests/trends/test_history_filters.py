@@ -18,15 +18,12 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from machines import cpu_node
+from machines import benchmark_run, cpu_node
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from yolo_mlops import names
 from yolo_mlops.config import build_run_spec
-from yolo_mlops.run.environment import data_identity, series_identity
-from yolo_mlops.run.pipeline import run_params
-from yolo_mlops.run.training import TrainingPlan
 from yolo_mlops.tracking import queries, writes
 from yolo_mlops.trends import history
 
@@ -71,16 +68,8 @@ def _logged(batch: int, machine: str) -> tuple[dict[str, str], dict[str, str], s
         }
     )
     env = dataclasses.replace(ENV, hostname=machine, machine=machine)
-    plan = TrainingPlan(spec=spec, data_yaml=DATA_YAML, device="cpu", output_dir=Path("/tmp/unused"), steps_expected=60)
-    identity = series_identity(spec, env, data_identity(DATA_YAML, True), "cpu")
-    tags = {
-        names.RUN_KIND: "benchmark",
-        names.VARIANT: spec.variant,
-        names.DEVICE_TYPE: "cpu",
-        names.DATASET: "synthetic",
-        names.SERIES: identity.key,
-    }
-    return run_params(spec, plan, env), tags, identity.key
+    params, tags = benchmark_run(spec, env, DATA_YAML, "cpu", Path("/tmp/unused"))
+    return params, tags, tags[names.SERIES]
 
 
 def _create(mlflow, experiment_id: str, params, tags, step_ms: float, status: str = "FINISHED") -> str:
