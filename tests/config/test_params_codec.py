@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from machines import gpu_node
 
 from yolo_mlops import names
 from yolo_mlops.config import DdpSettings, NvmlSettings, ProfilerSettings, TorchSettings, build_run_spec
@@ -20,7 +21,7 @@ from yolo_mlops.config.params import (
     param_text,
     spec_params,
 )
-from yolo_mlops.run.environment import Environment, series_identity_from_params, versions_from_params
+from yolo_mlops.run.environment import series_identity_from_params, versions_from_params
 
 LAYOUTS = json.loads((Path(__file__).parents[1] / "fixtures" / "params_layouts.json").read_text())
 
@@ -99,26 +100,9 @@ def test_run_spec_round_trip():
 
 
 def test_environment_round_trip():
-    env = Environment(
-        python="3.12.1",
-        platform="Linux",
-        hostname="host-a",
-        machine="node-a",
-        cpu_count=16,
-        torch="2.14.1",
-        torch_cuda="12.8",
-        cudnn=None,
-        ultralytics="8.3",
-        mlflow=None,
-        prefect="3.6",
-        device_type="cuda",
-        device_name="NVIDIA H200",
-        gpu_count=1,
-        nvidia_driver="580.1",
-        git_commit="abc",
-        git_dirty=True,
-        cpu_mhz=None,
-    )
+    # a machine named apart from its host, fields of every kind: text, numbers, a dirty checkout, None (cuDNN,
+    # MLflow and the CPU clock not known)
+    env = gpu_node(machine="node-a", cudnn=None, mlflow=None, git_commit="abc", git_dirty=True, cpu_mhz=None)
     params = env.as_params()
     assert params == environment_params({f.name: getattr(env, f.name) for f in fields(env)})
     logged = LoggedParams(params)
