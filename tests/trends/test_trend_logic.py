@@ -131,24 +131,20 @@ def profile(run_id: str, step: float, ops: dict[str, float], phases: dict[str, f
 
 
 def test_attribution_ranks_by_share_of_shift_with_consistency():
-    before = [
-        profile(
-            f"b{i}",
-            100 + i,
-            {"aten::conv": 40 + i, "aten::mm": 10.0 + 0.1 * i, "aten::add": 5.0},
-            {"forward_loss": 40.0, "backward": 50.0 + i},
-        )
-        for i in range(4)
-    ]
-    after = [
-        profile(
-            f"a{i}",
-            110 + i,
-            {"aten::conv": 40 + i, "aten::mm": 19.0 + 0.1 * i, "aten::add": 5.5},
-            {"forward_loss": 49.0, "backward": 50.0 + i},
-        )
-        for i in range(4)
-    ]
+    def side(prefix: str, step: float, mm: float, add: float, forward_loss: float) -> list[RunProfile]:
+        """4 runs; aten::conv and backward vary with the run but are the same on both sides."""
+        return [
+            profile(
+                f"{prefix}{i}",
+                step + i,
+                {"aten::conv": 40 + i, "aten::mm": mm + 0.1 * i, "aten::add": add},
+                {"forward_loss": forward_loss, "backward": 50.0 + i},
+            )
+            for i in range(4)
+        ]
+
+    before = side("b", 100, mm=10.0, add=5.0, forward_loss=40.0)
+    after = side("a", 110, mm=19.0, add=5.5, forward_loss=49.0)
     a = attribution.attribute(before, after)
     assert a.shift_ms == pytest.approx(10.0)
     first_op = next(c for c in a.contributions if c.kind == "operator")
