@@ -31,54 +31,27 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from local_fleet import POOL, local_fleet  # noqa: E402
+from local_fleet import local_fleet  # noqa: E402
+from pool_sweeps import parent_run_id, start_pool_sweep, sweep_children, sweep_workload  # noqa: E402
 
-TINY = {
-    "imgsz": 64,
-    "batch": 4,
-    "max_steps": 6,
-    "workers": 0,
-    "device": "cpu",
-    "synthetic_images": 24,
-    "val": False,
-    "profiler": {"wait": 0, "warmup": 1, "active": 1},
-}
+TINY = sweep_workload(profiler={"wait": 0, "warmup": 1, "active": 1})  # shapes and memory recorded, as by default
 MACHINES = ("bench-a", "bench-b")
 
 
 def _sweep(fleet, config: Path, experiment: str, exclusive: bool) -> tuple[float, str]:
-    args = [
-        "sweep",
-        "--pool",
-        POOL,
-        "--variants",
-        "batch_2",
-        "--repeats",
-        "4",
-        "--config",
-        str(config),
-        "--experiment",
-        experiment,
-    ]
+    options = ["--experiment", experiment]
     if exclusive:
-        args += ["--isolation", "exclusive"]
+        options += ["--isolation", "exclusive"]
     t0 = time.perf_counter()
-    proc, log = fleet.cli(*args)
+    proc, log = start_pool_sweep(fleet, config, 4, *options)
     if proc.wait(3600) != 0:
         raise SystemExit(f"sweep failed:\n{log.read_text(errors='replace')[-4000:]}")
     wall = time.perf_counter() - t0
-    parent = next(
-        line.split()[3].rstrip(":")
-        for line in log.read_text(errors="replace").splitlines()
-        if line.startswith("MLflow parent run ")
-    )
-    return wall, parent
+    return wall, parent_run_id(log)
 
 
 def _child_step_ms(fleet, parent_id: str) -> list[float]:
-    client = fleet.mlflow()
-    experiment = client.get_run(parent_id).info.experiment_id
-    runs = client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    runs = sweep_children(fleet, parent_id)
     return [r.data.metrics["perf/step_time_ms_p50"] for r in runs if "perf/step_time_ms_p50" in r.data.metrics]
 
 

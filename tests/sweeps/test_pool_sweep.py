@@ -16,27 +16,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 from local_fleet import POOL, LocalFleet, local_fleet
+from pool_sweeps import parent_run_id, start_pool_sweep, sweep_children, sweep_workload
 from processes import poll_until
 
 pytestmark = pytest.mark.slow
 
 FAST, SLOW = "fast-1", "slow-2"
 LOST_AFTER_S = 20.0
-TINY = {
-    "imgsz": 64,
-    "batch": 4,
-    "max_steps": 6,
-    "workers": 0,
-    "device": "cpu",
-    "synthetic_images": 24,
-    "val": False,
-    "profiler": {"wait": 0, "warmup": 1, "active": 1, "record_shapes": False, "profile_memory": False},
-}
 SLOW_STEP = """
 import time
 import torch
@@ -54,40 +44,15 @@ def fleet(tmp_path_factory) -> Iterator[LocalFleet]:
     (slow_site / "sitecustomize.py").write_text(SLOW_STEP)
     with local_fleet(tmp_path_factory.mktemp("fleet"), {FAST: {}, SLOW: {"PYTHONPATH": str(slow_site)}}) as fleet:
         config = fleet.work_dir / "tiny.yaml"
-        config.write_text(yaml.safe_dump({**TINY, "experiment": "fleet-sweep"}))
+        config.write_text(yaml.safe_dump(sweep_workload(experiment="fleet-sweep")))
         yield fleet
-
-
-def _children(fleet: LocalFleet, parent_id: str):
-    client = fleet.mlflow()
-    experiment = client.get_run(parent_id).info.experiment_id
-    return client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
-
-
-def _parent_id(log: Path) -> str:
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("MLflow parent run "):
-            return line.split()[3].rstrip(":")
-    raise AssertionError(f"no parent run in the output:\n{log.read_text(errors='replace')[-4000:]}")
 
 
 @pytest.fixture(scope="module")
 def pool_sweep(fleet: LocalFleet):
-    proc, log = fleet.cli(
-        "sweep",
-        "--pool",
-        POOL,
-        "--variants",
-        "batch_2",
-        "--repeats",
-        "4",
-        "--config",
-        str(fleet.work_dir / "tiny.yaml"),
-        "--lost-after",
-        str(LOST_AFTER_S),
-    )
+    proc, log = start_pool_sweep(fleet, fleet.work_dir / "tiny.yaml", 4, "--lost-after", str(LOST_AFTER_S))
     assert proc.wait(1500) == 0, log.read_text(errors="replace")[-6000:]
-    return _parent_id(log), log
+    return parent_run_id(log), log
 
 
 def test_pool_sweep_runs_on_both_machines(pool_sweep, fleet: LocalFleet):
@@ -96,7 +61,7 @@ def test_pool_sweep_runs_on_both_machines(pool_sweep, fleet: LocalFleet):
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["yolo_mlops.sweep.pool"] == POOL
     assert set(parent.data.tags["yolo_mlops.sweep.lanes"].split(",")) == {f"{FAST}/cpu", f"{SLOW}/cpu"}
-    children = _children(fleet, parent_id)
+    children = sweep_children(fleet, parent_id)
     assert len(children) == 8 and {c.info.status for c in children} == {"FINISHED"}
     by_machine: dict[str, set[str]] = {}
     for child in children:
@@ -123,20 +88,8 @@ def test_fleet_names_the_planted_slow_machine(pool_sweep, fleet: LocalFleet):
 
 def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, fleet: LocalFleet):
     # 2 repeats: one block a machine, enough to lose one mid-sweep and finish with the other's
-    proc, log = fleet.cli(
-        "sweep",
-        "--pool",
-        POOL,
-        "--variants",
-        "batch_2",
-        "--repeats",
-        "2",
-        "--config",
-        str(fleet.work_dir / "tiny.yaml"),
-        "--experiment",
-        "fleet-lost",
-        "--lost-after",
-        str(LOST_AFTER_S),
+    proc, log = start_pool_sweep(
+        fleet, fleet.work_dir / "tiny.yaml", 2, "--experiment", "fleet-lost", "--lost-after", str(LOST_AFTER_S)
     )
     # wait until a child runs on the slow machine, then take that machine away (worker + flow-run process)
     with fleet.prefect() as client:
@@ -164,11 +117,11 @@ def test_a_lost_machine_fails_its_child_and_the_sweep_completes(pool_sweep, flee
     assert proc.wait(1500) == 0, log.read_text(errors="replace")[-6000:]
     output = log.read_text(errors="replace")
     assert f"machine '{SLOW}' lost" in output
-    parent_id = _parent_id(log)
+    parent_id = parent_run_id(log)
     parent = fleet.mlflow().get_run(parent_id)
     assert parent.info.status == "FINISHED"
     failed = int(parent.data.tags["yolo_mlops.sweep.failed_children"])
     assert 1 <= failed <= 2  # the lost child and the slow lane's child after it, never the fast lane's
-    children = _children(fleet, parent_id)
+    children = sweep_children(fleet, parent_id)
     assert "RUNNING" not in {c.info.status for c in children}  # the lost child's run was ended FAILED
     assert {c.data.params["env.machine"] for c in children if c.info.status == "FINISHED"} >= {FAST}
