@@ -25,8 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
-FIRST_MEASURED = 7  # 1-based: after the window (steps 1-5) and the step that exports its trace (6)
+# run as a script (by torch.distributed.run too): its folder is on sys.path
+from bench_instrumentation_overhead import synthetic_run, train_instrumented
+
+FIRST_MEASURED = 7  # 1-based: after the profiler window (steps 1-5) and the step that exports its trace (6)
 RANKS = 2
 
 
@@ -43,42 +45,15 @@ class _NoInstrumentation:
 
 
 def rank_child(mode: str, steps: int, imgsz: int, batch: int, workers: int, out: Path) -> None:
-    from yolo_mlops.config import build_run_spec, data_home
-    from yolo_mlops.run.datasets import synthetic_dataset
-    from yolo_mlops.run.offline import configure_ultralytics
-
     rank = int(os.environ["RANK"])
-    home = data_home()
-    configure_ultralytics(home)
-    dataset = synthetic_dataset(home / "datasets", train_images=steps * batch)
-    spec = build_run_spec(
-        {
-            "imgsz": imgsz,
-            "batch": batch,
-            "epochs": 1,
-            "max_steps": steps,
-            "workers": workers,
-            "device": "cpu",
-            "val": False,
-            "profiler": WINDOW,
-            "ddp": {"ranks": RANKS},
-            "train_args": {"close_mosaic": 0},
-        }
-    )
+    data, spec = synthetic_run(steps, imgsz, batch, workers, "cpu", ddp={"ranks": RANKS})
     ends: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         from yolo_mlops.run import training
 
-        plan = training.TrainingPlan(spec, dataset.yaml_path, "cpu", Path(tmp), steps, rank=rank)
+        plan = training.TrainingPlan(spec, data, "cpu", Path(tmp), steps, rank=rank)
         if mode == "instrumented":
-            original = training._Instrumentation.on_train_batch_end
-
-            def timed(self, trainer):
-                original(self, trainer)
-                ends.append(time.perf_counter_ns())
-
-            setattr(training._Instrumentation, "on_train_batch_end", timed)  # noqa: B010  (a method wrapped on purpose)
-            training.train(plan)
+            train_instrumented(plan, ends)
         else:
             import ultralytics.engine.trainer as engine_trainer
 

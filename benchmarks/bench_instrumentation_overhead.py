@@ -21,11 +21,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from yolo_mlops.config import RunSpec
 
 WINDOW = {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1}
 
 
-def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
+def synthetic_run(steps: int, imgsz: int, batch: int, workers: int, device: str, **fields: Any) -> tuple[Path, RunSpec]:
+    """The synthetic dataset's YAML (`steps` batches of training images) and the RunSpec both arms train with:
+    one epoch cut at `steps`, no validation, the profiler window WINDOW; `fields` are added to the spec."""
     from yolo_mlops.config import build_run_spec, data_home
     from yolo_mlops.run.datasets import synthetic_dataset
     from yolo_mlops.run.offline import configure_ultralytics
@@ -44,33 +50,43 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
             "val": False,
             "profiler": WINDOW,
             "train_args": {"close_mosaic": 0},
+            **fields,
         }
     )
-    ends: list[int] = []
+    return dataset.yaml_path, spec
 
-    def record_end(trainer) -> None:
+
+def train_instrumented(plan, ends: list[int]) -> None:
+    """`training.train(plan)`, the instrumented arm: a real run's instrumentation, with perf_counter_ns()
+    appended to `ends` after its own on_train_batch_end, so every cost it adds is inside the measured interval."""
+    from yolo_mlops.run import training
+
+    original = training._Instrumentation.on_train_batch_end
+
+    def timed(self, trainer):
+        original(self, trainer)
         ends.append(time.perf_counter_ns())
 
+    setattr(training._Instrumentation, "on_train_batch_end", timed)  # noqa: B010  (a method wrapped on purpose)
+    training.train(plan)
+
+
+def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
+    data, spec = synthetic_run(steps, imgsz, batch, workers, device)
+    ends: list[int] = []
     with tempfile.TemporaryDirectory() as tmp:
         from yolo_mlops.run import training
 
-        plan = training.TrainingPlan(spec, dataset.yaml_path, device, Path(tmp), steps)
+        plan = training.TrainingPlan(spec, data, device, Path(tmp), steps)
         if mode == "instrumented":
-            original = training._Instrumentation.on_train_batch_end
-
-            def timed(self, trainer):
-                original(self, trainer)
-                record_end(trainer)
-
-            setattr(training._Instrumentation, "on_train_batch_end", timed)  # noqa: B010  (a method wrapped on purpose)
-            training.train(plan)
+            train_instrumented(plan, ends)
         else:
             from ultralytics.models.yolo.detect import DetectionTrainer
 
             trainer = DetectionTrainer(overrides=training.ultralytics_args(plan))
 
             def stop_at_max(trainer):
-                record_end(trainer)
+                ends.append(time.perf_counter_ns())
                 if len(ends) >= steps:
                     trainer.stop = True
 
