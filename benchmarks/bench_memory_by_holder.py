@@ -3,7 +3,7 @@ gzipped timeline and the split at the peak (`MemoryByHolder.compute_s`, counted 
 
 Two models, interleaved (small, yolo11n, small, yolo11n, ...), each repeat a fresh TrainingProfiler
 window (wait 1, warmup 1, active 3; record_shapes, profile_memory, with_stack on) over real training
-steps: the small conv model of tests/profiling/test_memory_holders.py with Adam, and YOLO11n built from
+steps: the small conv net of the memory-by-holder tests (tests/conv_net.py) with Adam, and YOLO11n built from
 its yaml (no weights, offline) with SGD momentum, loss = mean of its raw head outputs. Prints medians
 and the last split in MiB per holder; `--result` writes them as JSON. On a GPU (`--device 0`) the models
 train on cuda:0 with CUDA activities profiled and the split is that device's (benchmarks/gpu_checks.py).
@@ -17,30 +17,24 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-# torch and the project are imported inside the functions: benchmarks/gpu_checks.py parses this script's
-# arguments (build_parser) in its own process, with the standard library only
+# torch, the project and the tests' small conv net (tests/conv_net.py) are imported inside the functions:
+# benchmarks/gpu_checks.py parses this script's arguments (build_parser) in its own process, with the standard
+# library only
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 WINDOW = {"wait": 1, "warmup": 1, "active": 3, "with_stack": True}
 
 
 def small(device):
     import torch
+    from conv_net import small_conv_net
     from torch import nn
 
-    model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(64, 10),
-    ).to(device)
+    model = small_conv_net().to(device)
     x, y = torch.randn(8, 3, 32, 32, device=device), torch.randint(0, 10, (8,), device=device)
     return model, torch.optim.Adam(model.parameters(), lr=1e-3), lambda: nn.functional.cross_entropy(model(x), y)
 

@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from conv_net import small_conv_net
 from torch import nn
 
 from yolo_mlops import names
@@ -24,17 +25,7 @@ MIB = 2**20
 
 def small_model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(64, 10),
-    )
+    return small_conv_net()
 
 
 def param_bytes(model: nn.Module) -> int:
