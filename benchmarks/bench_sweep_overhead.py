@@ -31,20 +31,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import workloads  # noqa: E402
+from isolation import isolate  # noqa: E402
+
 GOAL_S = 2.0
-
-
-def _isolate() -> None:
-    home = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    os.environ.update(
-        YOLO_MLOPS_HOME=str(home / "home"),
-        MLFLOW_TRACKING_URI=f"sqlite:///{home / 'mlflow.db'}",
-        PREFECT_HOME=str(home / "prefect"),
-        PREFECT_LOGGING_LEVEL="WARNING",
-        YOLO_OFFLINE="1",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-    )
-    os.environ.pop("PREFECT_API_URL", None)
 
 
 def _task_durations(flow_run_id: str) -> dict[str, float]:
@@ -69,13 +61,13 @@ def main() -> int:
         "--write-docs", action="store_true", help="replace '## Sweep orchestration' in docs/benchmarks.md"
     )
     args = parser.parse_args()
-    _isolate()
+    isolate(Path(tempfile.mkdtemp(prefix="bench-sweep-")))
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.testing.utilities import prefect_test_harness
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import ProfilerSettings, RunSpec
+    from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
 
@@ -114,16 +106,9 @@ def main() -> int:
     timed(sweep_module, "create_table_artifact", "prefect_artifacts")
     timed(sweep_module, "create_markdown_artifact", "prefect_artifacts")
 
-    base = RunSpec(
-        imgsz=64,
-        batch=4,
-        max_steps=6,
-        workers=0,
-        device="cpu",
-        synthetic_images=16,
-        val=False,
-        experiment="bench-sweep",
-        profiler=ProfilerSettings(wait=0, warmup=1, active=1),
+    # the tests' tiny workload for 6 steps, with shapes and memory recorded (the profiler's defaults)
+    base = build_run_spec(
+        workloads.tiny(max_steps=6, experiment="bench-sweep", profiler={"wait": 0, "warmup": 1, "active": 1})
     )
     with prefect_test_harness(server_startup_timeout=180):
         with get_client(sync_client=True) as client:

@@ -18,14 +18,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # helper modules shared by test folders (processes.py)
 
+from isolation import isolate  # noqa: E402
+
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="yolo-mlops-tests-"))
-os.environ["YOLO_MLOPS_HOME"] = str(_SESSION_DIR / "home")
-os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{_SESSION_DIR / 'mlflow.db'}"
-os.environ["PREFECT_HOME"] = str(_SESSION_DIR / "prefect")
-os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
-os.environ.pop("PREFECT_API_URL", None)  # tests use their own server, never a developer's
-os.environ["YOLO_OFFLINE"] = "1"
+isolate(_SESSION_DIR)  # tests use their own stores and server, never a developer's
 
 # Offline guard: any connection to a non-loopback address fails and is recorded, so a test that needs the
 # internet (ultralytics' checks, a download, telemetry) fails here instead of passing on a networked laptop.

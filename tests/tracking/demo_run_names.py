@@ -71,14 +71,11 @@ def _main(out: Path) -> int:
     import os
     import tempfile
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: isolation.py
+    from isolation import isolate
+
     home = Path(tempfile.mkdtemp(prefix="demo-run-names-"))
-    os.environ["YOLO_MLOPS_HOME"] = str(home / "home")
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{home / 'mlflow.db'}"
-    os.environ["PREFECT_HOME"] = str(home / "prefect")
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
-    os.environ.pop("PREFECT_API_URL", None)
-    os.environ["YOLO_OFFLINE"] = "1"
+    isolate(home)
 
     from mlflow.tracking import MlflowClient
     from prefect.testing.utilities import prefect_test_harness
