@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import workloads
 import yaml
 
 pytestmark = pytest.mark.slow
@@ -455,16 +456,11 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=limit, limit=1))
     runs = data_home() / "runs"
     before = set(runs.glob("*/")) if runs.is_dir() else set()
+    # the tiny workload, long enough to be signalled mid-training: 40 epochs, no step limit
     spec = RunSpec(
-        imgsz=64,
-        batch=4,
-        epochs=40,
-        workers=0,
-        device="cpu",
-        synthetic_images=16,
-        val=False,
-        experiment="slot-release",
-        profiler=ProfilerSettings(wait=1, warmup=1, active=2),
+        **workloads.tiny(
+            epochs=40, max_steps=None, experiment="slot-release", profiler=ProfilerSettings(wait=1, warmup=1, active=2)
+        )
     )
 
     def new_run_trained_an_epoch() -> bool:
