@@ -155,34 +155,29 @@ def test_the_nightly_flow_starts_one_bisection_per_commit_range_and_notes_a_miss
     from yolo_mlops.flows.bisection import bisect
     from yolo_mlops.trends.nightly import JudgedSeries
 
+    def regression(*ranges: BisectRange) -> JudgedSeries:
+        """A series judged a regression tonight, with `ranges` to bisect."""
+        return JudgedSeries(
+            series="s",
+            label="l",
+            status="regression",
+            runs_tonight=["r"],
+            history_runs=9,
+            new_changes=[],
+            plot_run_id="r",
+            bisect=list(ranges),
+        )
+
     bisect.to_deployment(name="bisect").apply()
     target = a_range()
     other_metric = a_range(metric=names.IMAGES_PER_S)  # the same range seen in a second metric
-    judged = JudgedSeries(
-        series="s",
-        label="l",
-        status="regression",
-        runs_tonight=["r"],
-        history_runs=9,
-        new_changes=[],
-        plot_run_id="r",
-        bisect=[target, other_metric],
-    )
+    judged = regression(target, other_metric)
     _start_bisections([judged], "bisect/bisect")
     (note,) = judged.notes
     assert note.startswith("auto-bisect: started bisect/bisect run ") and f"{GOOD[:12]}..{BAD[:12]}" in note
     assert note.endswith("on any machine (the series' machine is not recorded)")
 
-    missing = JudgedSeries(
-        series="s",
-        label="l",
-        status="regression",
-        runs_tonight=["r"],
-        history_runs=9,
-        new_changes=[],
-        plot_run_id="r",
-        bisect=[target],
-    )
+    missing = regression(target)
     _start_bisections([missing], "bisect/missing")
     assert missing.notes == [
         "auto-bisect: no deployment 'bisect/missing' on the Prefect server "
