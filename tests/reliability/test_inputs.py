@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from reliability_cli import TINY, Finished, cli_env, mlflow_runs, run_folders, start_cli
+from short_runs import short_run
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -246,18 +247,7 @@ def test_store_refusing_the_run_leaves_no_run_folder(tmp_path, monkeypatch, mlfl
 
     monkeypatch.setenv("YOLO_MLOPS_HOME", str(tmp_path / "home"))
     mlflow_client.delete_experiment(writes.experiment_id(mlflow_client, "deleted-experiment"))
-    spec = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "max_steps": 2,
-            "experiment": "deleted-experiment",
-            "profiler": {"wait": 0, "warmup": 1, "active": 1},
-        }
-    )
+    spec = build_run_spec(short_run(max_steps=2, experiment="deleted-experiment"))
     with pytest.raises(MlflowException):
         pipeline.prepare(spec)
     assert run_folders(tmp_path / "home") == []

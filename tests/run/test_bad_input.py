@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from short_runs import short_run
 
 from yolo_mlops import cli
 
@@ -86,19 +87,7 @@ def test_failure_during_training_ends_the_run_failed(prefect_server, mlflow_clie
     from yolo_mlops.config import build_run_spec
     from yolo_mlops.flows.profile_training import profile_training
 
-    spec = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "max_steps": 4,
-            "experiment": "fails",
-            "train_args": {"optimizer": "NoSuchOptimizer"},
-            "profiler": {"wait": 0, "warmup": 1, "active": 1},
-        }
-    )
+    spec = build_run_spec(short_run(max_steps=4, experiment="fails", train_args={"optimizer": "NoSuchOptimizer"}))
     with pytest.raises(Exception):  # noqa: B017 - whatever ultralytics raises; the run's end state is the test
         profile_training(spec)
     runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("fails").experiment_id])
@@ -114,18 +103,7 @@ def test_corrupt_trace_marks_analysis_failed_but_keeps_the_run(mlflow_client):
     from yolo_mlops.run import pipeline
     from yolo_mlops.tracking import run_end
 
-    spec = build_run_spec(
-        {
-            "imgsz": 64,
-            "batch": 4,
-            "workers": 0,
-            "device": "cpu",
-            "synthetic_images": 8,
-            "max_steps": 3,
-            "experiment": "corrupt-trace",
-            "profiler": {"wait": 0, "warmup": 1, "active": 1},
-        }
-    )
+    spec = build_run_spec(short_run(max_steps=3, experiment="corrupt-trace"))
     prepared = pipeline.prepare(spec)
     with run_end.run_guard(mlflow_client, prepared.run_id):
         outcome = pipeline.train(prepared)
