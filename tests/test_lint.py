@@ -11,25 +11,13 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "pyproject.toml"
 
 
+def tool(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python -m ARGS` in the repository, with this interpreter; its output captured."""
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
 def ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "check",
-            "--no-cache",
-            "--output-format",
-            "concise",
-            "--config",
-            str(CONFIG),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    return tool("ruff", "check", "--no-cache", "--output-format", "concise", "--config", str(CONFIG), *args)
 
 
 def test_repository_is_ruff_clean():
@@ -47,13 +35,7 @@ def test_ruff_fails_a_bad_file(tmp_path: Path):
 
 
 def ruff_format_check(*paths: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "--config", str(CONFIG), *paths],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
+    return tool("ruff", "format", "--check", "--no-cache", "--config", str(CONFIG), *paths)
 
 
 def test_repository_is_formatted():
@@ -69,13 +51,7 @@ def test_format_check_fails_a_badly_laid_out_file(tmp_path: Path):
 
 
 def mypy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(CONFIG), "--no-incremental", "--no-error-summary", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-    )
+    return tool("mypy", "--config-file", str(CONFIG), "--no-incremental", "--no-error-summary", *args, timeout=600)
 
 
 def test_library_flows_tests_and_benchmarks_are_mypy_clean():
