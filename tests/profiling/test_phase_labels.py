@@ -61,6 +61,15 @@ class Opened:
         return [[name for step, name, _ in self.events if step == s] for s in range(steps)]
 
 
+def instrumented(trainer_class, monkeypatch, tmp_path, max_steps: int | None = None, **window: int):
+    """A profiler over the window `window` (no shapes, no memory; its trace in tmp_path/profiler), a run's
+    instrumentation around it, the Opened record of the labels it opens, and a stub trainer it drives."""
+    settings = ProfilerSettings.model_validate({**window, "record_shapes": False, "profile_memory": False})
+    profiler = torch_profiler.TrainingProfiler(settings, tmp_path / "profiler", with_cuda=False)
+    inst = training._Instrumentation(profiler, max_steps=max_steps, pin_memory=None)
+    return profiler, inst, Opened(monkeypatch, inst), stub_trainer(trainer_class, inst)
+
+
 def run_loop(trainer, inst: training._Instrumentation, epochs: int, batches: int, validation_forward: bool = True):
     """Call the instrumentation the way ultralytics' BaseTrainer._do_train does."""
     x = torch.randn(4, 8)
@@ -89,11 +98,7 @@ def run_loop(trainer, inst: training._Instrumentation, epochs: int, batches: int
 
 def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeypatch, tmp_path):
     # step 0 waits, step 1 warms up, steps 2-3 are recorded, then the profiler is done (repeat=1)
-    settings = ProfilerSettings(wait=1, warmup=1, active=2, record_shapes=False, profile_memory=False)
-    profiler = torch_profiler.TrainingProfiler(settings, tmp_path / "profiler", with_cuda=False)
-    inst = training._Instrumentation(profiler, max_steps=None, pin_memory=None)
-    opened = Opened(monkeypatch, inst)
-    trainer = stub_trainer(trainer_class, inst)
+    profiler, inst, opened, trainer = instrumented(trainer_class, monkeypatch, tmp_path, wait=1, warmup=1, active=2)
 
     run_loop(trainer, inst, epochs=2, batches=3)
 
@@ -116,11 +121,9 @@ def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeyp
 
 def test_no_label_without_a_window_and_max_steps_stops_the_trainer(trainer_class, monkeypatch, tmp_path):
     # skip_first=10: the window lies beyond the run, so no step may open a label
-    settings = ProfilerSettings(skip_first=10, wait=0, warmup=1, active=1, record_shapes=False, profile_memory=False)
-    profiler = torch_profiler.TrainingProfiler(settings, tmp_path / "profiler", with_cuda=False)
-    inst = training._Instrumentation(profiler, max_steps=4, pin_memory=None)
-    opened = Opened(monkeypatch, inst)
-    trainer = stub_trainer(trainer_class, inst)
+    profiler, inst, opened, trainer = instrumented(
+        trainer_class, monkeypatch, tmp_path, max_steps=4, skip_first=10, wait=0, warmup=1, active=1
+    )
 
     run_loop(trainer, inst, epochs=3, batches=3)
 
@@ -131,11 +134,7 @@ def test_no_label_without_a_window_and_max_steps_stops_the_trainer(trainer_class
 
 
 def test_model_forward_outside_a_step_opens_nothing_even_while_recording(trainer_class, monkeypatch, tmp_path):
-    settings = ProfilerSettings(wait=0, warmup=1, active=2, record_shapes=False, profile_memory=False)
-    profiler = torch_profiler.TrainingProfiler(settings, tmp_path / "profiler", with_cuda=False)
-    inst = training._Instrumentation(profiler, max_steps=None, pin_memory=None)
-    opened = Opened(monkeypatch, inst)
-    trainer = stub_trainer(trainer_class, inst)
+    profiler, inst, opened, trainer = instrumented(trainer_class, monkeypatch, tmp_path, wait=0, warmup=1, active=2)
     inst.on_train_start(trainer)
     inst.on_train_epoch_start(trainer)
     assert profiler.recording and [name for _, name, _ in opened.events] == ["data_wait"]
