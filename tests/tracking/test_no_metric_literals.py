@@ -11,27 +11,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from metric_groups import METRIC_GROUPS
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (ROOT / "yolo_mlops", ROOT / "flows")
 NAMES_MODULE = ROOT / "yolo_mlops" / "names.py"
-PREFIXES = (
-    "perf/",
-    "trace/",
-    "gpu/",
-    "analysis/",
-    "memory/",
-    "data/",
-    "train/",
-    "val/",
-    "trend/",
-    "trends/",
-    "sweep/",
-    "power/",
-    "bisect/",
-    "compare/",
-    "optimize/",
-    "nvml/",
-)
+PREFIXES = (*METRIC_GROUPS, "trends/", "nvml/")  # and the run artifact folders of the trend and NVML names
 
 # (file relative to the repository root, the literal): strings that look like names but are none
 ALLOWED = {
