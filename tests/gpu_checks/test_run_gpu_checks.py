@@ -34,8 +34,9 @@ STEPS = [
 
 
 def _run(
-    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None
+    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None, script: Path = SCRIPT
 ) -> tuple[subprocess.CompletedProcess, Path]:
+    """`bash script ARGS` (benchmarks/run_gpu_checks.sh or a copy of it) as on a bare machine, out: tmp_path/out."""
     out = tmp_path / "out"
     env = {
         **os.environ,
@@ -48,7 +49,7 @@ def _run(
     for name in ("PYTHONPATH", "MLFLOW_TRACKING_URI", "YOLO_MLOPS_HOME", "PREFECT_HOME"):
         env.pop(name, None)  # the script sets up its own environment, as on a bare machine
     proc = subprocess.run(
-        ["bash", str(SCRIPT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        ["bash", str(script), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
     )
     return proc, out
 
@@ -139,28 +140,12 @@ def test_dry_run_fails_when_a_step_command_rots(tmp_path):
     sweep.write_text(sweep.read_text().replace('"--warmup-steps"', '"--warmup"'))
     overhead = tree / "benchmarks" / "bench_instrumentation_overhead.py"
     overhead.write_text(overhead.read_text().replace('"--workers"', '"--loader-workers"'))
-    out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "OUT": str(out),
-        "PYTHON": sys.executable,
-        "GPU_WHEELHOUSE": str(tmp_path / "none"),
-        "TMPDIR": str(tmp_path),
-    }
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [
-            "bash",
-            str(tree / "benchmarks" / "run_gpu_checks.sh"),
-            "--dry-run",
-            "--only",
-            "gpu_sweep_compile,instrumentation_overhead",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc, out = _run(
+        tmp_path,
+        "--dry-run",
+        "--only",
+        "gpu_sweep_compile,instrumentation_overhead",
+        script=tree / "benchmarks" / "run_gpu_checks.sh",
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
