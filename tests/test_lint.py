@@ -16,6 +16,13 @@ def tool(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 
+def bad_file(tmp_path: Path, text: str) -> str:
+    """The path of tmp_path/bad.py, holding `text`: code each tool must reject."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(text)
+    return str(bad)
+
+
 def ruff(*args: str) -> subprocess.CompletedProcess:
     return tool("ruff", "check", "--no-cache", "--output-format", "concise", "--config", str(CONFIG), *args)
 
@@ -26,9 +33,7 @@ def test_repository_is_ruff_clean():
 
 
 def test_ruff_fails_a_bad_file(tmp_path: Path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport os\n\n\ndef f(items=[]):\n    return os.sep\n")
-    proc = ruff(str(bad))
+    proc = ruff(bad_file(tmp_path, "import sys\nimport os\n\n\ndef f(items=[]):\n    return os.sep\n"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     for rule in ("F401", "I001", "B006"):  # unused import, unsorted imports, mutable default
         assert rule in proc.stdout, proc.stdout
@@ -44,9 +49,7 @@ def test_repository_is_formatted():
 
 
 def test_format_check_fails_a_badly_laid_out_file(tmp_path: Path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("def f( x ):\n  return {'a':x}\n")
-    proc = ruff_format_check(str(bad))
+    proc = ruff_format_check(bad_file(tmp_path, "def f( x ):\n  return {'a':x}\n"))
     assert proc.returncode == 1 and "bad.py" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -60,9 +63,8 @@ def test_library_flows_tests_and_benchmarks_are_mypy_clean():
 
 
 def test_mypy_fails_a_bad_file(tmp_path: Path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("def half(x: int) -> int:\n    return x / 2\n\n\nhalf(None)\n\n\ndef untyped():\n    half('2')\n")
-    proc = mypy(str(bad))
+    text = "def half(x: int) -> int:\n    return x / 2\n\n\nhalf(None)\n\n\ndef untyped():\n    half('2')\n"
+    proc = mypy(bad_file(tmp_path, text))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[return-value]" in proc.stdout and "[arg-type]" in proc.stdout, proc.stdout
     assert "bad.py:9:" in proc.stdout, proc.stdout  # the body of an unannotated function is checked too
