@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 # run as a script (by torch.distributed.run too): its folder is on sys.path
-from bench_instrumentation_overhead import synthetic_run, train_instrumented
+from bench_instrumentation_overhead import synthetic_run, train_instrumented, training_options
 
 FIRST_MEASURED = 7  # 1-based: after the profiler window (steps 1-5) and the step that exports its trace (6)
 RANKS = 2
@@ -122,14 +122,7 @@ def main() -> None:
                 mode,
                 "--out",
                 str(out),
-                "--steps",
-                str(args.steps),
-                "--imgsz",
-                str(args.imgsz),
-                "--batch",
-                str(args.batch),
-                "--workers",
-                str(args.workers),
+                *training_options(args),
             ]
             started = time.perf_counter()
             subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -71,6 +71,20 @@ def train_instrumented(plan, ends: list[int]) -> None:
     training.train(plan)
 
 
+def training_options(args: argparse.Namespace) -> list[str]:
+    """The parsed training options (steps, image size, batch, loader workers) as a child's command line."""
+    return [
+        "--steps",
+        str(args.steps),
+        "--imgsz",
+        str(args.imgsz),
+        "--batch",
+        str(args.batch),
+        "--workers",
+        str(args.workers),
+    ]
+
+
 def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: int, out: Path) -> None:
     data, spec = synthetic_run(steps, imgsz, batch, workers, device)
     ends: list[int] = []
@@ -127,16 +141,9 @@ def main() -> None:
                         mode,
                         "--out",
                         str(out),
-                        "--steps",
-                        str(args.steps),
-                        "--imgsz",
-                        str(args.imgsz),
-                        "--batch",
-                        str(args.batch),
+                        *training_options(args),
                         "--device",
                         args.device,
-                        "--workers",
-                        str(args.workers),
                     ],
                     check=True,
                     env=env,
