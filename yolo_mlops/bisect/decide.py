@@ -194,18 +194,30 @@ class Sides:
     other: list[float]
 
 
-def run_premise(measure: Measure, settings: Settings) -> tuple[Decision, Sides]:
-    """Step 0: pairs of (good, bad) runs until the premise decides or max_repeats a side were run."""
+def _look_until_decided(
+    measure: Measure, settings: Settings, judge: Callable[[Sides, int], Decision]
+) -> tuple[Decision, Sides]:
+    """`repeats` pairs, then one more pair a look, each look judged by `judge`, until it decides or the last
+    look (`settings.looks`: max_repeats a side) was taken."""
     sides = Sides([], [])
     look = 0
     while True:
         while len(sides.good) < settings.repeats + look:
-            g, b = measure(len(sides.good))
-            sides.good.append(g)
-            sides.other.append(b)
+            good, other = measure(len(sides.good))
+            sides.good.append(good)
+            sides.other.append(other)
         look += 1
+        decision = judge(sides, look)
+        if decision.verdict != INCONCLUSIVE or look >= settings.looks:
+            return decision, sides
+
+
+def run_premise(measure: Measure, settings: Settings) -> tuple[Decision, Sides]:
+    """Step 0: pairs of (good, bad) runs until the premise decides or max_repeats a side were run."""
+
+    def judge(sides: Sides, look: int) -> Decision:
         noise = pooled_noise([sides.good, sides.other])
-        decision = premise_decision(
+        return premise_decision(
             sides.other,
             sides.good,
             noise,
@@ -214,8 +226,8 @@ def run_premise(measure: Measure, settings: Settings) -> tuple[Decision, Sides]:
             looks=look,
             last=look >= settings.looks,
         )
-        if decision.verdict != INCONCLUSIVE:
-            return decision, sides
+
+    return _look_until_decided(measure, settings, judge)
 
 
 def run_step(
@@ -223,20 +235,14 @@ def run_step(
 ) -> tuple[Decision, Sides]:
     """Step k: pairs of (good, candidate) runs until the step decides or max_repeats a side were run.
     `earlier`: the groups of earlier steps (their noise joins the pool)."""
-    sides = Sides([], [])
-    look = 0
-    while True:
-        while len(sides.good) < settings.repeats + look:
-            g, c = measure(len(sides.good))
-            sides.good.append(g)
-            sides.other.append(c)
-        look += 1
+
+    def judge(sides: Sides, look: int) -> Decision:
         noise = pooled_noise([premise.good, premise.other, *earlier, sides.good, sides.other])
-        decision = step_decision(
+        return step_decision(
             sides.other, sides.good, premise.other, premise.good, noise, settings.alpha_look, looks=look
         )
-        if decision.verdict != INCONCLUSIVE or look >= settings.looks:
-            return decision, sides
+
+    return _look_until_decided(measure, settings, judge)
 
 
 # simulation -------------------------------------------------------------------------------------------------
