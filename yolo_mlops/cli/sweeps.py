@@ -85,6 +85,16 @@ def _devices(args: argparse.Namespace) -> list[str] | None:
     return None if args.devices is None else args.devices.split(",")
 
 
+def _sweep_options(args: argparse.Namespace) -> dict:
+    """The flow parameters of the sweep options (--repeats, --order, --warmup-steps, --concurrency-limit)."""
+    return {
+        "repeats": args.repeats,
+        "order": args.order,
+        "warmup_steps": args.warmup_steps,
+        "concurrency_limit": args.concurrency_limit,
+    }
+
+
 def _fleet_options(args: argparse.Namespace) -> dict:
     """The flow parameters of --devices / --pool / --isolation, as given."""
     options: dict = {
@@ -147,15 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = _sweep_plan(args, names)
     from yolo_mlops.flows.sweep import sweep
 
-    result = sweep(
-        base=spec,
-        variants=names,
-        repeats=args.repeats,
-        order=args.order,
-        warmup_steps=args.warmup_steps,
-        concurrency_limit=args.concurrency_limit,
-        **_fleet_options(args),
-    )
+    result = sweep(base=spec, variants=names, **_sweep_options(args), **_fleet_options(args))
     print("\n" + result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id}: {result.run_url}")
     return 0
@@ -165,12 +167,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     spec = _sweep_plan(args, [])
     from yolo_mlops.flows.optimize import optimize
 
-    result = optimize(
-        base=spec,
-        repeats=args.repeats,
-        order=args.order,
-        warmup_steps=args.warmup_steps,
-        concurrency_limit=args.concurrency_limit,
-    )
+    result = optimize(base=spec, **_sweep_options(args))
     print("\n" + result.markdown)
     return 0
