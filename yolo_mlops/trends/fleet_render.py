@@ -11,6 +11,7 @@ from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.fleet_moved import moved_entries
 from yolo_mlops.trends.fleet_stats import FleetReport, SlowMachine
+from yolo_mlops.trends.report import contribution_figures
 
 MOVED_ROWS = 8  # rows of a slow machine's phase / operator table in the Markdown (JSON: all of them)
 
@@ -87,17 +88,7 @@ def moved_markdown(s: SlowMachine, a: Attribution) -> list[str]:
         head += f"; {len(a.runs_without_tables)} runs without key_averages tables left out"
     moved = {(c.kind, c.name) for c in moved_entries(a)}
     rows = [
-        (
-            c.kind,
-            f"`{c.name[:70]}`",
-            fmt(c.before_ms),
-            fmt(c.after_ms),
-            f"{c.delta_ms:+.3g}",
-            fmt(c.share_pct, ".0f"),
-            fmt(c.consistency, ".2f"),
-            fmt(c.pvalue, ".2g"),
-            "**moved**" if (c.kind, c.name) in moved else "-",
-        )
+        (c.kind, f"`{c.name[:70]}`", *contribution_figures(c), "**moved**" if (c.kind, c.name) in moved else "-")
         for c in a.contributions[:MOVED_ROWS]
     ]
     table = markdown_table(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
-from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends.attribution import Attribution, Contribution
 from yolo_mlops.trends.commit_range import bisect_range, candidate_range
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status
 
@@ -128,6 +128,19 @@ def series_report(
     return "\n".join(blocks)
 
 
+def contribution_figures(c: Contribution) -> tuple[str, ...]:
+    """A contribution's measured cells: ms/step before and after, the delta, its % of the shift, its
+    consistency and Mann-Whitney p."""
+    return (
+        fmt(c.before_ms),
+        fmt(c.after_ms),
+        f"{c.delta_ms:+.3g}",
+        fmt(c.share_pct, ".0f"),
+        fmt(c.consistency, ".2f"),
+        fmt(c.pvalue, ".2g"),
+    )
+
+
 def attribution_text(a: Attribution, indent: str = "    ") -> str:
     if not a.contributions:
         return indent + (a.note or "no attribution")
@@ -138,19 +151,7 @@ def attribution_text(a: Attribution, indent: str = "    ") -> str:
     )
     if a.runs_without_tables:
         head += f"; {len(a.runs_without_tables)} runs without key_averages tables left out"
-    rows = [
-        (
-            c.kind,
-            c.name[:70],
-            fmt(c.before_ms),
-            fmt(c.after_ms),
-            f"{c.delta_ms:+.3g}",
-            fmt(c.share_pct, ".0f"),
-            fmt(c.consistency, ".2f"),
-            fmt(c.pvalue, ".2g"),
-        )
-        for c in a.contributions
-    ]
+    rows = [(c.kind, c.name[:70], *contribution_figures(c)) for c in a.contributions]
     table = markdown_table(
         ["kind", "name", "before ms/step", "after ms/step", "delta", "% of shift", "consistency", "p (M-W)"], rows
     )
