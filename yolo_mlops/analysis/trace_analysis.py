@@ -31,7 +31,13 @@ from yolo_mlops.analysis.model import (
     StepTimeStats,
     TraceAnalysis,
 )
-from yolo_mlops.analysis.trace_loader import RankTrace, TraceError, find_trace_files, load_trace_file
+from yolo_mlops.analysis.trace_loader import (
+    RankTrace,
+    TraceError,
+    find_trace_files,
+    in_rank_order,
+    load_trace_file,
+)
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
@@ -227,15 +233,7 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
             results = list(pool.map(_analyze_file, files, range(len(files))))
     else:
         results = [_analyze_file(f, i) for i, f in enumerate(files)]
-    by_rank: dict[int, _RankResult] = {}
-    for result in results:
-        if result.rank in by_rank:
-            raise TraceError(
-                f"{source}: two traces for rank {result.rank} ({Path(by_rank[result.rank].path).name}, "
-                f"{Path(result.path).name}); analyze one file at a time"
-            )
-        by_rank[result.rank] = result
-    ordered = [by_rank[r] for r in sorted(by_rank)]
+    ordered = in_rank_order(results, source)
     ranks = [r.analysis for r in ordered]
     return TraceAnalysis(
         source=source,

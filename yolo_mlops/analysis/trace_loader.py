@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import ijson
 import msgspec
@@ -903,13 +903,26 @@ def load_traces(path: str | Path) -> list[RankTrace]:
         files = [path]
     else:
         raise TraceError(f"{path}: no such file or directory")
-    traces = [load_trace_file(f, default_rank=i) for i, f in enumerate(files)]
-    by_rank: dict[int, RankTrace] = {}
-    for trace in traces:
-        if trace.rank in by_rank:
+    return in_rank_order([load_trace_file(f, default_rank=i) for i, f in enumerate(files)], path)
+
+
+class _OfRank(Protocol):
+    rank: int
+    path: str
+
+
+_R = TypeVar("_R", bound=_OfRank)
+
+
+def in_rank_order(per_file: list[_R], source: str | Path) -> list[_R]:
+    """What each file of `source` gave (a trace, or its analysis), in rank order; two files of one rank are an
+    error (two profiling cycles of one job in one folder)."""
+    by_rank: dict[int, _R] = {}
+    for item in per_file:
+        if item.rank in by_rank:
             raise TraceError(
-                f"{path}: two traces for rank {trace.rank} ({Path(by_rank[trace.rank].path).name}, "
-                f"{Path(trace.path).name}); analyze one file at a time"
+                f"{source}: two traces for rank {item.rank} ({Path(by_rank[item.rank].path).name}, "
+                f"{Path(item.path).name}); analyze one file at a time"
             )
-        by_rank[trace.rank] = trace
+        by_rank[item.rank] = item
     return [by_rank[r] for r in sorted(by_rank)]
