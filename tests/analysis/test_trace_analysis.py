@@ -395,17 +395,20 @@ def test_kernel_type_breakdown_is_the_sweep_over_sorted_deltas_exactly(monkeypat
 
 
 @pytest.mark.parametrize("ties", [True, False])
-def test_the_launch_that_ends_a_gap_is_the_earliest_of_those_starting_then(ties):
+def test_the_launch_that_ends_a_gap_is_the_earliest_of_those_starting_then(monkeypatch, ties):
     import numpy as np
 
+    from yolo_mlops.analysis import idle_attribution
     from yolo_mlops.analysis.gpu import merge_intervals
-    from yolo_mlops.analysis.idle_attribution import _next_launch
 
+    monkeypatch.setattr(idle_attribution, "CHUNK_ELEMENTS", 100)
     acts = _random_activities(4, ties=ties)
-    gap_e = merge_intervals(acts.start, acts.end)[0][1:]
+    busy_s, busy_e = merge_intervals(acts.start, acts.end)
+    gap_s, gap_e = busy_e[:-1], busy_s[1:]
     order = np.lexsort((acts.launch_ts, acts.start))  # by start, then launch, an unknown (NaN) launch last
-    expected = acts.launch_ts[order[np.searchsorted(acts.start[order], gap_e, side="left")]]
-    assert np.array_equal(_next_launch(acts, gap_e), expected, equal_nan=True)
+    expected = acts.launch_ts[order[np.searchsorted(acts.start[order], gap_e, side="left")]] > gap_s
+    assert np.array_equal(idle_attribution._launched_within(acts, gap_s, gap_e), expected)
+    assert expected.any() and not expected.all()
 
 
 def test_steps_of_timestamps_a_chunk_at_a_time(monkeypatch):

@@ -175,14 +175,15 @@ def in_order(values: np.ndarray) -> bool:
 
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge. The result is to
-    be read, not written: when nothing merges, the start array is `start` itself if that was in order."""
+    be read, not written: when nothing merges, it is (`start`, `end`) themselves if those were in order."""
     if start.size == 0:
         return start.copy(), end.copy()
     # Big traces hold a million intervals and more: each temporary is dropped as soon as it is used, the
     # running end is accumulated in place, and input already in order (a trace's activities mostly are; a
     # stable sort would leave it as it is) is read where it lies instead of copied in sorted order.
     if in_order(start):
-        s, running_end = start, np.maximum.accumulate(end)
+        # ends in order too (one stream's kernels): the running end is `end` as it is
+        s, running_end = start, end if in_order(end) else np.maximum.accumulate(end)
     else:
         order = np.argsort(start, kind="stable")
         s, running_end = start[order], end[order]
@@ -283,34 +284,41 @@ def temporal_breakdown(acts: GpuActivities) -> TemporalBreakdown | None:
 def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
     """Time per kernel type and per overlap of types, largest first (zero rows dropped).
 
-    The boundaries of every type's busy intervals, sorted, cut time into segments; a type is busy over a segment
-    when one of its merged intervals covers the segment's start (one search per type), which sets that type's
-    bit in the segment's state. Only the sorted boundaries, a byte of state per segment and one chunk of
-    searches are held at once: on a trace of millions of kernels this is the analysis' largest moment."""
+    The boundaries of every type's busy intervals, in time order, cut time into segments; a type is busy over a
+    segment when one of its merged intervals covers the segment's start (a search per type), which sets that
+    type's bit in the segment's state, and each segment's length is added to its state's total in time order.
+    Time is walked in windows cut at every CHUNK_ELEMENTS-th start of each type, so only a window's boundaries
+    are sorted and held at once: on a trace of millions of kernels this was the analysis' largest moment."""
     merged = []
     for ktype in BREAKDOWN_KERNEL_TYPES:
         mask = acts.of_type(ktype)
         merged.append(merge_intervals(selected(acts.start, mask), selected(acts.end, mask)))
         del mask
-    size = 2 * sum(s.size for s, _ in merged)
-    if size == 0:
+    if not any(s.size for s, _ in merged):
         return []
-    time = np.concatenate([v for pair in merged for v in pair])
-    time.sort()
-    state = np.zeros(size - 1, dtype=np.int8)  # the types busy from each boundary to the next
-    for bit, (s, e) in enumerate(merged):
-        for at in range(0, size - 1, CHUNK_ELEMENTS):
-            points = time[at : min(at + CHUNK_ELEMENTS, size - 1)]
-            # merged intervals are disjoint and never touch: at most one starts at or before a point and
-            # ends after it, and then the point is inside it
-            busy = np.searchsorted(s, points, side="right") > np.searchsorted(e, points, side="right")
-            state[at : at + points.size] |= busy.view(np.int8) << bit
-    del merged
-    # each segment's length added to its state's total in time order, as np.bincount(state, weights=diff)
-    # adds them, a chunk at a time (bincount would hold the lengths and the state as intp, 16 bytes a segment)
     totals = np.zeros(1 << len(BREAKDOWN_KERNEL_TYPES))
-    for at in range(0, size - 1, CHUNK_ELEMENTS):
-        np.add.at(totals, state[at : at + CHUNK_ELEMENTS], np.diff(time[at : at + CHUNK_ELEMENTS + 1]))
+    edges = unique(np.concatenate([s[CHUNK_ELEMENTS::CHUNK_ELEMENTS] for s, _ in merged])).tolist()
+    taken = [(0, 0)] * len(merged)  # each type's starts and ends in the windows before
+    previous = np.zeros(0)  # the last boundary of the windows before: its segment ends in this window
+    for edge in [*edges, None]:
+        pieces = [previous]
+        for k, (s, e) in enumerate(merged):
+            upto = (s.size, e.size) if edge is None else (int(s.searchsorted(edge)), int(e.searchsorted(edge)))
+            pieces += [s[taken[k][0] : upto[0]], e[taken[k][1] : upto[1]]]
+            taken[k] = upto
+        time = np.concatenate(pieces)
+        time.sort()
+        if time.size >= 2:
+            points = time[:-1]
+            state = np.zeros(points.size, dtype=np.int8)  # the types busy from each boundary to the next
+            for bit, (s, e) in enumerate(merged):
+                # merged intervals are disjoint and never touch: at most one starts at or before a point and
+                # ends after it, and then the point is inside it
+                busy = np.searchsorted(s, points, side="right") > np.searchsorted(e, points, side="right")
+                state |= busy.view(np.int8) << bit
+            np.add.at(totals, state, np.diff(time))  # in time order, as np.bincount(state, weights=...) adds
+        if time.size:
+            previous = time[-1:]
     rows = [(_overlap_label(state_bits), float(t)) for state_bits, t in enumerate(totals) if state_bits > 0 and t > 0]
     grand_total = sum(t for _, t in rows)
     rows.sort(key=lambda r: -r[1])

@@ -173,7 +173,14 @@ def top_host_ops(trace: RankTrace, host: np.ndarray, limit: int = TOP_HOST_OPS) 
     ops = host & trace.category_mask(frozenset({"cpu_op", "operator"}))
     if not ops.any():
         return []
-    totals = np.bincount(trace.name_id[ops], weights=trace.dur[ops], minlength=len(trace.names))
-    counts = np.bincount(trace.name_id[ops], minlength=len(trace.names))
+    # each operator's durations added in trace order, as np.bincount(ids, weights=dur) adds them, a chunk of
+    # the trace at a time: no intp copy of the ids and float copy of the durations of every operator at once
+    totals = np.zeros(len(trace.names))
+    counts = np.zeros(len(trace.names), dtype=np.int64)
+    for at in range(0, ops.size, CHUNK_ELEMENTS):
+        chunk = ops[at : at + CHUNK_ELEMENTS]
+        ids = trace.name_id[at : at + CHUNK_ELEMENTS][chunk]
+        np.add.at(totals, ids, trace.dur[at : at + CHUNK_ELEMENTS][chunk])
+        counts += np.bincount(ids, minlength=len(trace.names))
     ranked = np.argsort(-totals, kind="stable")[:limit]
     return [(trace.names[i], float(totals[i]), int(counts[i])) for i in ranked if counts[i] > 0]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import GpuActivities, merge_intervals, selected, unique
+from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, GpuActivities, merge_intervals, selected, unique
 from yolo_mlops.analysis.host import (
     CUDA_SYNC_CATEGORY,
     DATA_LOADER_CATEGORY,
@@ -168,9 +168,9 @@ def gpu_idle_by_cause(
     real = gap_e > gap_s
     gap_s, gap_e = selected(gap_s, real), selected(gap_e, real)
     del busy_s, busy_e, real
-    host_caused = _next_launch(acts, gap_e) > gap_s  # NaN (unknown launch) compares False
+    host_caused = _launched_within(acts, gap_s, gap_e)
     totals = dict.fromkeys(IDLE_CAUSES, 0.0)
-    totals[OTHER] += float((gap_e - gap_s)[~host_caused].sum())
+    totals[OTHER] += float(selected(gap_e - gap_s, ~host_caused).sum())
     hs, he = selected(gap_s, host_caused), selected(gap_e, host_caused)
     if hs.size:
         layers, launching = _host_layers(trace, host, category_by_name)
@@ -191,17 +191,32 @@ def gpu_idle_by_cause(
     return [_cause_time(c, t, span, window_steps, window_step_us) for c, t in totals.items()]
 
 
+def _launched_within(acts: GpuActivities, gap_s: np.ndarray, gap_e: np.ndarray) -> np.ndarray:
+    """Whether the activity that ends each gap was launched after the gap began (the host kept the GPU
+    waiting); an unknown launch (NaN) compares False. Activities in start order without two starting together
+    (a single stream's) are searched where they lie, a chunk of gaps at a time; others in (start, launch)
+    order (see _next_launch)."""
+    start = acts.start
+    if gap_e.size == 0 or not bool(np.all(start[1:] > start[:-1])):
+        return _next_launch(acts, gap_e) > gap_s
+    within = np.empty(gap_e.size, dtype=bool)
+    for at in range(0, gap_e.size, CHUNK_ELEMENTS):
+        ends = gap_e[at : at + CHUNK_ELEMENTS]
+        np.greater(
+            acts.launch_ts[np.searchsorted(start, ends, side="left")],
+            gap_s[at : at + ends.size],
+            out=within[at : at + ends.size],
+        )
+    return within
+
+
 def _next_launch(acts: GpuActivities, gap_e: np.ndarray) -> np.ndarray:
     """The launch time of the activity that ends each gap: the first one starting at the gap's end (ties: the
-    earliest launch, an unknown one last). Activities in start order without two starting together (a single
-    stream's) are searched where they lie; otherwise in (start, launch) order."""
+    earliest launch, an unknown one last)."""
     if gap_e.size == 0:
         return np.zeros(0)
-    start = acts.start
-    if bool(np.all(start[1:] > start[:-1])):
-        return acts.launch_ts[np.searchsorted(start, gap_e, side="left")]
-    order = np.lexsort((acts.launch_ts, start))
-    first = np.searchsorted(start[order], gap_e, side="left")
+    order = np.lexsort((acts.launch_ts, acts.start))
+    first = np.searchsorted(acts.start[order], gap_e, side="left")
     return acts.launch_ts[order[first]]
 
 

@@ -112,10 +112,11 @@ def _step_summaries(
     all_acts: gpu_mod.GpuActivities, steps: Steps, category_times: dict[str, np.ndarray], memory: MemoryProfile | None
 ) -> list[StepSummary]:
     launch_step = steps.index_of(all_acts.launch_ts)
+    launch_step += 1  # 0: launched outside every step; shifted in place, the order is the same
     # Group activities by step once (a stable sort, or none when they are launched in step order: then each
     # step's are a slice), instead of one full-length mask per step; a step's group starts after the
-    # activities of the steps before it and of none (-1).
-    bounds = np.cumsum(np.bincount(launch_step + 1, minlength=steps.count + 1))
+    # activities of the steps before it and of none.
+    bounds = np.cumsum(np.bincount(launch_step, minlength=steps.count + 1))
     order = None if gpu_mod.in_order(launch_step) else np.argsort(launch_step, kind="stable")
     del launch_step
     summaries = []

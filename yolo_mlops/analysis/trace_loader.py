@@ -732,7 +732,12 @@ class _ColumnBuilder:
                 self._append(column, state.pop(column))
 
     def _append(self, column: str, values: np.ndarray) -> None:
-        """The column, final (see _final), with values after it; one column at a time is ever held twice."""
+        """The column, final (see _final), with values after it; one column at a time is ever held twice.
+        A buffer still being filled that has values' type grows in place instead (no third copy)."""
+        buffer = getattr(self, column)
+        if isinstance(buffer, array) and _BUFFER_DTYPE[buffer.typecode] == values.dtype:
+            buffer.frombytes(np.ascontiguousarray(values).view(np.uint8).data)
+            return
         own = self._final(column)
         joined = np.concatenate([own, values])
         del own
