@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -179,3 +180,31 @@ def test_concatenated_multi_member_traces_read_as_one_process_reads_them(monkeyp
     forked = force_parallel_reading(monkeypatch)
     assert analyze_traces(members_trace) == alone
     assert len(forked) == 2
+
+
+def test_a_reader_process_lost_mid_send_is_one_line_and_leaves_no_process(capsys, monkeypatch, members_trace):
+    """A reader that dies after sending some of its columns (killed, out of memory): the command says so in one
+    line, and the reader is waited for (no zombie left)."""
+    forked = force_parallel_reading(monkeypatch)
+    pids: list[int] = []
+    start = trace_loader._Part.__init__
+
+    def recorded(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        pids.append(self.pid)
+
+    monkeypatch.setattr(trace_loader._Part, "__init__", recorded)
+    sent = trace_loader._ColumnBuilder.state_items
+
+    def dies_after_the_first_item(self):
+        yield next(sent(self))
+        os._exit(1)  # runs in the reader process only: the parent merges, it never sends
+
+    monkeypatch.setattr(trace_loader._ColumnBuilder, "state_items", dies_after_the_first_item)
+    code, out, err = _analyze(capsys, members_trace)
+    assert code != 0 and not out and len(err.splitlines()) == 1, err
+    assert "a trace reader process ended without a result" in err
+    assert len(forked) == len(pids) == 2
+    for pid in pids:  # every forked reader was waited for
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

@@ -22,7 +22,7 @@ import sys
 import threading
 import zlib
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -501,8 +501,12 @@ def _member_groups(members: list[gzip_members.Member], count: int) -> list[list[
     return groups if len(groups) > 1 else None
 
 
+_LOST_READER = "a trace reader process ended without a result"
+
+
 class _Part:
-    """A forked child parsing one group of members; its columns come back pickled through a pipe."""
+    """A forked child parsing one group of members; its columns come back through a pipe, pickled one at a
+    time, so the parent holds one of them at once beside its own (not the part's whole state)."""
 
     def __init__(self, path: Path, group: list[gzip_members.Member], last: bool) -> None:
         read_end, write_end = os.pipe()
@@ -511,28 +515,60 @@ class _Part:
             try:
                 os.close(read_end)
                 with os.fdopen(write_end, "wb") as out:
-                    pickle.dump(_parse_part(path, group, last), out, protocol=pickle.HIGHEST_PROTOCOL)
+                    status, value = _parse_part(path, group, last)
+                    if isinstance(value, _ColumnBuilder):
+                        pickle.dump((status, None), out, protocol=pickle.HIGHEST_PROTOCOL)
+                        for item in value.state_items():
+                            pickle.dump(item, out, protocol=pickle.HIGHEST_PROTOCOL)
+                        pickle.dump(None, out)  # the end of the items
+                    else:
+                        pickle.dump((status, value), out, protocol=pickle.HIGHEST_PROTOCOL)
             finally:
                 os._exit(0)
         os.close(write_end)
         self.read_end: int | None = read_end
+        self.pipe: io.BufferedReader | None = None
 
     def result(self) -> tuple[str, object]:
+        """("ok", the part's state items as they arrive: read them all before the next part), ("fallback", None)
+        or ("error", exception)."""
         assert self.read_end is not None
-        with os.fdopen(self.read_end, "rb") as pipe:
-            self.read_end = None
-            try:
-                result = pickle.load(pipe)
-            except EOFError:
-                result = ("error", RuntimeError("a trace reader process ended without a result"))
-        os.waitpid(self.pid, 0)
-        self.pid = 0
-        return result
+        self.pipe = os.fdopen(self.read_end, "rb")
+        self.read_end = None
+        try:
+            status, value = pickle.load(self.pipe)
+        except EOFError:
+            status, value = "error", RuntimeError(_LOST_READER)
+        if status != "ok":
+            self._end()
+            return status, value
+        return status, self._items()
+
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        assert self.pipe is not None
+        try:
+            while (item := pickle.load(self.pipe)) is not None:
+                yield item
+        except EOFError:
+            raise RuntimeError(_LOST_READER) from None
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        if self.pipe is not None:
+            self.pipe.close()
+            self.pipe = None
+        if self.pid:
+            os.waitpid(self.pid, 0)
+            self.pid = 0
 
     def stop(self) -> None:
         if self.read_end is not None:
             os.close(self.read_end)
             self.read_end = None
+        if self.pipe is not None:
+            self.pipe.close()
+            self.pipe = None
         if self.pid:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
@@ -540,13 +576,13 @@ class _Part:
 
 
 def _parse_part(path: Path, group: list[gzip_members.Member], last: bool) -> tuple[str, object]:
-    """("ok", column state), ("fallback", None) when the fast decoder cannot read it, or ("error", exception)."""
+    """("ok", the columns read), ("fallback", None) when the fast decoder cannot read it, or ("error", exception)."""
     try:
         columns = _ColumnBuilder()
         with open(path, "rb") as raw:
             texts = (gzip_members.member_text(raw, m) for m in group)
             _decode_events_chunked(texts, columns, next(texts, b""), in_events=True, ends_at_event=not last)
-        return "ok", columns.state()
+        return "ok", columns
     except _FastPathUnavailable:
         return "fallback", None
     except Exception as exc:  # raised again in the parent, as if it had read the part itself
@@ -600,7 +636,7 @@ def _load_members_in_parallel(path: Path, progress: Progress | None) -> tuple[di
             if status == "error":
                 assert isinstance(value, BaseException)
                 raise value
-            assert isinstance(value, dict)
+            assert isinstance(value, Iterator)
             columns.merge(value)
         return meta, columns
     finally:
@@ -711,25 +747,32 @@ class _ColumnBuilder:
     )
     _INTERNED = (("name_id", "names"), ("cat_id", "categories"), ("pid_id", "pids"), ("tid_id", "tids"))
 
-    def state(self) -> dict:
-        """Everything read, as plain values (what a reader process sends back): the columns as numpy arrays,
-        the integer ones narrowed, so the pipe and the receiving process carry as few bytes as they hold."""
-        state: dict = {name: self._final(name) for name in self._COLUMNS}
-        state.update({table: getattr(self, table).values for _, table in self._INTERNED})
-        state["seen_events"] = self.seen_events
-        return state
-
-    def merge(self, state: dict) -> None:
-        """Append the events of a later part of the file (another builder's state), in order: values new to the
-        tables get the next codes in the order the part first met them, as if this builder had read it."""
-        self.seen_events += state["seen_events"]
-        for column, table in self._INTERNED:
-            codes = np.asarray(getattr(self, table).many(state[table]), dtype=np.int64)
-            ids = state.pop(column)
-            self._append(column, _narrowed_copy(codes[ids]) if ids.size else ids)
+    def state_items(self) -> Iterator[tuple[str, Any]]:
+        """Everything read, as plain values, an item at a time (what a reader process sends back): the event
+        count, each interned table just before its column, the columns as numpy arrays (the integer ones
+        narrowed, so the pipe and the receiving process carry as few bytes as they hold)."""
+        yield "seen_events", self.seen_events
+        interned = dict(self._INTERNED)
         for column in self._COLUMNS:
-            if column in state:
-                self._append(column, state.pop(column))
+            if column in interned:
+                yield interned[column], getattr(self, interned[column]).values
+            yield column, self._final(column)
+
+    def merge(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Append the events of a later part of the file (another builder's state_items, taken as they come),
+        in order: values new to the tables get the next codes in the order the part first met them, as if this
+        builder had read it."""
+        tables = {table: column for column, table in self._INTERNED}
+        codes: dict[str, np.ndarray] = {}
+        for key, value in items:
+            if key == "seen_events":
+                self.seen_events += value
+            elif key in tables:
+                codes[tables[key]] = np.asarray(getattr(self, key).many(value), dtype=np.int64)
+            elif key in codes:
+                self._append(key, _narrowed_copy(codes.pop(key)[value]) if value.size else value)
+            else:
+                self._append(key, value)
 
     def _append(self, column: str, values: np.ndarray) -> None:
         """The column, final (see _final), with values after it; one column at a time is ever held twice.
