@@ -83,6 +83,13 @@ class GpuActivities:
     def subset(self, mask: np.ndarray | slice) -> GpuActivities:
         return GpuActivities(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
 
+    def keep(self, mask: np.ndarray) -> GpuActivities:
+        """subset, made of these activities in place, a field at a time: a big trace's activities are held
+        once and one field more, not twice."""
+        for f in self.__dataclass_fields__:
+            setattr(self, f, getattr(self, f)[mask])
+        return self
+
     def of_type(self, ktype: str) -> np.ndarray:
         """The mask of the activities whose kernel type is ktype."""
         return self.type_code == KERNEL_TYPES.index(ktype)
@@ -230,12 +237,8 @@ def launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivitie
 
 
 def keep_launched_before(acts: GpuActivities, host_window_end: float) -> GpuActivities:
-    """launched_before, made of acts in place, a field at a time: the caller's activities become the window's,
-    and a big trace's activities are held once and one field more, not twice."""
-    keep = acts.launch_ts < host_window_end  # NaN compares False
-    for f in acts.__dataclass_fields__:
-        setattr(acts, f, getattr(acts, f)[keep])
-    return acts
+    """launched_before, made of acts in place (GpuActivities.keep): the caller's activities become the window's."""
+    return acts.keep(acts.launch_ts < host_window_end)
 
 
 def _launch_ts_by_correlation(trace: RankTrace, gpu: np.ndarray) -> np.ndarray:
