@@ -14,6 +14,13 @@ from reliability_cli import TINY, cpu_burners, mlflow_runs, run_cli, run_folders
 
 pytestmark = pytest.mark.timeout(900)
 SERVER_STARTS = "Starting temporary server"
+_PREFECT_VARS = (
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+    "PREFECT_API_URL",
+    "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+    "PREFECT_API_DATABASE_CONNECTION_URL",
+    "YOLO_MLOPS_PREFECT_DB_OWNER",
+)
 
 
 def _metric(env: dict[str, str], run_id: str, key: str) -> float:
@@ -41,13 +48,7 @@ def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
 
     from yolo_mlops.run import prefect_server
 
-    for name in (
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
-        "PREFECT_API_URL",
-        "PREFECT_SERVER_DATABASE_CONNECTION_URL",
-        "PREFECT_API_DATABASE_CONNECTION_URL",
-        "YOLO_MLOPS_PREFECT_DB_OWNER",
-    ):
+    for name in _PREFECT_VARS:
         monkeypatch.delenv(name, raising=False)
     prefix = tmp_path / "prefect" / f"server-{version('prefect')}"
     prefix.parent.mkdir()
@@ -73,6 +74,44 @@ def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
     assert prefect_server.configure(tmp_path) is None  # a real server: no temporary one
 
 
+def test_the_temporary_servers_output_goes_to_its_log(tmp_path, monkeypatch, capfd):
+    """What the server prints (under load, a SQLAlchemy pool traceback as it shuts down) lands in the log beside
+    its database, not in the command's output. The server here is Prefect's real command, stopped by a
+    sitecustomize right after it prints, so no port or database is involved."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from yolo_mlops.run import prefect_server
+    from yolo_mlops.run.prefect_session import _own_session_class
+
+    for name in _PREFECT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(prefect_server, "_slots", {})
+    monkeypatch.setattr(prefect_server, "_held", [])
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'prefect.server.api.server:create_app' in sys.argv:\n"
+        "    print('Traceback (most recent call last): from the server', file=sys.stderr, flush=True)\n"
+        "    os._exit(0)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    database = prefect_server.configure(tmp_path / "home")
+    assert database is not None
+    port = 1  # a key of Prefect's per-port registry no real server uses; nothing listens
+    server = _own_session_class(SubprocessASGIServer)(port)
+    try:
+        assert server._run_uvicorn_command().wait(timeout=300) == 0
+    finally:
+        SubprocessASGIServer._instances.pop(port, None)
+        for lock in prefect_server._held:
+            lock.close()
+    captured = capfd.readouterr()
+    assert "from the server" not in captured.out + captured.err
+    assert prefect_server.server_log() == database.with_suffix(".log")
+    assert "Traceback (most recent call last): from the server" in database.with_suffix(".log").read_text()
+
+
 def test_server_that_cannot_start_is_one_line(cli_env, home):
     """A startup timeout no server can meet stands for a machine too busy for any timeout."""
     env = {**cli_env, "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"}
@@ -82,6 +121,8 @@ def test_server_that_cannot_start_is_one_line(cli_env, home):
     assert len(done.error_lines) == 1
     line = done.error_lines[0]
     assert "did not start within 1 s" in line and "PREFECT_API_URL" in line
+    log = Path(line.rsplit("its output: ", 1)[1])
+    assert log.parent == home / "prefect" and log.is_file()  # the server's own output, kept for a look
     assert mlflow_runs(env) == [] and run_folders(home) == []
     assert _server_databases(home) == []  # a migration cut short is not left for the next command
 
@@ -165,3 +206,5 @@ def test_two_profiles_at_once_on_one_data_home(cli_env, home):
     assert [_metric(cli_env, run_id, "perf/steps_total") for run_id, _ in runs] == [3.0, 3.0]
     assert len(list((home / "datasets").glob("synthetic-*"))) == 1
     assert _server_databases(home) == ["0", "1"]  # each temporary server had a database of its own
+    server_logs = sorted((home / "prefect").glob("server-*.log"))  # where a server's own crash would be told
+    assert len(server_logs) == 2 and not [log for log in server_logs if "database is locked" in log.read_text()]

@@ -15,6 +15,10 @@ sets what the user has not set:
   migrating a new database;
 - telemetry off (the tool runs offline).
 
+The server's own output (uvicorn's and SQLAlchemy's logging, a traceback when its database pool is cut off
+at shutdown on a loaded machine) goes to `server_log()`, beside its database, not into the command's
+output: it is the server's, not the user's. A startup failure's line names that file.
+
 Within one process Prefect keeps one temporary server (one `SubprocessASGIServer` per port, the port left
 to Prefect), so a sweep's child flows reuse the server its parent started.
 """
@@ -68,10 +72,19 @@ def startup_failure(exc: BaseException) -> str | None:
         for path in _database_files(database):
             path.unlink(missing_ok=True)
     timeout = os.environ.get(_TIMEOUT_VAR, "20")
+    log = server_log()
     return (
         f"the temporary Prefect server did not start within {timeout} s (machine busy?); raise "
         f"{_TIMEOUT_VAR}, or point PREFECT_API_URL at a running server (`prefect server start`)"
+        + (f"; its output: {log}" if log is not None else "")
     )
+
+
+def server_log() -> Path | None:
+    """Where this process's temporary server writes its output: beside its slot's database; None when the
+    database is the user's (or Prefect's default), whose server keeps Prefect's own output handling."""
+    database = next(iter(_slots.values()), None)
+    return database.with_suffix(".log") if database is not None else None
 
 
 def _take_slot(folder: Path) -> Path | None:

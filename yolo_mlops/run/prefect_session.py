@@ -10,6 +10,10 @@ which runs because the CLI turns SIGINT, SIGTERM and SIGHUP into an exception (y
 Prefect keeps one server object per port in `SubprocessASGIServer._instances` and every client asks for
 `SubprocessASGIServer()` (port None), starting it on first use; registering our subclass under None before
 that changes nothing else: the server still starts lazily, with Prefect's own settings and timeout.
+
+The subclass also sends the server's output to a log file beside its database
+(`prefect_server.server_log()`): under load the server's shutdown can print a SQLAlchemy pool traceback
+(`_finalize_fairy ... CancelledError`) after the command's work is done, which is not the user's to read.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import IO, Any
 
 
 def detach_temporary_server() -> bool:
@@ -40,9 +44,18 @@ def _own_session_class(base: type) -> type:
     import prefect
     from prefect.settings import get_current_settings
 
+    from yolo_mlops.run.prefect_server import server_log
+
     class OwnSessionServer(base):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-            # Prefect's command (prefect 3.x), started with start_new_session=True
+            log_path = server_log()
+            if log_path is None:
+                return self._popen(None)
+            with open(log_path, "wb") as log:  # the server process keeps a descriptor of its own
+                return self._popen(log)
+
+        def _popen(self, log: IO[bytes] | None) -> subprocess.Popen[Any]:
+            # Prefect's command (prefect 3.x), started with start_new_session=True and its output in `log`
             server_env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
             return subprocess.Popen(
                 args=[
@@ -64,6 +77,8 @@ def _own_session_class(base: type) -> type:
                 ],
                 env={**os.environ, **server_env, **get_current_settings().to_environment_variables(exclude_unset=True)},
                 start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT if log is not None else None,
             )
 
     return OwnSessionServer
