@@ -1,0 +1,95 @@
+"""glibc's mmap threshold under `yolo-mlops analyze`: its default (dynamic) against fixed values.
+
+glibc serves an allocation at or above the threshold with mmap and gives it back to the system when it is freed.
+The default threshold starts at 128 KiB and rises to the size of each big block freed (up to 32 MiB), so later
+blocks of that size come from the heap, where a freed one still counts in the RSS until the heap's top is free
+too; a fixed threshold (`MALLOC_MMAP_THRESHOLD_`, or mallopt) turns that rise off. This measures what a fixed one
+would give a big trace's analysis in time and peak memory.
+
+The whole `yolo-mlops analyze FILE --format json` command over one generated trace (the trace benchmark's
+generator), as one gzip stream and as the indexed gzip members `yolo-mlops` writes, with each setting in turn
+(order rotating between repeats), medians of the wall time and of the peak RSS of the command and of its largest
+child (the members' reader process).
+
+    .venv/bin/python benchmarks/bench_mmap_threshold.py --events 4000000 --repeats 3 --thresholds 1048576
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import BinaryIO, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_trace_analysis import write_big_trace  # noqa: E402
+
+from yolo_mlops.profiling.trace_gzip import write_members  # noqa: E402
+
+_RUN = (
+    "import resource, sys\n"
+    "from yolo_mlops.cli import main\n"
+    "main(['analyze', sys.argv[1], '--format', 'json'])\n"
+    "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+    " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
+)
+_VAR = "MALLOC_MMAP_THRESHOLD_"
+
+
+def timed(setting: str, path: Path) -> tuple[float, float, float]:
+    """Seconds, peak RSS MiB of the command and of its largest child, under one threshold setting."""
+    env = {k: v for k, v in os.environ.items() if k != _VAR}
+    if setting != "default":
+        env[_VAR] = setting
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seconds = time.perf_counter() - started
+    line = next((x for x in done.stderr.splitlines() if x.startswith("RSS ")), None)
+    if done.returncode != 0 or line is None:
+        raise SystemExit(f"analyze {path} ({setting}) failed: {done.stderr[-2000:]}")
+    _, own, child = line.split()
+    return seconds, int(own) / 1024, int(child) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=4_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--thresholds", default="1048576", help="fixed thresholds in bytes, comma-separated")
+    args = parser.parse_args()
+    settings = ["default", *args.thresholds.split(",")]
+    folder = Path(tempfile.mkdtemp(prefix="bench-mmap-threshold-"))
+    single = folder / "trace.json.gz"
+    write_big_trace(single, args.events)
+    members = folder / "trace.members.json.gz"
+    with gzip.open(single, "rb") as text, open(members, "wb") as out:
+        write_members(cast(BinaryIO, text), out)
+    forms = {"one gzip stream": single, "indexed members": members}
+    runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {
+        (form, setting): [] for form in forms for setting in settings
+    }
+    for repeat in range(args.repeats):
+        order = settings[repeat % len(settings) :] + settings[: repeat % len(settings)]
+        for form, path in forms.items():
+            for setting in order:
+                runs[(form, setting)].append(timed(setting, path))
+        print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr)
+    print(f"{args.events:,} events, {args.repeats} interleaved repeats, medians")
+    print("| form | mmap threshold | analyze s | peak RSS MiB (reader process) |")
+    print("|---|---|---|---|")
+    for (form, setting), results in runs.items():
+        seconds, own, child = (statistics.median(r[i] for r in results) for i in range(3))
+        reader = f" (+{child:.0f})" if child else ""
+        print(f"| {form} | {setting} | {seconds:.2f} | {own:.1f}{reader} |")
+
+
+if __name__ == "__main__":
+    main()
