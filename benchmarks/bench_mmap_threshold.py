@@ -20,43 +20,26 @@ import argparse
 import gzip
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import BinaryIO, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rank_traces import timed  # noqa: E402
 from bench_trace_analysis import write_big_trace  # noqa: E402
 
 from yolo_mlops.profiling.trace_gzip import write_members  # noqa: E402
 
-_RUN = (
-    "import resource, sys\n"
-    "from yolo_mlops.cli import main\n"
-    "main(['analyze', sys.argv[1], '--format', 'json'])\n"
-    "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-    " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
-)
 _VAR = "MALLOC_MMAP_THRESHOLD_"
 
 
-def timed(setting: str, path: Path) -> tuple[float, float, float]:
-    """Seconds, peak RSS MiB of the command and of its largest child, under one threshold setting."""
+def timed_under(setting: str, path: Path) -> tuple[float, int, int]:
+    """`timed` (bench_rank_traces) of `analyze PATH --format json` under one threshold setting."""
     env = {k: v for k, v in os.environ.items() if k != _VAR}
     if setting != "default":
         env[_VAR] = setting
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN, str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-    seconds = time.perf_counter() - started
-    line = next((x for x in done.stderr.splitlines() if x.startswith("RSS ")), None)
-    if done.returncode != 0 or line is None:
-        raise SystemExit(f"analyze {path} ({setting}) failed: {done.stderr[-2000:]}")
-    _, own, child = line.split()
-    return seconds, int(own) / 1024, int(child) / 1024
+    return timed(["analyze", str(path), "--format", "json"], env)
 
 
 def main() -> None:
@@ -73,14 +56,14 @@ def main() -> None:
     with gzip.open(single, "rb") as text, open(members, "wb") as out:
         write_members(cast(BinaryIO, text), out)
     forms = {"one gzip stream": single, "indexed members": members}
-    runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {
+    runs: dict[tuple[str, str], list[tuple[float, int, int]]] = {
         (form, setting): [] for form in forms for setting in settings
     }
     for repeat in range(args.repeats):
         order = settings[repeat % len(settings) :] + settings[: repeat % len(settings)]
         for form, path in forms.items():
             for setting in order:
-                runs[(form, setting)].append(timed(setting, path))
+                runs[(form, setting)].append(timed_under(setting, path))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr)
     print(f"{args.events:,} events, {args.repeats} interleaved repeats, medians")
     print("| form | mmap threshold | analyze s | peak RSS MiB (reader process) |")
@@ -88,7 +71,7 @@ def main() -> None:
     for (form, setting), results in runs.items():
         seconds, own, child = (statistics.median(r[i] for r in results) for i in range(3))
         reader = f" (+{child:.0f})" if child else ""
-        print(f"| {form} | {setting} | {seconds:.2f} | {own:.1f}{reader} |")
+        print(f"| {form} | {setting} | {seconds:.2f} | {own:.0f}{reader} |")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,16 @@ _RUN = (
 )
 
 
-def timed(args: list[str]) -> tuple[float, int, int]:
+def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
+    """Seconds, and peak RSS MiB of the command `yolo-mlops ARGS` and of its largest child."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _RUN, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+        [sys.executable, "-c", _RUN, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        env=env,
     )
     seconds = time.perf_counter() - started
     line = next((x for x in done.stderr.splitlines() if x.startswith("RSS ")), None)
