@@ -221,6 +221,16 @@ class ColumnStats:
         }
 
 
+class _Statistic:
+    """A read-only attribute of NvmlSummary: one statistic of one column, None where not measured."""
+
+    def __init__(self, column: str, statistic: str = "") -> None:
+        self.column, self.statistic = column, statistic
+
+    def __get__(self, summary: NvmlSummary | None, owner: type | None = None) -> float | None:
+        return None if summary is None else summary.stat(self.column, self.statistic)
+
+
 @dataclass(frozen=True)
 class NvmlSummary:
     """What the NVML sampler measured over the training span, typed.
@@ -259,57 +269,20 @@ class NvmlSummary:
             out[names.GPU_ENERGY_PER_IMAGE] = self.energy_per_image_j
         return out
 
-    @property
-    def sm_util_pct_mean(self) -> float | None:
-        return self.stat("sm_util_pct", "mean")
-
-    @property
-    def dram_bw_util_pct_mean(self) -> float | None:
-        return self.stat("dram_bw_util_pct", "mean")
-
-    @property
-    def gpu_util_pct_mean(self) -> float | None:
-        return self.stat("gpu_util_pct", "mean")
-
-    @property
-    def tensor_util_pct_mean(self) -> float | None:
-        return self.stat("tensor_util_pct", "mean")
-
-    @property
-    def mem_used_gib_max(self) -> float | None:
-        return self.stat("mem_used_gib", "max")
-
-    @property
-    def mem_total_gib(self) -> float | None:
-        return self.stat("mem_total_gib")
-
-    @property
-    def power_w_mean(self) -> float | None:
-        return self.stat("power_w", "mean")
-
-    @property
-    def sm_clock_mhz_mean(self) -> float | None:
-        return self.stat("sm_clock_mhz", "mean")
-
-    @property
-    def sm_clock_max_mhz(self) -> float | None:
-        return self.stat("sm_clock_max_mhz")
-
-    @property
-    def power_limit_w(self) -> float | None:
-        return self.stat("power_limit_w")
-
-    @property
-    def temp_c_max(self) -> float | None:
-        return self.stat("temp_c", "max")
-
-    @property
-    def pcie_gen(self) -> float | None:
-        return self.stat("pcie_gen")
-
-    @property
-    def pcie_width(self) -> float | None:
-        return self.stat("pcie_width")
+    # the statistics the diagnosis and the reports read
+    sm_util_pct_mean = _Statistic("sm_util_pct", "mean")
+    dram_bw_util_pct_mean = _Statistic("dram_bw_util_pct", "mean")
+    gpu_util_pct_mean = _Statistic("gpu_util_pct", "mean")
+    tensor_util_pct_mean = _Statistic("tensor_util_pct", "mean")
+    mem_used_gib_max = _Statistic("mem_used_gib", "max")
+    mem_total_gib = _Statistic("mem_total_gib")
+    power_w_mean = _Statistic("power_w", "mean")
+    sm_clock_mhz_mean = _Statistic("sm_clock_mhz", "mean")
+    sm_clock_max_mhz = _Statistic("sm_clock_max_mhz")
+    power_limit_w = _Statistic("power_limit_w")
+    temp_c_max = _Statistic("temp_c", "max")
+    pcie_gen = _Statistic("pcie_gen")
+    pcie_width = _Statistic("pcie_width")
 
     @property
     def clocks_events(self) -> tuple[str, ...] | None:
