@@ -40,14 +40,10 @@ def judge_series(
     experiment: str,
     run_ids: list[str],
     suite: BenchmarkSuite,
-    confirm_repeats: int = 0,
-    confirmations: dict[str, list[str]] | None = None,
-    suspects: dict[str, list[str]] | None = None,
+    judging: nightly.JudgingRound = nightly.JudgingRound(),
 ) -> list[JudgedSeries]:
     settings = trends.DetectionSettings(max_pvalue=suite.max_pvalue, candidate_pvalue=suite.candidate_pvalue)
-    return nightly.judge_night(
-        connection.client(), experiment, run_ids, settings, confirm_repeats, confirmations, suspects
-    )
+    return nightly.judge_night(connection.client(), experiment, run_ids, settings, judging)
 
 
 @flow(name="benchmark", log_prints=True)

@@ -107,18 +107,32 @@ def first_round_counts(suite: BenchmarkSuite) -> list[int]:
     return [suite.repeats if isinstance(suite.repeats, int) else 2] * len(suite.runs)
 
 
+@dataclass(frozen=True)
+class JudgingRound:
+    """Which look at tonight's runs a judging is. The first: a new regression is held back for confirmation
+    where `confirm_repeats` > 0. The confirmation's: `confirmations` (series -> its confirmation runs) and
+    `suspects` (series -> the metrics to confirm), only those series judged again."""
+
+    confirm_repeats: int = 0
+    confirmations: dict[str, list[str]] | None = None
+    suspects: dict[str, list[str]] | None = None
+
+
 def judge_confirmed(
-    judge: Callable[..., list[JudgedSeries]], confirm_repeats: int, confirm: Callable[[JudgedSeries], list[str]]
+    judge: Callable[[JudgingRound], list[JudgedSeries]],
+    confirm_repeats: int,
+    confirm: Callable[[JudgedSeries], list[str]],
 ) -> list[JudgedSeries]:
-    """The night's series judged (`judge(confirm_repeats=...)`); a series with a new regression is re-measured
-    before it alerts (`confirm` makes its confirmation runs and returns their ids) and judged again over them
-    (`judge(confirmations=..., suspects=...)`), the series without one keeping their first verdict."""
-    first = judge(confirm_repeats=confirm_repeats)
+    """The night's series judged (the first round); a series with a new regression is re-measured before it
+    alerts (`confirm` makes its confirmation runs and returns their ids) and judged again over them (the
+    confirmation round), the series without one keeping their first verdict."""
+    first = judge(JudgingRound(confirm_repeats=confirm_repeats))
     pending = [j for j in first if j.confirm_metrics]
     if not pending:
         return first
     runs = {j.series: confirm(j) for j in pending}
-    again = {j.series: j for j in judge(confirmations=runs, suspects={j.series: j.confirm_metrics for j in pending})}
+    suspects = {j.series: j.confirm_metrics for j in pending}
+    again = {j.series: j for j in judge(JudgingRound(confirmations=runs, suspects=suspects))}
     return [again.get(j.series, j) for j in first]
 
 
@@ -127,14 +141,12 @@ def judge_night(
     experiment: str,
     run_ids: list[str],
     settings: DetectionSettings,
-    confirm_repeats: int = 0,
-    confirmations: dict[str, list[str]] | None = None,
-    suspects: dict[str, list[str]] | None = None,
+    judging: JudgingRound = JudgingRound(),
 ) -> list[JudgedSeries]:
-    """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs. A series whose
-    new regression awaits confirmation (confirm_repeats > 0) is returned unlogged with `confirm_metrics`; the
-    second call, with `confirmations` (series -> its confirmation runs) and `suspects` (series -> metrics),
-    judges only those series over tonight's and the confirmation runs and logs them."""
+    """Verdict of every series that tonight's runs belong to, logged on each of tonight's runs. In the first
+    round, a series whose new regression awaits confirmation is returned unlogged with `confirm_metrics`; the
+    confirmation round judges only those series over tonight's and the confirmation runs and logs them."""
+    confirm_repeats, confirmations, suspects = judging.confirm_repeats, judging.confirmations, judging.suspects
     tonight = set(run_ids)
     judged = []
     for key, runs in sorted(load_series_of(mlflow, experiment, run_ids).items()):
