@@ -89,16 +89,16 @@ def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client
 
     experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
     assert experiment_id is not None
-    runs = sorted(queries.search_all_runs(mlflow_client, [experiment_id]), key=lambda r: r.info.start_time)
-    night2 = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION not in r.data.tags]
-    confirmation = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION in r.data.tags]
+    runs = queries.search_records(mlflow_client, [experiment_id])  # oldest first
+    night2 = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION not in r.tags]
+    confirmation = [r for r in runs[3:] if names.BENCHMARK_CONFIRMATION in r.tags]
     message = str(failure)
     picked = re.search(r"repeats auto: (?:(\d) runs detect|the cap of (\d) runs)", message)
     assert picked is not None, message  # the night's note is in the failure message
     assert len(night2) == int(picked.group(1) or picked.group(2)) and 2 <= len(night2) <= 3
     # repeats='auto' re-measures with as many runs as the night ran (confirm_repeats=2 at the least)
     assert len(confirmation) == max(2, len(night2)) and f"confirmed by {len(confirmation)} confirmation runs" in message
-    assert all(r.data.tags[names.TREND] == "regression" for r in night2 + confirmation)
+    assert all(r.tags[names.TREND] == "regression" for r in night2 + confirmation)
 
     assert f"auto-bisect: started bisect/{DEPLOYMENT} run" in message
     assert f"on work queue '{machine_name()}' of pool '{POOL}'" in message
@@ -107,6 +107,6 @@ def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
         )
     assert flow_run.parameters["good"] == GOOD and flow_run.parameters["bad"] == BAD
-    assert flow_run.parameters["run_id"] in {r.info.run_id for r in night2}
+    assert flow_run.parameters["run_id"] in {r.run_id for r in night2}
     assert flow_run.work_queue_name == machine_name()
     assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": machine_name()}}

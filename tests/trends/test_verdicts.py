@@ -559,6 +559,6 @@ def test_flow_dismisses_a_blip_and_confirms_a_lasting_slowdown(three_nights, mlf
     assert "new regression" in str(failure) and "confirmed by 3 confirmation runs" in str(failure)
     experiment_id = queries.find_experiment_id(mlflow_client, EXPERIMENT)
     assert experiment_id is not None
-    runs = sorted(queries.search_all_runs(mlflow_client, [experiment_id]), key=lambda r: r.info.start_time)
+    runs = queries.search_records(mlflow_client, [experiment_id])  # oldest first
     assert len(runs) == 15  # 3 + (3 + 3) + (3 + 3)
-    assert all(r.data.tags[names.TREND] == "regression" for r in runs[3:9])  # night 2 and its confirmation
+    assert all(r.tags[names.TREND] == "regression" for r in runs[3:9])  # night 2 and its confirmation

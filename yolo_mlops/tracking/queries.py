@@ -102,20 +102,6 @@ def run_metric(mlflow: MlflowClient, run_id: str, name: str) -> float | None:
 SEARCH_PAGE_SIZE = 1000  # runs per page; MLflow's SQL store caps one page at 50,000
 
 
-def search_all_runs(
-    mlflow: MlflowClient,
-    experiment_ids: Sequence[str],
-    filter_string: str = "",
-    order_by: Sequence[str] = ("attributes.start_time ASC",),
-    page_size: int | None = None,
-) -> list:
-    """Every run matching the filter, following page tokens until the last page."""
-    runs: list = []
-    for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
-        runs.extend(page)
-    return runs
-
-
 def _pages(
     mlflow: MlflowClient,
     experiment_ids: Sequence[str],
@@ -150,7 +136,8 @@ def search_records(
     order_by: Sequence[str] = ("attributes.start_time ASC",),
     page_size: int | None = None,
 ) -> list[RunRecord]:
-    """`search_all_runs` as records, each page converted as it arrives (MLflow's objects are not kept)."""
+    """Every run matching the filter, following page tokens until the last page; each page converted to records
+    as it arrives (MLflow's objects are not kept)."""
     records: list[RunRecord] = []
     for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
         records.extend(run_record(run) for run in page)
