@@ -159,6 +159,11 @@ def _severity(value: float, high: float) -> str:
     return HIGH if value >= high else MEDIUM
 
 
+def _evidence(**values: float | str | None) -> dict[str, float | str]:
+    """A finding's evidence: the values measured, floats to 2 decimals; those not measured (None) left out."""
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in values.items() if v is not None}
+
+
 def _step_ms(diagnosis_input: DiagnosisInput, rank: RankAnalysis | None = None) -> float | None:
     """Mean step time from the same source as the share it multiplies: the rank's trace steps for a share
     measured on that rank, else the step timer's, else the slowest rank's."""
@@ -207,14 +212,13 @@ def data_wait_high(diagnosis_input: DiagnosisInput) -> Finding | None:
         return None
     # no persistent_workers: ultralytics' InfiniteDataLoader already keeps its workers for the whole run
     variants = [f"workers_{_doubled_or(diagnosis_input.workers, DEFAULT_WORKERS_SUGGESTION)}", "cache_ram"]
-    evidence: dict[str, float | str] = {
-        "data_wait_pct": round(pct, 2),
-        "source": source,
-        "threshold_pct": DATA_WAIT_PCT_WARN,
-    }
     idle = _worst(_gpu_ranks(diagnosis_input), _data_loader_idle_pct)
-    if idle is not None:
-        evidence["gpu_idle_data_loader_pct"] = round(idle[1], 2)
+    evidence = _evidence(
+        data_wait_pct=pct,
+        source=source,
+        threshold_pct=DATA_WAIT_PCT_WARN,
+        gpu_idle_data_loader_pct=None if idle is None else idle[1],
+    )
     step_ms = _step_ms(diagnosis_input, rank)
     saving = None
     if step_ms is not None:
@@ -264,19 +268,17 @@ def gpu_idle_host_wait(diagnosis_input: DiagnosisInput) -> Finding | None:
     if worst is None or worst[1] < GPU_IDLE_PCT_WARN:
         return None
     rank, launch_pct = worst
-    evidence: dict[str, float | str] = {
-        "rank": str(rank.rank),
-        "gpu_idle_pct": round(_gpu(rank).idle_pct, 2),
-        "gpu_idle_launch_overhead_pct": round(launch_pct, 2),
-        "threshold_pct": GPU_IDLE_PCT_WARN,
-    }
-    if diagnosis_input.sm_util_pct is not None:
-        evidence["sm_util_pct"] = round(diagnosis_input.sm_util_pct, 2)
     return Finding(
         rule="gpu_idle_host_wait",
         severity=_severity(launch_pct, GPU_IDLE_PCT_HIGH),
         title=f"GPU idle {launch_pct:.0f}% of the time while the host launches operators (launch-bound)",
-        evidence=evidence,
+        evidence=_evidence(
+            rank=str(rank.rank),
+            gpu_idle_pct=_gpu(rank).idle_pct,
+            gpu_idle_launch_overhead_pct=launch_pct,
+            threshold_pct=GPU_IDLE_PCT_WARN,
+            sm_util_pct=diagnosis_input.sm_util_pct,
+        ),
         recommended_variants=variants,
         saving=_idle_saving(
             rank,
@@ -463,23 +465,21 @@ def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None
     pct = 100.0 * transfer_us(rank) / rank.step_time_us if rank.step_time_us > 0 else 0.0
     if pct < DDP_EXPOSED_PCT_WARN or rank.steps <= 0:
         return None
-    evidence: dict[str, float | str] = {
-        "rank": str(rank.rank),
-        "backend": comm.backend,
-        "exposed_pct": round(rank.exposed_pct, 2),
-        "exposed_not_waiting_pct": round(pct, 2),
-        "wait_pct": round(rank.wait_pct or 0.0, 2),
-        "collective_pct": round(rank.collective_pct, 2),
-        "collective_calls": rank.collective_calls,
-        "threshold_pct": DDP_EXPOSED_PCT_WARN,
-    }
-    if rank.calls_per_optimizer_step is not None:
-        evidence["calls_per_optimizer_step"] = round(rank.calls_per_optimizer_step, 2)
     return Finding(
         rule="ddp_exposed_communication",
         severity=_severity(pct, DDP_EXPOSED_PCT_HIGH),
         title=f"{pct:.0f}% of rank {rank.rank}'s step is gradient communication ({comm.backend}) that no compute hides",
-        evidence=evidence,
+        evidence=_evidence(
+            rank=str(rank.rank),
+            backend=comm.backend,
+            exposed_pct=rank.exposed_pct,
+            exposed_not_waiting_pct=pct,
+            wait_pct=rank.wait_pct or 0.0,
+            collective_pct=rank.collective_pct,
+            collective_calls=rank.collective_calls,
+            threshold_pct=DDP_EXPOSED_PCT_WARN,
+            calls_per_optimizer_step=rank.calls_per_optimizer_step,
+        ),
         recommended_variants=list(DDP_COMMUNICATION_VARIANTS),
         saving=Saving(
             transfer_us(rank) / 1000 / rank.steps,
