@@ -677,18 +677,12 @@ class _ColumnBuilder:
         self.pids = _Interner()
         self.tids = _Interner()
         # the events' integer columns start as bytes and widen when a value needs it (_extend_narrow)
-        self.name_id = array("b")
-        self.cat_id = array("b")
-        self.pid_id = array("b")
-        self.tid_id = array("b")
-        self.ts = array("d")
-        self.dur = array("d")
-        self.stream = array("b")
-        self.correlation = array("b")
-        self.mem_ts = array("d")
+        self.name_id, self.cat_id, self.pid_id, self.tid_id = (array("b") for _ in range(4))
+        self.stream, self.correlation = array("b"), array("b")
+        self.ts, self.dur = array("d"), array("d")
+        # the memory instant events' columns
+        self.mem_ts, self.mem_allocated, self.mem_reserved = array("d"), array("d"), array("d")
         self.mem_device_type = array("i")
-        self.mem_allocated = array("d")
-        self.mem_reserved = array("d")
         self.seen_events = 0
 
     def add_events(self, events: list) -> None:

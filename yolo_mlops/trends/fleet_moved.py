@@ -55,20 +55,20 @@ def explain(
     cache = {} if cache is None else cache
     workloads = []
     for w in report.workloads:
-        slow = tuple(explain_machine(mlflow, w, s, runs_per_machine, top, cache) for s in w.slow_machines)
+        slow = tuple(_explain_machine(mlflow, w, s, runs_per_machine, top, cache) for s in w.slow_machines)
         workloads.append(replace(w, slow_machines=slow))
     return replace(report, workloads=tuple(workloads))
 
 
-def explain_machine(
+def _explain_machine(
     mlflow: MlflowClient,
     workload: WorkloadFleet,
     slow: SlowMachine,
-    runs_per_machine: int = RUNS_PER_MACHINE,
-    top: int = 15,
-    cache: dict[str, RunProfile | None] | None = None,
+    runs_per_machine: int,
+    top: int,
+    cache: dict[str, RunProfile | None],
 ) -> SlowMachine:
-    cache = {} if cache is None else cache
+    """One slow machine of a workload with what moved against its peers (`explain`)."""
     own = next(m for m in workload.machines if m.machine == slow.machine)
     others = [m for m in workload.machines if m.machine != slow.machine]
     peers = [m for m in others if not m.slow] or others  # the healthy ones: what this workload should look like
