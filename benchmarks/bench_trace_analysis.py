@@ -45,6 +45,10 @@ from yolo_mlops.profiling.trace_gzip import write_members
 from yolo_mlops.render import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # trace_events.py: the events the analysis tests build their traces from
+
+from trace_events import complete_event, memory_event  # noqa: E402
+
 HTA_VENV = REPO / ".bench-venv-hta"
 HTA_VERSION = "0.5.0"
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -236,88 +240,33 @@ def write_big_trace(path: Path, events: int, seed: int = 0, rank: int = 0, world
             step_start, n = t, 0
             while n < per_step - 5 and written < events - 1:
                 corr += 1
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": rng.choice(ops),
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t,
-                        "dur": 8.5,
-                        "args": {"External id": corr, "Record function id": 0, "Ev Idx": corr},
-                    }
-                )
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "cuda_runtime",
-                        "name": "cudaLaunchKernel",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t + 1,
-                        "dur": 4.2,
-                        "args": {"External id": corr, "cbid": 211, "correlation": corr},
-                    }
-                )
+                op = {"External id": corr, "Record function id": 0, "Ev Idx": corr}
+                emit(complete_event("cpu_op", rng.choice(ops), 1, 1, t, 8.5, op))
+                launch = {"External id": corr, "cbid": 211, "correlation": corr}
+                emit(complete_event("cuda_runtime", "cudaLaunchKernel", 1, 1, t + 1, 4.2, launch))
                 gpu_t = max(gpu_t, t + 5)
                 dur = rng.uniform(2, 20)
-                emit(
-                    {
-                        "ph": "X",
-                        "cat": "kernel",
-                        "name": rng.choice(kernels),
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": gpu_t,
-                        "dur": dur,
-                        "args": {
-                            "External id": corr,
-                            "queued": 0,
-                            "device": 0,
-                            "context": 1,
-                            "stream": 7,
-                            "correlation": corr,
-                            "registers per thread": 30,
-                            "shared memory": 0,
-                            "grid": [4, 106, 1],
-                            "block": [128, 1, 1],
-                        },
-                    }
-                )
-                emit(
-                    {
-                        "ph": "i",
-                        "cat": "cpu_instant_event",
-                        "s": "t",
-                        "name": "[memory]",
-                        "pid": 1,
-                        "tid": 1,
-                        "ts": t + 2,
-                        "args": {
-                            "Device Type": 1,
-                            "Device Id": 0,
-                            "Addr": corr,
-                            "Bytes": 512,
-                            "Total Allocated": 2**30 + rng.randint(0, 2**20),
-                            "Total Reserved": 2**31,
-                        },
-                    }
-                )
+                kernel = {
+                    "External id": corr,
+                    "queued": 0,
+                    "device": 0,
+                    "context": 1,
+                    "stream": 7,
+                    "correlation": corr,
+                    "registers per thread": 30,
+                    "shared memory": 0,
+                    "grid": [4, 106, 1],
+                    "block": [128, 1, 1],
+                }
+                emit(complete_event("kernel", rng.choice(kernels), 0, 7, gpu_t, dur, kernel))
+                emit(memory_event(t + 2, 2**30 + rng.randint(0, 2**20), 2**31, size=512, addr=corr))
                 gpu_t += dur
                 t += 10
                 n += 4
             emit(
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": f"ProfilerStep#{step}",
-                    "pid": 1,
-                    "tid": 1,
-                    "ts": step_start,
-                    "dur": t - step_start,
-                    "args": {"External id": 0},
-                }
+                complete_event(
+                    "user_annotation", f"ProfilerStep#{step}", 1, 1, step_start, t - step_start, {"External id": 0}
+                )
             )
             step += 1
             t += 5

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import random
 
+from trace_events import complete_event, memory_event
+
 PHASES = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 
 
@@ -30,127 +32,32 @@ def trace_text(events: int, seed: int = 7, layout: str = "kineto") -> str:
             phase_start = t
             for _ in range(rng.randint(3, 12)):
                 corr += 1
-                out.append(
-                    {
-                        "ph": "X",
-                        "cat": "cpu_op",
-                        "name": rng.choice(ops),
-                        "pid": 41,
-                        "tid": 41,
-                        "ts": t,
-                        "dur": round(rng.uniform(3, 30), 3),
-                        "args": {"External id": corr},
-                    }
-                )
-                out.append(
-                    {
-                        "ph": "X",
-                        "cat": "cuda_runtime",
-                        "name": "cudaLaunchKernel",
-                        "pid": 41,
-                        "tid": 41,
-                        "ts": t + 1.25,
-                        "dur": 4.125,
-                        "args": {"External id": corr, "correlation": corr},
-                    }
-                )
+                op = {"External id": corr}
+                out.append(complete_event("cpu_op", rng.choice(ops), 41, 41, t, round(rng.uniform(3, 30), 3), op))
+                launch = {"External id": corr, "correlation": corr}
+                out.append(complete_event("cuda_runtime", "cudaLaunchKernel", 41, 41, t + 1.25, 4.125, launch))
                 gpu_t = max(gpu_t, t + rng.uniform(2, 40))
                 dur = round(rng.uniform(0.5, 60), 3)
-                out.append(
-                    {
-                        "ph": "X",
-                        "cat": "kernel",
-                        "name": rng.choice(kernels),
-                        "pid": 0,
-                        "tid": 7,
-                        "ts": gpu_t,
-                        "dur": dur,
-                        "args": {
-                            "stream": 7,
-                            "correlation": corr,
-                            "device": 0,
-                            "grid": [4, 1, 1],
-                            "block": [128, 1, 1],
-                        },
-                    }
-                )
+                kernel = {"stream": 7, "correlation": corr, "device": 0, "grid": [4, 1, 1], "block": [128, 1, 1]}
+                out.append(complete_event("kernel", rng.choice(kernels), 0, 7, gpu_t, dur, kernel))
                 if rng.random() < 0.3:
-                    out.append(
-                        {
-                            "ph": "i",
-                            "cat": "cpu_instant_event",
-                            "s": "t",
-                            "name": "[memory]",
-                            "pid": 41,
-                            "tid": 41,
-                            "ts": t + 2,
-                            "args": {
-                                "Device Type": 1,
-                                "Device Id": 0,
-                                "Bytes": 512,
-                                "Total Allocated": 2**30 + step * 2**22 + corr,
-                                "Total Reserved": 2**31,
-                            },
-                        }
-                    )
+                    allocated = 2**30 + step * 2**22 + corr
+                    out.append(memory_event(t + 2, allocated, 2**31, size=512, pid=41, tid=41))
                 gpu_t += dur + rng.choice((0.0, 0.5, 25.0, 300.0))
                 t += rng.uniform(6, 45)
             if phase == "preprocess":
                 corr += 1
-                out.append(
-                    {
-                        "ph": "X",
-                        "cat": "cuda_runtime",
-                        "name": "cudaMemcpyAsync",
-                        "pid": 41,
-                        "tid": 41,
-                        "ts": t,
-                        "dur": 5.0,
-                        "args": {"correlation": corr},
-                    }
-                )
-                out.append(
-                    {
-                        "ph": "X",
-                        "cat": "gpu_memcpy",
-                        "name": "Memcpy HtoD (Pageable -> Device)",
-                        "pid": 0,
-                        "tid": 8,
-                        "ts": gpu_t,
-                        "dur": 30.0,
-                        "args": {"stream": 8, "correlation": corr},
-                    }
-                )
+                out.append(complete_event("cuda_runtime", "cudaMemcpyAsync", 41, 41, t, 5.0, {"correlation": corr}))
+                memcpy = {"stream": 8, "correlation": corr}
+                out.append(complete_event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 0, 8, gpu_t, 30.0, memcpy))
                 gpu_t += 30.0
                 t += 10
-            out.append(
-                {
-                    "ph": "X",
-                    "cat": "user_annotation",
-                    "name": f"yolo_mlops/{phase}",
-                    "pid": 41,
-                    "tid": 41,
-                    "ts": phase_start,
-                    "dur": t - phase_start,
-                }
-            )
+            out.append(complete_event("user_annotation", f"yolo_mlops/{phase}", 41, 41, phase_start, t - phase_start))
             t += 3
-        out.append(
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{step}",
-                "pid": 41,
-                "tid": 41,
-                "ts": step_start,
-                "dur": t - step_start,
-            }
-        )
+        out.append(complete_event("user_annotation", f"ProfilerStep#{step}", 41, 41, step_start, t - step_start))
         step += 1
         t += 20
-    out.append(
-        {"ph": "X", "cat": "cpu_op", "name": "aten::broken", "pid": 41, "tid": 42, "ts": step_start, "dur": -2.0}
-    )
+    out.append(complete_event("cpu_op", "aten::broken", 41, 42, step_start, -2.0))
     head = {
         "schemaVersion": 1,
         "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
