@@ -1,13 +1,20 @@
-"""Fixtures for the trace-analysis tests: HTA-checked GPU traces, a real CPU trace, trace builders."""
+"""Fixtures for the trace-analysis tests: HTA-checked GPU traces, a real CPU trace, trace builders, the
+diagnosis input of a healthy GPU run."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from trace_events import complete_event, memory_event
+
+from yolo_mlops.analysis.diagnosis import DiagnosisInput
+from yolo_mlops.analysis.model import TraceAnalysis
 
 PHASES = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
 ACTIVE_STEPS = 3
@@ -115,25 +122,7 @@ class TraceBuilder:
         return self
 
     def memory(self, ts: float, allocated: float, reserved: float, device_type: int = 1) -> TraceBuilder:
-        self.events.append(
-            {
-                "ph": "i",
-                "cat": "cpu_instant_event",
-                "s": "t",
-                "name": "[memory]",
-                "pid": 1,
-                "tid": 1,
-                "ts": ts,
-                "args": {
-                    "Device Type": device_type,
-                    "Device Id": 0,
-                    "Addr": 1,
-                    "Bytes": 1,
-                    "Total Allocated": allocated,
-                    "Total Reserved": reserved,
-                },
-            }
-        )
+        self.events.append(memory_event(ts, allocated, reserved, size=1, addr=1, device_type=device_type))
         return self
 
     def document(self) -> dict:
@@ -160,9 +149,35 @@ def _x(cat, name, ts, dur, pid, tid, correlation=None, stream=None) -> dict:
     if stream is not None:
         args["stream"] = stream
         args["device"] = 0
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+    return complete_event(cat, name, pid, tid, ts, dur, args)
 
 
 @pytest.fixture
 def trace_builder():
     return TraceBuilder
+
+
+def _clean_context(analysis: TraceAnalysis | None, **overrides: Any) -> DiagnosisInput:
+    """The diagnosis input of a healthy GPU run around `analysis` (little data wait, AMP and cudnn.benchmark on,
+    memory to spare, busy SMs), with `overrides` of any of its fields."""
+    values: dict[str, Any] = dict(
+        analysis=analysis,
+        data_wait_pct=2.0,
+        device_type="cuda",
+        amp=True,
+        cudnn_benchmark=True,
+        gpu_memory_total_gib=16.0,
+        peak_memory_gib=6.0,
+        sm_util_pct=85.0,
+        dram_util_pct=40.0,
+        batch_size=16,
+        workers=8,
+    )
+    values.update(overrides)
+    return DiagnosisInput(**values)
+
+
+@pytest.fixture
+def clean_context() -> Callable[..., DiagnosisInput]:
+    """Builds the diagnosis input of a healthy GPU run: `clean_context(analysis, **overrides)`."""
+    return _clean_context

@@ -53,24 +53,6 @@ def build_run(
     return analyze_traces(b.write(tmp_path / name))
 
 
-def clean_context(analysis, **overrides) -> DiagnosisInput:
-    values = dict(
-        analysis=analysis,
-        data_wait_pct=2.0,
-        device_type="cuda",
-        amp=True,
-        cudnn_benchmark=True,
-        gpu_memory_total_gib=16.0,
-        peak_memory_gib=6.0,
-        sm_util_pct=85.0,
-        dram_util_pct=40.0,
-        batch_size=16,
-        workers=8,
-    )
-    values.update(overrides)
-    return DiagnosisInput(**values)
-
-
 def rules(findings) -> set[str]:
     return {f.rule for f in findings}
 
@@ -80,7 +62,7 @@ def clean_analysis(trace_builder, tmp_path):
     return build_run(trace_builder, tmp_path, memory=lambda i: 6 * 2**30)
 
 
-def test_clean_run_has_no_findings(clean_analysis):
+def test_clean_run_has_no_findings(clean_analysis, clean_context):
     assert diagnose(clean_context(clean_analysis)) == []
 
 
@@ -88,7 +70,7 @@ def test_empty_input_has_no_findings():
     assert diagnose(DiagnosisInput()) == []
 
 
-def test_data_wait_from_context(clean_analysis):
+def test_data_wait_from_context(clean_analysis, clean_context):
     (finding,) = diagnose(clean_context(clean_analysis, data_wait_pct=30.0))
     assert finding.rule == "data_wait_high" and finding.severity == dx.HIGH
     assert finding.recommended_variants[0] == "workers_16"
@@ -96,14 +78,14 @@ def test_data_wait_from_context(clean_analysis):
     assert finding.evidence["data_wait_pct"] == 30.0
 
 
-def test_data_wait_from_trace_label(trace_builder, tmp_path):
+def test_data_wait_from_trace_label(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, data_wait=150.0)
     (finding,) = diagnose(clean_context(analysis, data_wait_pct=None))
     assert finding.rule == "data_wait_high" and finding.severity == dx.MEDIUM
     assert finding.evidence["data_wait_pct"] == pytest.approx(15.0)
 
 
-def test_gpu_idle_waiting_on_host(trace_builder, tmp_path):
+def test_gpu_idle_waiting_on_host(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, kernels=5, late_launch=True, gap=120.0)
     findings = diagnose(clean_context(analysis))
     assert rules(findings) == {"gpu_idle_host_wait"}
@@ -117,7 +99,7 @@ def test_gpu_idle_waiting_on_host(trace_builder, tmp_path):
     assert finding.saving is not None and finding.saving.ms_per_step == pytest.approx(launch.time_us / 1000 / 3)
 
 
-def test_gpu_idle_not_caused_by_host_is_not_host_wait(trace_builder, tmp_path):
+def test_gpu_idle_not_caused_by_host_is_not_host_wait(trace_builder, tmp_path, clean_context):
     # Same gaps, but every kernel was launched long before: the gaps are not host waits.
     analysis = build_run(trace_builder, tmp_path, kernels=5, late_launch=False, gap=120.0)
     assert analysis.ranks[0].gpu.idle_pct >= dx.GPU_IDLE_PCT_WARN
@@ -130,7 +112,7 @@ def test_low_sm_util_without_trace():
     assert dx.gpu_idle_host_wait(DiagnosisInput(device_type="cuda", sm_util_pct=70.0)) is None
 
 
-def test_fp32_kernels_without_amp(trace_builder, tmp_path):
+def test_fp32_kernels_without_amp(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, kernel=FP32_GEMM)
     findings = diagnose(clean_context(analysis, amp=None))
     assert rules(findings) == {"no_reduced_precision"}
@@ -139,18 +121,18 @@ def test_fp32_kernels_without_amp(trace_builder, tmp_path):
     assert diagnose(clean_context(analysis, amp=True)) == []
 
 
-def test_cudnn_benchmark_off_only_when_known(clean_analysis):
+def test_cudnn_benchmark_off_only_when_known(clean_analysis, clean_context):
     (finding,) = diagnose(clean_context(clean_analysis, cudnn_benchmark=False))
     assert finding.rule == "cudnn_autotune_off" and finding.recommended_variants == ["cudnn_benchmark"]
     assert diagnose(clean_context(clean_analysis, cudnn_benchmark=None)) == []
 
 
-def test_layout_conversion_kernels(trace_builder, tmp_path):
+def test_layout_conversion_kernels(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, kernel="void cudnn::ops::nchwToNhwcKernel<__half, __half>(int)")
     assert rules(diagnose(clean_context(analysis))) == {"layout_conversions"}
 
 
-def test_sync_in_step(trace_builder, tmp_path):
+def test_sync_in_step(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, sync=80.0)
     (finding,) = diagnose(clean_context(analysis))
     assert finding.rule == "sync_in_step" and finding.severity == dx.HIGH
@@ -158,7 +140,7 @@ def test_sync_in_step(trace_builder, tmp_path):
     assert finding.evidence["sync_calls_per_step"] == 1.0
 
 
-def test_communication_high(trace_builder, tmp_path):
+def test_communication_high(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, nccl=400.0, step_us=1500.0)
     (finding,) = diagnose(clean_context(analysis))
     assert finding.rule == "communication_high"
@@ -166,14 +148,14 @@ def test_communication_high(trace_builder, tmp_path):
     assert finding.evidence["exposed_communication_pct"] == pytest.approx(100 * 400 / (14 * 60 + 400), abs=0.5)
 
 
-def test_memory_growth(trace_builder, tmp_path):
+def test_memory_growth(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, memory=lambda i: 4 * 2**30 + i * 256 * 2**20)
     (finding,) = diagnose(clean_context(analysis))
     assert finding.rule == "memory_growth"
     assert finding.evidence["growth_mib_per_step"] == pytest.approx(256.0)
 
 
-def test_memory_near_capacity_from_context_and_trace(clean_analysis, trace_builder, tmp_path):
+def test_memory_near_capacity_from_context_and_trace(clean_analysis, trace_builder, tmp_path, clean_context):
     (finding,) = diagnose(clean_context(clean_analysis, peak_memory_gib=15.5, batch_size=16, amp=False))
     assert finding.rule == "memory_near_capacity"
     assert finding.recommended_variants == ["batch_8", "amp_bf16"]  # AMP off: halve activations too
