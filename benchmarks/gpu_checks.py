@@ -457,39 +457,11 @@ def judge_memory_by_holder(ch: Checks, run: StepRun, output: str) -> None:
 
 def _sweep_cmd(ch: Checks, variants: str, name: str, warmup: int) -> list[str]:
     if _tiny(ch):
-        size = [
-            "--imgsz",
-            "64",
-            "--batch",
-            "4",
-            "--workers",
-            "0",
-            "--images",
-            "32",
-            "--repeats",
-            "1",
-            "--max-steps",
-            "8",
-            "--warmup-steps",
-            "1",
-        ]
+        size = ["--imgsz", "64", "--batch", "4", "--workers", "0", "--images", "32"]
+        size += ["--repeats", "1", "--max-steps", "8", "--warmup-steps", "1"]
     else:
-        size = [
-            "--imgsz",
-            "640",
-            "--batch",
-            "16",
-            "--workers",
-            "8",
-            "--images",
-            "640",
-            "--repeats",
-            "2",
-            "--max-steps",
-            "40",
-            "--warmup-steps",
-            str(warmup),
-        ]
+        size = ["--imgsz", "640", "--batch", "16", "--workers", "8", "--images", "640"]
+        size += ["--repeats", "2", "--max-steps", "40", "--warmup-steps", str(warmup)]
     return [
         ch.py,
         str(BENCH / "gpu_sweep.py"),

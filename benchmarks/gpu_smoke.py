@@ -191,11 +191,11 @@ def main() -> int:
     if args.dry_run:
         record["status"] = "dry-run"
         print("gpu_smoke: dry-run - imports and run config ok; no CUDA call made")
-        return _finish(args, record, 0)
+        return finish(args, record, 0)
     if args.device != "cpu" and not torch.cuda.is_available():
         record["status"] = "no-cuda"
         print(f"gpu_smoke: no CUDA device visible to torch {torch.__version__} (CUDA build {torch.version.cuda})")
-        return _finish(args, record, 2)
+        return finish(args, record, 2)
 
     prepared = pipeline.prepare(spec)
     mlflow = connection.client()
@@ -244,10 +244,11 @@ def main() -> int:
     for f in record["findings"]:
         print(f"  finding [{f['severity']}] {f['title']} -> {f['recommended_variants']}")
     print("gpu_smoke:", record["status"].upper())
-    return _finish(args, record, 1 if failed else 0)
+    return finish(args, record, 1 if failed else 0)
 
 
-def _finish(args: argparse.Namespace, record: dict, code: int) -> int:
+def finish(args: argparse.Namespace, record: dict, code: int) -> int:
+    """Exit code `code`, once `record` is written to --result when one was asked for (gpu_checks.py reads it)."""
     if args.result:
         args.result.write_text(json.dumps(record, indent=2, default=str))
     return code

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
+
+# run as a script, or loaded by gpu_checks.py (itself a script in this folder): this folder is on sys.path
+from gpu_smoke import finish
 
 DEFAULT_VARIANTS = "amp_bf16,cudnn_benchmark,channels_last,channels_first,compile,workers_2"
 
@@ -101,13 +103,13 @@ def main() -> int:
         plan = sweeps.plan_sweep(base, names, args.repeats, "interleaved", args.warmup_steps, limit)
         record.update(status="dry-run", children=len(plan.children), skipped=plan.skipped)
         print(f"gpu_sweep: dry-run - plan of {len(plan.children)} children ok; no CUDA call made")
-        return _finish(args, record, 0)
+        return finish(args, record, 0)
     if cuda and not torch.cuda.is_available():
         record["status"] = "no-cuda"
         print(
             f"gpu_sweep: no CUDA device visible to torch (torch {torch.__version__}, CUDA build {torch.version.cuda})"
         )
-        return _finish(args, record, 2)
+        return finish(args, record, 2)
     where = torch.cuda.get_device_name(cuda_indices(args.device)[0]) if cuda else "cpu"
     print(
         f"device {where}, torch {torch.__version__}; variants: baseline, "
@@ -156,7 +158,7 @@ def main() -> int:
             for c in result.children
         ],
     )
-    return _finish(args, record, 0)
+    return finish(args, record, 0)
 
 
 def _create_limit(name: str) -> None:
@@ -166,12 +168,6 @@ def _create_limit(name: str) -> None:
     print(f"creating Prefect concurrency limit {name} (1 slot)")
     with get_client(sync_client=True) as client:
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-
-
-def _finish(args: argparse.Namespace, record: dict, code: int) -> int:
-    if args.result:
-        args.result.write_text(json.dumps(record, indent=2, default=str))
-    return code
 
 
 if __name__ == "__main__":
