@@ -11,6 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+from workloads import tiny
 
 from yolo_mlops import cli
 
@@ -22,20 +23,10 @@ ACTIVE_STEPS = 2
 @pytest.fixture(scope="module")
 def profiled_run(prefect_server, mlflow_client, tmp_path_factory):
     config = tmp_path_factory.mktemp("cfg") / "run.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "imgsz": 64,
-                "batch": 4,
-                "epochs": 2,
-                "workers": 0,
-                "device": "cpu",
-                "synthetic_images": 16,
-                "experiment": "e2e",
-                "profiler": {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS, "with_stack": True},
-            }
-        )
-    )
+    # the tiny workload over 2 epochs, validated, its stacks recorded; --max-steps below sets its length
+    profiler = {"wait": 1, "warmup": 1, "active": ACTIVE_STEPS, "with_stack": True}
+    workload = tiny(max_steps=None, epochs=2, val=True, experiment="e2e", profiler=profiler)
+    config.write_text(yaml.safe_dump(workload))
     assert cli.main(["profile", "--config", str(config), "--max-steps", "6", "--run-name", "e2e"]) == 0
     runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("e2e").experiment_id])
     assert len(runs) == 1

@@ -201,16 +201,9 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     spec = build_run_spec({"imgsz": 640, "batch": 16, "device": "0", "experiment": experiment})
     data = environment.data_identity("/data/synthetic-1/data.yaml", True)
     rng = np.random.default_rng(4)
+    stack = dict(torch="2.14.1", mlflow="3", prefect="3", nvidia_driver="580", cpu_mhz=2600.0)  # alike on all three
     for machine, slow in (("node-1", 1.0), ("node-2", 1.0), ("node-3", 1.25)):
-        env = gpu_node(
-            hostname=machine,
-            machine=machine,
-            torch="2.14.1",
-            mlflow="3",
-            prefect="3",
-            nvidia_driver="580",
-            cpu_mhz=2600.0,
-        )
+        env = gpu_node(hostname=machine, machine=machine, **stack)
         plan = TrainingPlan(
             spec=spec, data_yaml=tmp_path / "data.yaml", device="0", output_dir=tmp_path, steps_expected=60
         )
