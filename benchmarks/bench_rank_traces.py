@@ -24,20 +24,26 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_trace_analysis import write_big_trace  # noqa: E402
 
-# run the command and report its own and its largest child's peak RSS (the workers are its children)
+# run the command and report its own and its largest descendant's peak RSS. The workers are children of
+# multiprocessing's fork server, which reaps them; stopping the server (a private call: the server otherwise ends
+# with the process) reaps it in turn, so their peaks reach this process's RUSAGE_CHILDREN.
 _RUN = (
     "import resource, runpy, sys; sys.argv = ['yolo-mlops', *sys.argv[1:]];\n"
+    "{prelude}"
     "try:\n    runpy.run_module('yolo_mlops.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+    "from multiprocessing import forkserver\n"
+    "forkserver._forkserver._stop()\n"
     "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
     " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
 )
 
 
-def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
-    """Seconds, and peak RSS MiB of the command `yolo-mlops ARGS` and of its largest child."""
+def timed(args: list[str], env: dict[str, str] | None = None, prelude: str = "") -> tuple[float, int, int]:
+    """Seconds, and peak RSS MiB of the command `yolo-mlops ARGS` and of its largest child; `prelude`: Python
+    run in the command's process before it (an A/B arm's change)."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _RUN, *args],
+        [sys.executable, "-c", _RUN.replace("{prelude}", prelude), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +40,9 @@ from yolo_mlops.analysis.trace_loader import (
     load_trace_file,
 )
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
 GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
@@ -226,11 +230,11 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
         big = sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES
         workers = min(len(files), os.cpu_count() or 1) if big else 1
     if workers > 1 and len(files) > 1:
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # spawn, not fork: the caller may be a Prefect worker with threads of its own
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # a fresh process per trace: a worker that analyzed a trace before keeps some of its heap, so the peak
+        # of a worker that took several would pass the largest trace's own
+        with ProcessPoolExecutor(workers, mp_context=_worker_context(), max_tasks_per_child=1) as pool:
             results = list(pool.map(_analyze_file, files, range(len(files))))
     else:
         results = [_analyze_file(f, i) for i, f in enumerate(files)]
@@ -243,6 +247,19 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
         communication=combine([r.collectives for r in ordered]),
         warnings=[w for r in ordered for w in r.warnings],
     )
+
+
+def _worker_context() -> BaseContext:
+    """forkserver where the platform has it: each worker is forked from a server process that imported the
+    analysis once (a spawned worker imports it again, ~0.3 s of CPU a trace); never a plain fork, as the
+    caller may be a Prefect worker with threads of its own."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])  # read when the server starts (the first pool of the process)
+    return context
 
 
 def _trace_files(path: str | Path | list[Path]) -> tuple[list[Path], str]:

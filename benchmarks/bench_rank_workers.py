@@ -1,0 +1,62 @@
+"""The pool that analyzes a job's rank traces: a fresh process per trace, forked from a server that imported the
+analysis once (what `analyze_traces` does), against workers that each analyze several traces one after another
+(spawned, reused: the pool before). The whole `yolo-mlops analyze DIR --format json` command, arms interleaved,
+medians; the time and the largest worker's peak RSS of each.
+
+A reused worker keeps some heap of the traces it analyzed before, so its peak passes the largest trace's own;
+a fresh process per trace costs a fork each, where a spawned one would import the analysis again.
+
+    .venv/bin/python benchmarks/bench_rank_workers.py --ranks 8 --events 500000 --repeats 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rank_traces import timed  # noqa: E402
+from bench_trace_analysis import write_big_trace  # noqa: E402
+
+# the reused-workers arm: spawned workers without a task limit
+REUSED_WORKERS = (
+    "import multiprocessing, concurrent.futures as cf\n"
+    "from yolo_mlops.analysis import trace_analysis\n"
+    "trace_analysis._worker_context = lambda: multiprocessing.get_context('spawn')\n"
+    "class _Reused(cf.ProcessPoolExecutor):\n"
+    "    def __init__(self, *args, max_tasks_per_child=None, **kwargs):\n"
+    "        super().__init__(*args, **kwargs)\n"
+    "cf.ProcessPoolExecutor = _Reused\n"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--events", type=int, default=500_000, help="events per rank trace")
+    parser.add_argument("--repeats", type=int, default=6)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="bench-rank-workers-"))
+    for rank in range(args.ranks):
+        write_big_trace(
+            folder / f"rank{rank}.pt.trace.json.gz", args.events, seed=rank, rank=rank, world_size=args.ranks
+        )
+    command = ["analyze", str(folder), "--format", "json"]
+    arms = {"fresh process per trace": "", "reused workers": REUSED_WORKERS}
+    results: dict[str, list[tuple[float, int]]] = {arm: [] for arm in arms}
+    for repeat in range(args.repeats):
+        for arm in arms if repeat % 2 == 0 else reversed(arms):
+            seconds, _, worker = timed(command, prelude=arms[arm])
+            results[arm].append((seconds, worker))
+            print(f"repeat {repeat + 1}, {arm}: {seconds:.2f} s, largest worker {worker} MiB", flush=True)
+    for arm, runs in results.items():
+        seconds = statistics.median(r[0] for r in runs)
+        worker = statistics.median(r[1] for r in runs)
+        print(f"{arm}: {seconds:.2f} s, largest worker {worker:.0f} MiB (medians of {len(runs)})")
+
+
+if __name__ == "__main__":
+    main()
