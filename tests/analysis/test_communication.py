@@ -157,6 +157,15 @@ def test_ranks_analyzed_in_worker_processes_give_the_same_result(tmp_path):
         analyze_traces([files[0], files[0]], workers=2)
 
 
+def test_more_ranks_than_workers_each_in_a_process_of_its_own(tmp_path):
+    """Each trace gets a fresh worker process (max_tasks_per_child=1): the pool replaces its workers five times
+    over without losing a trace, in rank order."""
+    files = [_gloo_rank(tmp_path / f"r{rank}.json", rank, 15_000.0 if rank == 3 else 0.0) for rank in range(7)]
+    alone, parallel = analyze_traces(files, workers=1), analyze_traces(files, workers=2)
+    assert [r.rank for r in parallel.ranks] == list(range(7))
+    assert parallel.to_json() == alone.to_json()
+
+
 def test_a_straggler_with_slower_clocks_is_named_by_them(tmp_path):
     """No data wait behind it: the straggler's NVML clocks against its peers' say why it is slow."""
     files = [

@@ -233,7 +233,8 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
         from concurrent.futures import ProcessPoolExecutor
 
         # a fresh process per trace: a worker that analyzed a trace before keeps some of its heap, so the peak
-        # of a worker that took several would pass the largest trace's own
+        # of a worker that took several would pass the largest trace's own. Exactly 1: above it the executor can
+        # stop replacing workers and hang (CPython gh-115634, fixed only in newer releases)
         with ProcessPoolExecutor(workers, mp_context=_worker_context(), max_tasks_per_child=1) as pool:
             results = list(pool.map(_analyze_file, files, range(len(files))))
     else:
