@@ -11,6 +11,7 @@ this design.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import gzip
 import io
@@ -638,10 +639,22 @@ def _load_members_in_parallel(path: Path, progress: Progress | None) -> tuple[di
                 raise value
             assert isinstance(value, Iterator)
             columns.merge(value)
+        _release_free_heap()
         return meta, columns
     finally:
         for part in parts:
             part.stop()
+
+
+def _release_free_heap() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere). Merging the readers'
+    columns frees as much as it keeps, and glibc's adaptive mmap threshold leaves those frees in the heap, where the
+    analyses' own arrays would not reuse all of them."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)
 
 
 _TS, _DUR, _NAME, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "cat"))
