@@ -58,18 +58,27 @@ def timed(args: list[str], env: dict[str, str] | None = None, prelude: str = "")
     return seconds, int(own) // 1024, int(child) // 1024
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(doc: str | None, repeats: int) -> argparse.Namespace:
+    """--ranks, --events (per rank trace) and --repeats of a rank-traces benchmark."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--events", type=int, default=500_000, help="events per rank trace")
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=int, default=repeats)
+    return parser.parse_args()
+
+
+def write_rank_traces(ranks: int, events: int, prefix: str) -> Path:
+    """A new folder of `ranks` rank traces of the trace benchmark's generator, each naming its rank."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    for rank in range(ranks):
+        write_big_trace(folder / f"rank{rank}.pt.trace.json.gz", events, seed=rank, rank=rank, world_size=ranks)
+    return folder
+
+
+def main() -> None:
+    args = arguments(__doc__, repeats=3)
     cores = os.cpu_count() or 1
-    folder = Path(tempfile.mkdtemp(prefix="bench-rank-traces-"))
-    for rank in range(args.ranks):
-        write_big_trace(
-            folder / f"rank{rank}.pt.trace.json.gz", args.events, seed=rank, rank=rank, world_size=args.ranks
-        )
+    folder = write_rank_traces(args.ranks, args.events, "bench-rank-traces-")
     files = sorted(folder.glob("*.json.gz"))
     mib = sum(f.stat().st_size for f in files) / 2**20
     print(f"{args.ranks} rank traces of {args.events} events, {mib:.0f} MiB gzipped in all; {cores} cores")

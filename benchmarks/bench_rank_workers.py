@@ -11,39 +11,28 @@ a fresh process per trace costs a fork each, where a spawned one would import th
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rank_traces import timed  # noqa: E402
-from bench_trace_analysis import write_big_trace  # noqa: E402
+from bench_rank_traces import arguments, timed, write_rank_traces  # noqa: E402
 
 # the reused-workers arm: spawned workers without a task limit
-REUSED_WORKERS = (
-    "import multiprocessing, concurrent.futures as cf\n"
-    "from yolo_mlops.analysis import trace_analysis\n"
-    "trace_analysis._worker_context = lambda: multiprocessing.get_context('spawn')\n"
-    "class _Reused(cf.ProcessPoolExecutor):\n"
-    "    def __init__(self, *args, max_tasks_per_child=None, **kwargs):\n"
-    "        super().__init__(*args, **kwargs)\n"
-    "cf.ProcessPoolExecutor = _Reused\n"
-)
+REUSED_WORKERS = """\
+import multiprocessing, concurrent.futures as cf
+from yolo_mlops.analysis import trace_analysis
+trace_analysis._worker_context = lambda: multiprocessing.get_context("spawn")
+class _Reused(cf.ProcessPoolExecutor):
+    def __init__(self, *args, max_tasks_per_child=None, **kwargs):
+        super().__init__(*args, **kwargs)
+cf.ProcessPoolExecutor = _Reused
+"""
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--events", type=int, default=500_000, help="events per rank trace")
-    parser.add_argument("--repeats", type=int, default=6)
-    args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="bench-rank-workers-"))
-    for rank in range(args.ranks):
-        write_big_trace(
-            folder / f"rank{rank}.pt.trace.json.gz", args.events, seed=rank, rank=rank, world_size=args.ranks
-        )
+    args = arguments(__doc__, repeats=6)
+    folder = write_rank_traces(args.ranks, args.events, "bench-rank-workers-")
     command = ["analyze", str(folder), "--format", "json"]
     arms = {"fresh process per trace": "", "reused workers": REUSED_WORKERS}
     results: dict[str, list[tuple[float, int]]] = {arm: [] for arm in arms}
