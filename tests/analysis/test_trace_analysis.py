@@ -422,6 +422,64 @@ def test_steps_of_timestamps_a_chunk_at_a_time(monkeypatch):
     assert steps.index_of(ts).tolist() == [-1, 0, 0, 1, 1, -1, -1, 2, 2, -1, -1, -1] * 3
 
 
+def test_id_mask_is_isin():
+    import numpy as np
+
+    from yolo_mlops.analysis.trace_loader import id_mask
+
+    ids = np.random.default_rng(7).integers(0, 300, 5000).astype(np.int16)
+    for wanted in ([], [0], [5, 77, 299], {3: "a dict's keys", 9: ""}, np.array([1, 2]), range(300)):
+        assert np.array_equal(id_mask(ids, wanted, 300), np.isin(ids, list(wanted)))
+    assert id_mask(np.zeros(0, dtype=np.int8), [1], 4).shape == (0,)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gap_and_duration_sums_a_chunk_at_a_time_are_the_plain_sums_exactly(monkeypatch, seed):
+    """The idle breakdown, the kernel name shares and the top kernels fill their selections a chunk at a time;
+    the plain computations (every gap or duration at once, masked, summed; bincount) give the same floats."""
+    import numpy as np
+
+    from yolo_mlops.analysis import gpu
+
+    monkeypatch.setattr(gpu, "CHUNK_ELEMENTS", 97)  # many chunks, cut anywhere
+    acts = _random_activities(seed, ties=False)
+    rows = {(r.stream, r.idle_category): r.idle_time_us for r in gpu.idle_breakdown(acts)}
+    for stream in np.unique(acts.stream):
+        on = acts.stream == stream
+        start, end, launch = acts.start[on], acts.end[on], acts.launch_ts[on]
+        gap = start[1:] - end[:-1]
+        host_wait = launch[1:] > end[:-1]
+        kernel_wait = ~host_wait & (gap < gpu.KERNEL_WAIT_THRESHOLD_US)
+        other = ~host_wait & ~kernel_wait
+        for category, mask in zip(gpu.IDLE_CATEGORIES, (host_wait, kernel_wait, other), strict=True):
+            assert rows[(int(stream), category)] == float(gap[mask].sum())
+    names = [f"kernel_{i}" + ("_bf16" if i % 3 == 0 else "") for i in range(50)]
+    durations = acts.end - acts.start
+    hit = np.isin(acts.name_id, [i for i, n in enumerate(names) if "bf16" in n])
+    expected_pct = 100.0 * float(durations[hit].sum()) / float(durations.sum())
+    assert gpu.kernel_time_share_pct(acts, names, gpu.is_reduced_precision_kernel) == expected_pct
+    totals = np.bincount(acts.name_id, weights=durations, minlength=len(names))
+    counts = np.bincount(acts.name_id, minlength=len(names))
+    assert [(k.name, k.time_us, k.count) for k in gpu.top_kernels(acts, names)] == [
+        (names[i], float(totals[i]), int(counts[i])) for i in np.argsort(-totals, kind="stable")[: gpu.TOP_KERNELS]
+    ]
+
+
+def test_memory_peaks_per_step_a_chunk_at_a_time(monkeypatch):
+    import numpy as np
+
+    from yolo_mlops.analysis import host, memory
+
+    monkeypatch.setattr(memory, "CHUNK_ELEMENTS", 5)
+    steps = host.Steps(number=np.arange(3), start=np.array([0.0, 10.0, 20.0]), end=np.array([10.0, 20.0, 25.0]))
+    ts = np.arange(0.0, 30.0, 0.5)
+    values = np.random.default_rng(1).uniform(0, 1e9, ts.size)
+    values[::7] = np.nan
+    step = steps.index_of(ts)
+    expected = [float(np.nanmax(values[step == i])) for i in range(3)]
+    assert memory._peak_per_step(steps, ts, values) == expected
+
+
 def test_step_summaries_of_activities_launched_out_of_step_order_are_the_same():
     """Activities launched in step order are grouped by slices, others by a stable sort: the same groups."""
     import numpy as np

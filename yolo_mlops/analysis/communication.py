@@ -252,7 +252,7 @@ def _step_waits(end: np.ndarray, wait: np.ndarray, step: np.ndarray) -> float:
 
 def _name_mask(trace: RankTrace, predicate) -> np.ndarray:
     wanted = [i for i, name in enumerate(trace.names) if predicate(name)]
-    return np.isin(trace.name_id, wanted) if wanted else np.zeros(trace.name_id.size, dtype=bool)
+    return trace.name_mask(wanted)
 
 
 def _count_in_window(trace: RankTrace, host: np.ndarray, name: str, start: float, end: float) -> int:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.trace_loader import RankTrace
+from yolo_mlops.analysis.trace_loader import RankTrace, id_mask
 
 COMPUTATION = "COMPUTATION"
 COMMUNICATION = "COMMUNICATION"
@@ -340,23 +340,58 @@ def idle_breakdown(acts: GpuActivities) -> list[StreamIdle]:
         if not in_order(start):  # a stable sort leaves ordered starts as they are
             order = np.argsort(start, kind="stable")
             start, end, launch = start[order], end[order], launch[order]
-        gap = start[1:] - end[:-1]
         host_wait = launch[1:] > end[:-1]  # NaN launch (unknown) compares False
-        kernel_wait = ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_US)
-        other = ~host_wait & ~kernel_wait
-        per_category = [float(gap[m].sum()) for m in (host_wait, kernel_wait, other)]
+        kernel_wait = _short_gaps(start, end)
+        kernel_wait &= ~host_wait
+        other = ~(host_wait | kernel_wait)
+        per_category = [_gaps_sum(start, end, m) for m in (host_wait, kernel_wait, other)]
         total = sum(per_category)
         for category, t in zip(IDLE_CATEGORIES, per_category, strict=True):
             rows.append(StreamIdle(int(stream), category, t, t / total if total > 0 else 0.0))
     return rows
 
 
+def _selected_difference(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
+    """float((a - b)[mask].sum()): the selected differences are made a chunk at a time into one array of their
+    own, the same values in the same order and so the same sum, without an array of every difference first."""
+    picked = np.empty(int(np.count_nonzero(mask)))
+    filled = 0
+    for at in range(0, mask.size, CHUNK_ELEMENTS):
+        keep = mask[at : at + CHUNK_ELEMENTS]
+        n = int(np.count_nonzero(keep))
+        np.subtract(
+            a[at : at + CHUNK_ELEMENTS][keep], b[at : at + CHUNK_ELEMENTS][keep], out=picked[filled : filled + n]
+        )
+        filled += n
+    return float(picked.sum())
+
+
+def _gaps_sum(start: np.ndarray, end: np.ndarray, mask: np.ndarray) -> float:
+    """The sum of the gaps between consecutive activities (start[i + 1] - end[i]) that mask selects."""
+    return _selected_difference(start[1:], end[:-1], mask)
+
+
+def _short_gaps(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which gaps between consecutive activities are shorter than KERNEL_WAIT_THRESHOLD_US (a chunk at a time)."""
+    short = np.empty(max(start.size - 1, 0), dtype=bool)
+    for at in range(0, short.size, CHUNK_ELEMENTS):
+        stop = min(at + CHUNK_ELEMENTS, short.size)
+        np.less(start[at + 1 : stop + 1] - end[at:stop], KERNEL_WAIT_THRESHOLD_US, out=short[at:stop])
+    return short
+
+
 def top_kernels(acts: GpuActivities, names: list[str], limit: int = TOP_KERNELS) -> list[KernelTotal]:
     """Kernels by total (unmerged) duration, largest first; durations rounded as HTA rounds them."""
     if acts.count == 0:
         return []
-    totals = np.bincount(acts.name_id, weights=acts.end - acts.start, minlength=len(names))
-    counts = np.bincount(acts.name_id, minlength=len(names))
+    # added in activity order, as np.bincount(name_id, weights=end - start) adds them, a chunk at a time: no
+    # intp copy of the ids and float array of every duration at once
+    totals = np.zeros(len(names))
+    counts = np.zeros(len(names), dtype=np.int64)
+    for at in range(0, acts.count, CHUNK_ELEMENTS):
+        ids = acts.name_id[at : at + CHUNK_ELEMENTS]
+        np.add.at(totals, ids, acts.end[at : at + CHUNK_ELEMENTS] - acts.start[at : at + CHUNK_ELEMENTS])
+        counts += np.bincount(ids, minlength=len(names))
     ranked = np.argsort(-totals, kind="stable")[:limit]
     return [
         KernelTotal(names[i], kernel_type(names[i]), float(totals[i]), int(counts[i])) for i in ranked if counts[i] > 0
@@ -374,10 +409,9 @@ def is_layout_conversion_kernel(name: str) -> bool:
 def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> float | None:
     """Share (%) of summed kernel durations spent in kernels whose name satisfies predicate (None: no
     kernel time to share, e.g. only sub-microsecond activities)."""
-    durations = acts.end - acts.start
-    total = float(durations.sum())
+    total = float((acts.end - acts.start).sum())
     if total <= 0:
         return None
     used = unique(acts.name_id)  # only the kernels' names: a trace has far more host names
     hit_ids = used[np.fromiter((bool(predicate(names[i])) for i in used), dtype=bool, count=used.size)]
-    return 100.0 * float(durations[np.isin(acts.name_id, hit_ids)].sum()) / total
+    return 100.0 * _selected_difference(acts.end, acts.start, id_mask(acts.name_id, hit_ids, len(names))) / total

@@ -111,7 +111,7 @@ def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
             numbers[i] = int(m.group(1))
     if not numbers:
         return Steps(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-    idx = np.flatnonzero(host & np.isin(trace.name_id, list(numbers)))
+    idx = np.flatnonzero(host & trace.name_mask(numbers))
     # One span per step number: a step can be recorded twice (e.g. cpu_op + user_annotation), as overlapping
     # spans. Two disjoint spans of one number, or numbers out of time order, make the steps ambiguous: refused.
     longest: dict[int, tuple[float, float]] = {}

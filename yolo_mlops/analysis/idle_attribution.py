@@ -142,7 +142,7 @@ def _host_layers(
     del code
     # older traces record ProfilerStep#N as a cpu_op too: a step span is not launch work
     steps = [i for i, name in enumerate(trace.names) if name.startswith("ProfilerStep#")]
-    launching = host & trace.category_mask(LAUNCH_EVENT_CATEGORIES) & ~np.isin(trace.name_id, steps)
+    launching = host & trace.category_mask(LAUNCH_EVENT_CATEGORIES) & ~trace.name_mask(steps)
     return layers, _merged(trace.ts[launching], trace.ts[launching] + trace.dur[launching])
 
 
@@ -259,7 +259,7 @@ def step_time_by_phase(
     layers = []
     for label in labels:
         ids = [i for i, c in code_by_name.items() if c == label]
-        sel = host & np.isin(trace.name_id, ids)
+        sel = host & trace.name_mask(ids)
         layers.append((label, _merged(trace.ts[sel], trace.ts[sel] + trace.dur[sel])))
     split = exclusive_split((steps.start, steps.end), layers, BETWEEN_PHASES)
     return [_cause_time(name, t, total, steps.count, total) for name, t in split.items()]

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS
 from yolo_mlops.analysis.host import Steps
-from yolo_mlops.analysis.trace_loader import CUDA_DEVICE_TYPE, RankTrace
+from yolo_mlops.analysis.trace_loader import CUDA_DEVICE_TYPE, MemoryEvents
 
 # "Steadily rising": at least this many steps with a peak, no step's peak more than
 # MEMORY_DIP_TOLERANCE below the previous one, and the last peak above the first by at least
@@ -32,8 +33,7 @@ class MemoryProfile:
     steadily_rising: bool
 
 
-def memory_profile(trace: RankTrace, steps: Steps) -> MemoryProfile | None:
-    mem = trace.memory
+def memory_profile(mem: MemoryEvents, steps: Steps) -> MemoryProfile | None:
     if mem.ts.size == 0:
         return None
     on_cuda = mem.device_type == CUDA_DEVICE_TYPE
@@ -63,10 +63,14 @@ def memory_profile(trace: RankTrace, steps: Steps) -> MemoryProfile | None:
 
 
 def _peak_per_step(steps: Steps, ts: np.ndarray, values: np.ndarray) -> list[float | None]:
-    idx = steps.index_of(ts)
-    valid = (idx >= 0) & ~np.isnan(values)
     peaks = np.full(steps.count, -np.inf)
-    np.maximum.at(peaks, idx[valid], values[valid])
+    # a chunk at a time (a maximum does not depend on the order): a big trace's million events make int64 step
+    # indices of half a MiB instead of 8 MiB
+    for at in range(0, ts.size, CHUNK_ELEMENTS):
+        idx = steps.index_of(ts[at : at + CHUNK_ELEMENTS])
+        chunk = values[at : at + CHUNK_ELEMENTS]
+        valid = (idx >= 0) & ~np.isnan(chunk)
+        np.maximum.at(peaks, idx[valid], chunk[valid])
     return [float(p) if np.isfinite(p) else None for p in peaks]
 
 

@@ -60,7 +60,8 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
     ]
 
     window_end = float(np.ceil(steps.start[-1])) if steps.count >= 2 else None
-    memory = memory_profile(trace, steps)  # before the activities are selected: their peaks do not add up
+    # before the activities are selected, so their peaks do not add up; the trace's memory events go with it
+    memory = memory_profile(trace.take_memory(), steps)
     all_acts = gpu_mod.select_gpu_activities(trace)
     step_summaries = _step_summaries(all_acts, steps, category_times, memory)
     window_acts = all_acts if window_end is None else gpu_mod.keep_launched_before(all_acts, window_end)
@@ -288,7 +289,7 @@ def _labels_outside_steps(trace: RankTrace) -> list[str]:
     if steps.count == 0:
         return []
     labels = [i for i, name in enumerate(trace.names) if name.startswith(PHASE_LABEL_PREFIX)]
-    events = np.flatnonzero(host & np.isin(trace.name_id, labels)) if labels else np.zeros(0, dtype=np.int64)
+    events = np.flatnonzero(host & trace.name_mask(labels)) if labels else np.zeros(0, dtype=np.int64)
     outside = events[steps.index_of(trace.ts[events]) < 0]
     if not outside.size:
         return []
