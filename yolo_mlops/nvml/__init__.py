@@ -6,7 +6,9 @@
     fake.py      FakeNvmlBackend: scripted readings, backend name `fake`
     null.py      NullNvmlBackend: backend `none`, no samples
     sampler.py   the background thread that polls a backend into a bounded timeline
-    summary.py   alignment to training steps, NvmlSummary (the gpu/* statistics), timeline CSV + plot
+    alignment.py each sample's training step and profiler state (AlignedTimeline)
+    summary.py   NvmlSummary (the gpu/* statistics) and the per-step history MLflow charts
+    timeline_files.py  the aligned timeline as the run's nvml/ files: CSV, plot, JSON sidecar
 
 Typical use by the training code:
 
@@ -22,6 +24,7 @@ Typical use by the training code:
 
 from __future__ import annotations
 
+from yolo_mlops.nvml.alignment import AlignedTimeline, align
 from yolo_mlops.nvml.backend import (
     METRIC_NAMES,
     METRIC_SPECS,
@@ -35,15 +38,8 @@ from yolo_mlops.nvml.devices import torch_pci_bus_ids
 from yolo_mlops.nvml.fake import FakeNvmlBackend, FakeScript
 from yolo_mlops.nvml.null import NullNvmlBackend
 from yolo_mlops.nvml.sampler import DEFAULT_CAPACITY, DEFAULT_INTERVAL_S, NvmlSampler, Timeline
-from yolo_mlops.nvml.summary import (
-    AlignedTimeline,
-    NvmlSummary,
-    align,
-    step_history,
-    summarise,
-    summary_metrics,
-    write_timeline,
-)
+from yolo_mlops.nvml.summary import NvmlSummary, step_history, summarise, summary_metrics
+from yolo_mlops.nvml.timeline_files import write_timeline
 
 
 def make_backend(

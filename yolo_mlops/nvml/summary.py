@@ -1,36 +1,23 @@
-"""Alignment of NVML samples to training steps, summaries, timeline files.
-
-Everything here is a pure function over plain data (numpy arrays, dataclasses) except
-write_timeline, which writes files. `summarise` gives an NvmlSummary: typed statistics
-for code that reasons about the run (the diagnosis); `NvmlSummary.as_metrics` names
-them `gpu/*` for MLflow. The MLflow calls themselves live in yolo_mlops.tracking.
+"""The statistics of an aligned NVML timeline: `summarise` gives an NvmlSummary, typed statistics for code that
+reasons about the run (the diagnosis); `NvmlSummary.as_metrics` names them `gpu/*` and `step_history` gives the
+per-step means MLflow charts. Pure functions over plain data; the MLflow calls live in yolo_mlops.tracking.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 
 from yolo_mlops import names
-from yolo_mlops.names import NVML_META_JSON, NVML_TIMELINE_CSV, NVML_TIMELINE_PNG, file_name
+from yolo_mlops.nvml.alignment import AlignedTimeline
 from yolo_mlops.nvml.backend import (
     CLOCKS_EVENT_POWER_BITS,
     CLOCKS_EVENT_REASONS,
     CLOCKS_EVENT_THERMAL_BITS,
-    METRIC_NAMES,
 )
-from yolo_mlops.nvml.sampler import Timeline
-from yolo_mlops.render import new_figure, save_figure
-
-TIMELINE_CSV = file_name(NVML_TIMELINE_CSV)  # files of the folder it writes (nvml/, or a rank's)
-TIMELINE_PNG = file_name(NVML_TIMELINE_PNG)
-TIMELINE_META = file_name(NVML_META_JSON)
 
 # Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
 _UTIL_METRICS = (
@@ -55,80 +42,6 @@ STEP_HISTORY_METRICS = (
     "power_w",
     "mem_used_gib",
 )
-
-
-@dataclass
-class AlignedTimeline:
-    """A Timeline plus, per sample, its training step (-1 outside steps) and profiler state."""
-
-    timeline: Timeline
-    step: np.ndarray  # int64, index into the step sequences, -1 outside every step
-    profiler_active: np.ndarray  # bool
-    in_training: np.ndarray  # bool: inside [first step start, last step end] (all rows if no steps)
-    step_start_ns: np.ndarray  # int64, as given
-    step_end_ns: np.ndarray  # int64, as given
-    step_profiler_active: np.ndarray  # bool, as given
-
-
-def sample_midpoints_ns(timeline: Timeline) -> np.ndarray:
-    """Where each sample belongs in time: the middle of the interval its averages cover."""
-    return timeline.t_ns - timeline.interval_ns // 2
-
-
-def profiler_windows_ns(
-    step_start_ns: np.ndarray, step_end_ns: np.ndarray, profiler_active: np.ndarray
-) -> list[tuple[int, int]]:
-    """[start, end] of each run of consecutive profiled steps (gaps inside a run count)."""
-    order = np.argsort(step_start_ns, kind="stable")
-    windows: list[tuple[int, int]] = []
-    current: list[int] | None = None
-    for i in order:
-        if profiler_active[i]:
-            if current is None:
-                current = [int(step_start_ns[i]), int(step_end_ns[i])]
-            else:
-                current[1] = max(current[1], int(step_end_ns[i]))
-        elif current is not None:
-            windows.append((current[0], current[1]))
-            current = None
-    if current is not None:
-        windows.append((current[0], current[1]))
-    return windows
-
-
-def align(
-    timeline: Timeline,
-    step_start_ns: Sequence[int] | np.ndarray,
-    step_end_ns: Sequence[int] | np.ndarray,
-    profiler_active: Sequence[bool] | np.ndarray,
-) -> AlignedTimeline:
-    """Mark every sample with its training step (index into the sequences, -1 outside any
-    step) and whether the profiler was active, judged at the sample's interval midpoint.
-
-    The profiler counts as active over a whole run of consecutive profiled steps,
-    including the gaps between them (the profiler does not pause there).
-    """
-    starts = np.asarray(step_start_ns, dtype=np.int64)
-    ends = np.asarray(step_end_ns, dtype=np.int64)
-    active = np.asarray(profiler_active, dtype=bool)
-    if not (starts.shape == ends.shape == active.shape):
-        raise ValueError("step_start_ns, step_end_ns and profiler_active must have equal lengths")
-    mid = sample_midpoints_ns(timeline)
-    step = np.full(mid.shape, -1, np.int64)
-    profiled = np.zeros(mid.shape, bool)
-    in_training = np.ones(mid.shape, bool)
-    if starts.size:
-        order = np.argsort(starts, kind="stable")
-        sorted_starts, sorted_ends = starts[order], ends[order]
-        candidate = np.searchsorted(sorted_starts, mid, side="right") - 1
-        valid = candidate >= 0
-        inside = np.zeros(mid.shape, bool)
-        inside[valid] = mid[valid] <= sorted_ends[candidate[valid]]
-        step[inside] = order[candidate[inside]]
-        for window_start, window_end in profiler_windows_ns(starts, ends, active):
-            profiled |= (mid >= window_start) & (mid <= window_end)
-        in_training = (mid >= np.min(starts)) & (mid <= np.max(ends))
-    return AlignedTimeline(timeline, step, profiled, in_training, starts, ends, active)
 
 
 # ---------------------------------------------------------------------------
@@ -426,112 +339,3 @@ def step_history(aligned: AlignedTimeline) -> list[tuple[int, str, float]]:
             if weight[step] > 0:
                 out.append((int(step), names.gpu_metric(metric), float(weighted[step] / weight[step])))
     return out
-
-
-# ---------------------------------------------------------------------------
-# Files
-# ---------------------------------------------------------------------------
-
-
-def _csv_cell(value: float) -> str:
-    return "" if not math.isfinite(value) else repr(float(value))
-
-
-def write_timeline(aligned: AlignedTimeline, out_dir: str | Path) -> list[Path]:
-    """Write the raw timeline (CSV), a plot (PNG) and a small JSON sidecar; return the paths.
-
-    CSV, not Parquet: a few MB at most (bounded ring), opens in MLflow's artifact viewer,
-    a spreadsheet or pandas, and needs no pyarrow. Empty cells mean "not measured".
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tl = aligned.timeline
-    metrics = [m for m in METRIC_NAMES if m in tl.columns]
-    csv_path = out / TIMELINE_CSV
-    with csv_path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["t_s", "t_ns", "gpu", "interval_s", "step", "profiler_active", *metrics])
-        for i in range(len(tl)):
-            writer.writerow(
-                [
-                    f"{(int(tl.t_ns[i]) - tl.start_ns) / 1e9:.6f}",
-                    int(tl.t_ns[i]),
-                    int(tl.gpu[i]),
-                    f"{int(tl.interval_ns[i]) / 1e9:.6f}",
-                    int(aligned.step[i]),
-                    int(bool(aligned.profiler_active[i])),
-                    *(_csv_cell(tl.columns[m][i]) for m in metrics),
-                ]
-            )
-    meta_path = out / TIMELINE_META
-    meta_path.write_text(
-        json.dumps(
-            {
-                "backend": tl.backend,
-                "interval_s": tl.interval_s,
-                "rows": len(tl),
-                "dropped_rows": tl.dropped_rows,
-                "start_perf_counter_ns": tl.start_ns,
-                "metrics": metrics,
-                "reasons": tl.reasons,
-            },
-            indent=2,
-        )
-    )
-    png_path = out / TIMELINE_PNG
-    plot_timeline(aligned, png_path)
-    return [csv_path, png_path, meta_path]
-
-
-_MAX_STEP_LINES = 400  # beyond this, mark every k-th step boundary so the plot stays legible
-
-
-def plot_timeline(aligned: AlignedTimeline, png_path: Path) -> None:
-    """SM util, DRAM bandwidth util, memory and power over time; profiler window shaded,
-    step boundaries as thin vertical lines."""
-    tl = aligned.timeline
-    t_s = (tl.t_ns - tl.start_ns) / 1e9
-    panels = [
-        ("SM / GPU util (%)", ["sm_util_pct", "tensor_util_pct", "gpu_util_pct"]),
-        ("DRAM bw / mem util (%)", ["dram_bw_util_pct", "mem_util_pct"]),
-        ("memory used (GiB)", ["mem_used_gib"]),
-        ("power (W)", ["power_w"]),
-    ]
-    fig = new_figure(11, 9)
-    axes = fig.subplots(len(panels), 1, sharex=True)
-    starts_s = (aligned.step_start_ns - tl.start_ns) / 1e9
-    stride = max(1, math.ceil(starts_s.size / _MAX_STEP_LINES))
-    windows = profiler_windows_ns(aligned.step_start_ns, aligned.step_end_ns, aligned.step_profiler_active)
-    devices = np.unique(tl.gpu)
-    for ax, (label, metrics) in zip(axes, panels, strict=True):
-        drawn = False
-        for metric in metrics:
-            column = tl.columns.get(metric)
-            if column is None:
-                continue
-            for device in devices:
-                mask = (tl.gpu == device) & np.isfinite(column)
-                if mask.any():
-                    suffix = f" gpu{device}" if devices.size > 1 else ""
-                    # steps-pre: a value covers the interval that ends at its timestamp
-                    ax.plot(t_s[mask], column[mask], lw=1.0, drawstyle="steps-pre", label=f"{metric}{suffix}")
-                    drawn = True
-        for window_start, window_end in windows:
-            ax.axvspan(
-                (window_start - tl.start_ns) / 1e9,
-                (window_end - tl.start_ns) / 1e9,
-                color="tab:orange",
-                alpha=0.15,
-                lw=0,
-            )
-        if starts_s.size:
-            ax.vlines(starts_s[::stride], 0, 1, transform=ax.get_xaxis_transform(), colors="grey", lw=0.3, alpha=0.5)
-        ax.set_ylabel(label, fontsize=8)
-        if drawn:
-            ax.legend(fontsize=7, loc="upper right")
-        else:
-            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
-    axes[-1].set_xlabel("time since sampler start (s)")
-    step_note = f"every {stride}th step boundary" if stride > 1 else "step boundaries"
-    fig.suptitle(f"NVML timeline (backend {tl.backend}); shaded: profiler active; grey lines: {step_note}", fontsize=9)
-    save_figure(fig, png_path)
