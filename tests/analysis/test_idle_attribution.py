@@ -11,7 +11,7 @@ from yolo_mlops import cli
 from yolo_mlops.analysis import analyze_traces
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.idle_attribution import exclusive_split
-from yolo_mlops.analysis.report import headline_metrics
+from yolo_mlops.analysis.metrics import headline_metrics
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 P = PHASE_LABEL_PREFIX

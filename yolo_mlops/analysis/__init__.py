@@ -8,9 +8,10 @@ the report's plotting stack (matplotlib) is imported when a figure is drawn, nev
 from __future__ import annotations
 
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, Finding, Saving, diagnose, headline
+from yolo_mlops.analysis.metrics import headline_metrics
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.analysis.render_text import render_text
-from yolo_mlops.analysis.report import headline_metrics, write_report
+from yolo_mlops.analysis.report import write_report
 from yolo_mlops.analysis.trace_analysis import analyze_traces
 from yolo_mlops.analysis.trace_loader import TraceError, load_traces
 

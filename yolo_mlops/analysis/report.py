@@ -1,170 +1,24 @@
-"""Run report (Markdown + self-contained HTML + PNG plots) and headline `trace/*` metrics.
-
-The report is built once as a list of blocks (heading, paragraph, table, image) and rendered to
-both formats, so the two never disagree. Plots are pyplot-free Agg figures (yolo_mlops.render).
-"""
+"""The run report: report.md and report.html (one list of blocks, yolo_mlops.analysis.document) with PNG plots of
+the step time breakdown and the kernel mix (pyplot-free Agg figures, yolo_mlops.render)."""
 
 from __future__ import annotations
 
-import base64
-import html
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from statistics import mean
 
 from yolo_mlops import names
-from yolo_mlops.analysis.communication import CommunicationAnalysis
-from yolo_mlops.analysis.diagnosis import (
-    Finding,
-    communication_pct,
-    exposed_communication_pct,
-    headline,
-    host_wait_share_of_idle,
-)
-from yolo_mlops.analysis.host import (
-    CUDA_SYNC_CATEGORY,
-    DATA_LOADER_CATEGORY,
-    OPTIMIZER_CATEGORY,
-)
-from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES, IDLE_CAUSES
+from yolo_mlops.analysis.diagnosis import Finding, headline
+from yolo_mlops.analysis.document import Block, Heading, Image, Paragraph, Table, render_html, render_markdown
+from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY
+from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES
+from yolo_mlops.analysis.metrics import category_token
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
-from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
+from yolo_mlops.render import fmt, new_figure, save_figure
 
 STEP_PLOT = "step_time_breakdown.png"
 KERNEL_PLOT = "kernel_mix.png"
 NVML_PLOT = "nvml.png"
-
-
-# ----------------------------------------------------------------------------- headline metrics
-
-
-def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
-    """`trace/*` metrics, units in the name. Only what the trace measured: a CPU-only trace has no
-    GPU metric, a trace without DataLoader events has no data-loader share. Across ranks: the mean
-    of the per-rank values (and the step-time spread)."""
-    ranks = analysis.ranks
-    metrics: dict[str, float] = {}
-
-    def put(name: str, values: list[float | None]) -> None:
-        measured = [v for v in values if v is not None]
-        if measured:
-            metrics[name] = float(mean(measured))
-
-    step_times = [r.step_time for r in ranks if r.step_time is not None]
-    put(names.TRACE_STEP_TIME_MEAN, [t.mean_us / 1000 for t in step_times])
-    put(names.TRACE_STEP_TIME_MEDIAN, [t.median_us / 1000 for t in step_times])
-    if step_times:
-        metrics[names.TRACE_STEP_TIME_MAX] = max(t.max_us for t in step_times) / 1000
-        metrics[names.TRACE_PROFILED_STEPS] = float(min(t.count for t in step_times))
-    if analysis.spread is not None:
-        metrics[names.TRACE_STEP_TIME_SPREAD_MS] = analysis.spread.spread_us / 1000
-        metrics[names.TRACE_STEP_TIME_SPREAD_PCT] = analysis.spread.spread_pct
-
-    for category in sorted({c.category for r in ranks for c in r.host}):
-        put(names.trace_host_metric(_metric_token(category)), [r.host_pct(category) for r in ranks])
-    gpu_ranks = [r for r in ranks if r.gpu is not None]
-    gpus = [r.gpu for r in ranks if r.gpu is not None]  # the summaries of gpu_ranks, in the same order
-    cuda_sync = names.trace_host_metric(_metric_token(CUDA_SYNC_CATEGORY))
-    if gpu_ranks and cuda_sync not in metrics and step_times:
-        # The profiler records every CUDA runtime call: on a GPU trace, no sync call is a measured 0.
-        metrics[cuda_sync] = 0.0
-
-    put(names.TRACE_GPU_IDLE, [g.idle_pct for g in gpus])
-    put(names.TRACE_GPU_COMPUTE, [g.compute_pct for g in gpus])
-    put(names.TRACE_GPU_NON_COMPUTE, [g.non_compute_pct for g in gpus])
-    put(names.TRACE_GPU_KERNEL_TIME_MS, [g.kernel_time_us / 1000 for g in gpus])
-    put(names.TRACE_GPU_COMMUNICATION, [communication_pct(r) for r in gpu_ranks])
-    put(names.TRACE_GPU_COMMUNICATION_EXPOSED, [exposed_communication_pct(r) for r in gpu_ranks])
-    host_wait_shares = [host_wait_share_of_idle(r) for r in gpu_ranks]
-    put(names.TRACE_GPU_IDLE_HOST_WAIT, [None if s is None else 100.0 * s for s in host_wait_shares])
-    put(names.TRACE_GPU_REDUCED_PRECISION, [g.reduced_precision_kernel_pct for g in gpus])
-    for cause in IDLE_CAUSES:
-        put(
-            names.gpu_idle_cause_metric(cause),
-            [row.pct for r in gpu_ranks for row in r.gpu_idle_by_cause if row.cause == cause],
-        )
-
-    for device in ("cuda", "cpu"):
-        memories = [r.memory for r in ranks if r.memory is not None and r.memory.device == device]
-        prefix = "gpu" if device == "cuda" else "cpu"
-        if memories:
-            metrics[names.trace_memory_metric(prefix, "peak_allocated_gib")] = (
-                max(m.peak_allocated_bytes for m in memories) / 2**30
-            )
-            reserved = [m.peak_reserved_bytes for m in memories if m.peak_reserved_bytes is not None]
-            if reserved:
-                metrics[names.trace_memory_metric(prefix, "peak_reserved_gib")] = max(reserved) / 2**30
-            put(
-                names.trace_memory_metric(prefix, "growth_mib_per_step"),
-                [None if m.growth_bytes_per_step is None else m.growth_bytes_per_step / 2**20 for m in memories],
-            )
-    metrics.update(communication_metrics(analysis.communication))
-    return metrics
-
-
-def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float]:
-    """`comm/*` of a data-parallel job: each rank's under `rank<r>/comm/*`, the job's the largest of any rank
-    (the rank that spends the most on communication is the one the job's speed depends on)."""
-    if comm is None:
-        return {}
-    metrics: dict[str, float] = {}
-    per_rank = {
-        names.COMM_COLLECTIVE_PCT: lambda r: r.collective_pct,
-        names.COMM_EXPOSED_PCT: lambda r: r.exposed_pct,
-        names.COMM_WAIT_PCT: lambda r: r.wait_pct,
-        names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step,
-    }
-    for name, value_of in per_rank.items():
-        values = []
-        for rank in comm.ranks:
-            value = value_of(rank)
-            if value is not None:
-                metrics[names.rank_metric(rank.rank, name)] = float(value)
-                values.append(float(value))
-        if values:
-            metrics[name] = max(values)
-    if comm.wait_spread_pct is not None:
-        metrics[names.COMM_WAIT_SPREAD_PCT] = comm.wait_spread_pct
-    if comm.waited_for_rank is not None:
-        metrics[names.COMM_WAITED_FOR_RANK] = float(comm.waited_for_rank)
-    return metrics
-
-
-def _metric_token(category: str) -> str:
-    """yolo_mlops/data_wait -> data_wait; data_loader stays."""
-    token = category[len(PHASE_LABEL_PREFIX) :] if category.startswith(PHASE_LABEL_PREFIX) else category
-    return "".join(ch if ch.isalnum() else "_" for ch in token)
-
-
-# ---------------------------------------------------------------------------------------- blocks
-
-
-@dataclass
-class Heading:
-    text: str
-    level: int = 2
-
-
-@dataclass
-class Paragraph:
-    text: str
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-
-
-@dataclass
-class Image:
-    file_name: str
-    alt: str
-
-
-Block = Heading | Paragraph | Table | Image
 
 
 def _pct_cell(pct: float | None) -> str:
@@ -374,7 +228,7 @@ def _plot_step_breakdown(rank: RankAnalysis, path: Path) -> bool:
     bottom = [0.0] * len(rank.steps)
     for category in categories:
         values = [s.host_us.get(category, 0.0) / 1000 for s in rank.steps]
-        ax.bar(labels, values, bottom=bottom, label=_metric_token(category))
+        ax.bar(labels, values, bottom=bottom, label=category_token(category))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     other = [max(0.0, s.duration_us / 1000 - b) for s, b in zip(rank.steps, bottom, strict=True)]
     ax.bar(labels, other, bottom=bottom, label="other", color="lightgrey")
@@ -397,53 +251,6 @@ def _plot_kernel_mix(rank: RankAnalysis, path: Path) -> bool:
     ax.set_title(f"Kernel mix (rank {rank.rank}); GPU idle {rank.gpu.idle_pct:.1f}% of its span")
     save_figure(fig, path)
     return True
-
-
-# ------------------------------------------------------------------------------------- renderers
-
-
-def render_markdown(blocks: list[Block]) -> str:
-    out: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append("#" * b.level + " " + b.text)
-        elif isinstance(b, Paragraph):
-            out.append(b.text)
-        elif isinstance(b, Table):
-            out.append(markdown_table(b.headers, b.rows))
-        elif isinstance(b, Image):
-            out.append(f"![{b.alt}]({b.file_name})")
-        out.append("")
-    return "\n".join(out)
-
-
-def render_html(blocks: list[Block], out_dir: Path) -> str:
-    """Self-contained page: images are embedded, so it renders inside MLflow's artifact viewer."""
-    body: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            body.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
-        elif isinstance(b, Paragraph):
-            body.append(f"<p>{html.escape(b.text)}</p>")
-        elif isinstance(b, Table):
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in b.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif isinstance(b, Image):
-            data = base64.b64encode((out_dir / b.file_name).read_bytes()).decode()
-            body.append(
-                f'<figure><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(b.alt)}</figcaption></figure>"
-            )
-    style = (
-        "body{font-family:sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:90%}"
-        "th{background:#f3f3f3}img{max-width:100%}"
-    )
-    return (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Profiling report</title>'
-        f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
 
 
 def write_report(

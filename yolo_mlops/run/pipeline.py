@@ -23,7 +23,7 @@ from yolo_mlops import names
 from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnose, headline_metrics, write_report
 from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
-from yolo_mlops.analysis.report import Block, Heading, Paragraph, Table
+from yolo_mlops.analysis.document import Block, Heading, Paragraph, Table
 from yolo_mlops.config import RunSpec, data_home
 from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
