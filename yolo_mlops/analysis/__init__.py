@@ -1,6 +1,15 @@
 """Trace analysis, diagnosis and run reports (modelled on Meta's HolisticTraceAnalysis).
 
 Analyses are functions from parsed trace columns to plain dataclasses; see docs/analysis.md.
+
+- `trace_loader`: a trace file (or a folder of rank traces) into numpy columns (`RankTrace`); `TraceError`.
+- `gpu`, `host`, `memory`, `idle_attribution`, `communication`: the analyses, over one rank's columns (and the
+  cross-rank waits of a data-parallel job).
+- `trace_analysis`: `analyze_traces(path) -> TraceAnalysis`, the ranks in worker processes when big.
+- `model`: the result dataclasses and their JSON; `stored`: a run's stored analysis read back.
+- `diagnosis`: findings with their estimated savings.
+- `metrics`: the `trace/*` metrics; `render_text`: what `yolo-mlops analyze` prints; `report` (blocks of
+  `document`): the run's report.md and report.html with plots; `progress_bar`: analyze's bar on a terminal.
 Importing the package costs numpy, msgspec and ijson (which every analysis needs) and nothing heavier:
 the report's plotting stack (matplotlib) is imported when a figure is drawn, never torch or MLflow.
 """
