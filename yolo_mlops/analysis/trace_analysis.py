@@ -49,6 +49,8 @@ GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
 
 
 def analyze_rank(trace: RankTrace) -> RankAnalysis:
+    """One rank's analyses. The trace's memory events are handed to the memory profile (RankTrace.take_memory),
+    so the trace keeps none of them afterwards."""
     host = host_event_mask(trace)
     steps = find_steps(trace, host)
     category_by_name = categories_by_name(trace.names)
@@ -289,7 +291,7 @@ def _labels_outside_steps(trace: RankTrace) -> list[str]:
     if steps.count == 0:
         return []
     labels = [i for i, name in enumerate(trace.names) if name.startswith(PHASE_LABEL_PREFIX)]
-    events = np.flatnonzero(host & trace.name_mask(labels)) if labels else np.zeros(0, dtype=np.int64)
+    events = np.flatnonzero(host & trace.name_mask(labels))
     outside = events[steps.index_of(trace.ts[events]) < 0]
     if not outside.size:
         return []
