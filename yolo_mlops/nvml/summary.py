@@ -13,11 +13,7 @@ import numpy as np
 
 from yolo_mlops import names
 from yolo_mlops.nvml.alignment import AlignedTimeline
-from yolo_mlops.nvml.backend import (
-    CLOCKS_EVENT_POWER_BITS,
-    CLOCKS_EVENT_REASONS,
-    CLOCKS_EVENT_THERMAL_BITS,
-)
+from yolo_mlops.nvml.backend import CLOCKS_EVENT_POWER_BITS, CLOCKS_EVENT_REASONS, CLOCKS_EVENT_THERMAL_BITS
 
 # Interval-averaged utilisation / rate metrics: mean, p95, max and profiled/unprofiled means.
 _UTIL_METRICS = (
