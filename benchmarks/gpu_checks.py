@@ -1,7 +1,8 @@
 """Driver of `benchmarks/run_gpu_checks.sh`: every GPU check, in priority order, within one time budget.
 
 Each step runs as a child process with its own time limit: what is left of the budget, less what the later
-steps reserve, capped on a GPU by the step's own maximum (a CPU rehearsal has only the budget). After every
+steps reserve, capped on a GPU by the step's own maximum (a CPU rehearsal has only the budget; a dry run, which
+measures nothing, only a hang guard per child, since a busy machine is slower, not broken). After every
 step OUT/summary.json and OUT/summary.md are rewritten, so a run cut short still leaves every finished
 step's results.
 
@@ -46,6 +47,9 @@ FIXTURE_TRACES = (ROOT / "tests" / "fixtures" / "gpu_traces",)  # real GPU trace
 OVERHEAD_GOAL = 1.03
 STEP_LOG_CAP = 2 * 2**20  # bytes of one step's output kept in checks.log (head and tail)
 TRACE_CAP = 15 * 2**20  # the GPU machine returns files up to 16 MiB
+# A dry run's children (installs, imports, plans) take about 5-20 s each on an idle 2-core machine and were seen
+# at 17x that on a loaded one: the limit only catches a child that hangs, never one that is slow.
+DRY_RUN_HANG_S = 1800.0
 
 # Modules the steps import; the environment step imports each once, so a missing wheel shows up first.
 CHECKED_IMPORTS = (
@@ -179,8 +183,13 @@ class Checks:
             run.status, run.note = "skipped", command
             return run
         run.command = [_short(c) for c in command]
-        # a step's maximum sizes it for the GPU machine's time budget; a CPU rehearsal or a dry run runs on whatever
-        # machine it is given, so there only the whole budget bounds it (a busy machine is slower, not broken)
+        # a step's maximum sizes it for the GPU machine's time budget; a CPU rehearsal runs on whatever machine it
+        # is given, so there only the whole budget bounds it, and a dry run measures nothing, so there only the
+        # hang guard does (a busy machine is slower, not broken)
+        if self.mode == "dry-run":
+            run.timeout_s = round(DRY_RUN_HANG_S)
+            rc, seconds, output = self._spawn(step.name, command, DRY_RUN_HANG_S)
+            return self._judged(step, run, rc, seconds, output, DRY_RUN_HANG_S)
         cap = step.max_s if self.mode == "gpu" else self.left()
         limit = min(cap, self.left() - reserve_after)
         if limit < min(step.reserve_s, step.max_s) * 0.5 or limit < 5:
@@ -189,6 +198,9 @@ class Checks:
             return run
         run.timeout_s = round(limit)
         rc, seconds, output = self._spawn(step.name, command, limit)
+        return self._judged(step, run, rc, seconds, output, limit)
+
+    def _judged(self, step: Step, run: StepRun, rc: int | None, seconds: float, output: str, limit: float) -> StepRun:
         run.rc, run.seconds = rc, round(seconds, 1)
         if rc is None:
             run.status, run.note = "timeout", f"stopped after {limit:.0f} s"
@@ -221,7 +233,7 @@ class Checks:
             run.status = "validated" if notes else "not-run"
             run.note = "; ".join(notes) or "nothing to check without running it"
             return run
-        rc, seconds, output = self._spawn(f"{step.name} (dry run)", check, 120)
+        rc, seconds, output = self._spawn(f"{step.name} (dry run)", check, DRY_RUN_HANG_S)
         run.rc, run.seconds = rc, round(seconds, 1)
         passed = command if isinstance(command, list) and "--help" in check else []
         missing = [a for a in passed if a.startswith("--") and a not in output]
