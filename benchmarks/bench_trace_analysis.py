@@ -314,9 +314,10 @@ sys.exit(code)
 """
 
 # The floors beneath an analysis, in one process: zlib alone (one thread; one thread per core over indexed members),
-# msgspec's typed decode of the events alone, and decode + columns (the loader's one-process parse, no gzip).
+# msgspec's typed decode of the events alone, the loader's columns built from what it decoded, and the analyses
+# after loading (the whole analyze command's in-process time less the loading's, both warm).
 FLOOR_CHILD = r"""
-import json, os, sys, time, zlib
+import contextlib, io, json, os, sys, time, zlib
 from concurrent.futures import ThreadPoolExecutor
 from yolo_mlops.analysis import trace_loader as loader
 from yolo_mlops.profiling import trace_gzip
@@ -339,7 +340,8 @@ with ThreadPoolExecutor(threads) as pool:
     sum(pool.map(inflate, members))
 result["zlib_members_threads_s"] = time.perf_counter() - t
 result["threads"] = threads
-decode = 0.0
+decode = columns = 0.0
+builder = loader._ColumnBuilder()
 with open(members_path, "rb") as fh:
     for i, member in enumerate(members):
         text = trace_gzip.member_text(fh, member)
@@ -348,10 +350,41 @@ with open(members_path, "rb") as fh:
         if not member.ends_at_event:  # the last member: the array's end and the metadata after it
             text = text[: text.rindex(b"]")] + b","
         t = time.perf_counter()
-        loader._CHUNK_DECODER.decode(b"[" + text.rstrip().rstrip(b",") + b"]")
+        events = loader._CHUNK_DECODER.decode(b"[" + text.rstrip().rstrip(b",") + b"]")
         decode += time.perf_counter() - t
-print(json.dumps(result | {"decode_s": decode}))
+        t = time.perf_counter()
+        builder.add_events(events)
+        columns += time.perf_counter() - t
+        del events
+result |= {"decode_s": decode, "columns_s": columns}
+del builder
+from yolo_mlops.cli.analyze import analyze_command
+import yolo_mlops.analysis.diagnosis, yolo_mlops.analysis.model, yolo_mlops.analysis.render_text
+import yolo_mlops.analysis.trace_analysis  # the command's lazy imports, paid before the timed passes
+t = time.perf_counter()
+loader.load_traces(single)
+load = time.perf_counter() - t
+t = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    analyze_command(single, "json")
+result["analyses_s"] = time.perf_counter() - t - load
+print(json.dumps(result))
 """
+# Interpreter start and the analyze command's imports, what every `yolo-mlops analyze` pays before reading.
+START_CHILD = (
+    "import yolo_mlops.cli, yolo_mlops.cli.analyze, yolo_mlops.analysis.diagnosis, yolo_mlops.analysis.model, "
+    "yolo_mlops.analysis.render_text, yolo_mlops.analysis.trace_analysis"
+)
+
+
+def start_s(repeats: int = 5) -> float:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", START_CHILD], check=True, env=env, cwd=str(REPO))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 @dataclass
@@ -442,7 +475,7 @@ def _total_rss(row: dict) -> float:
     return row["rss_mib"] + (row["children_rss_mib"] if row["form"] == "indexed members" else 0.0)
 
 
-def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float, float]) -> str:
+def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float, float], start: float) -> str:
     lines = [
         FLOOR_SECTION,
         "",
@@ -491,7 +524,8 @@ def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float
         "shares with its parent, so parent + reader over-counts the memory both use together.",
         "",
         "Floors, in one process per size: zlib inflating the one-stream file in one thread, and the indexed members",
-        "in one thread per core; msgspec's typed decode of the events alone (no columns), summed over the members:",
+        "in one thread per core; msgspec's typed decode of the events alone (no columns), summed over the members;",
+        "the loader's columns built from those decoded events; the analyses after loading:",
         "",
         markdown_table(
             (
@@ -500,6 +534,8 @@ def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float
                 "zlib, threads over members s",
                 "threads",
                 "decode alone s",
+                "columns s",
+                "analyses s",
                 "gzip -dc s (above)",
             ),
             [
@@ -509,14 +545,70 @@ def render_floor(rows: list[dict], repeats: int, command: str, load: tuple[float
                     f"{r['floor']['zlib_members_threads_s']:.2f}",
                     str(r["floor"]["threads"]),
                     f"{r['floor']['decode_s']:.2f}",
+                    f"{r['floor']['columns_s']:.2f}",
+                    f"{r['floor']['analyses_s']:.2f}",
                     f"{r['gunzip_s']:.2f}",
                 )
                 for r in rows
                 if "floor" in r
             ],
         ),
+        "",
+        "What each goal leaves room for, from the parts above (the `columns` are the loader's building of them from",
+        "the decoded events; `analyses` the command's in-process time after loading; `start` the interpreter and the",
+        "command's imports). One stream: inflating in the reader thread beside decoding and building the columns in",
+        "the main one, `start + max(inflate, decode [+ columns]) + analyses`. Indexed members: inflating, decoding",
+        "and building split over the cores, `start + (inflate over the members x threads + decode [+ columns]) /",
+        "threads + analyses` (the merge of the readers' columns left out). Each in seconds and as a ratio to that",
+        f"file's gzip -dc; start {start:.2f} s.",
+        "",
+        markdown_table(
+            (
+                "events",
+                "form",
+                "goal",
+                "floor, columns free",
+                "floor, columns as built",
+                "measured (above)",
+            ),
+            [row for n in sorted({r["events"] for r in rows}) for row in _goal_rows(rows, n, start)],
+        ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _goal_rows(rows: list[dict], events: int, start: float) -> list[tuple[str, ...]]:
+    by_form = {r["form"]: r for r in rows if r["events"] == events}
+    members = by_form["indexed members"]
+    f = members["floor"]
+    threads = f["threads"]
+    inflate_cpu = f["zlib_members_threads_s"] * threads
+    floors = {
+        "one gzip stream": (
+            1.2,
+            start + max(f["zlib_1_thread_s"], f["decode_s"]) + f["analyses_s"],
+            start + max(f["zlib_1_thread_s"], f["decode_s"] + f["columns_s"]) + f["analyses_s"],
+        ),
+        "indexed members": (
+            0.8,
+            start + (inflate_cpu + f["decode_s"]) / threads + f["analyses_s"],
+            start + (inflate_cpu + f["decode_s"] + f["columns_s"]) / threads + f["analyses_s"],
+        ),
+    }
+    out: list[tuple[str, ...]] = []
+    for form, (goal, free, built) in floors.items():
+        gunzip = by_form[form]["gunzip_s"]
+        out.append(
+            (
+                f"{events:,}",
+                form,
+                f"<= {goal}x",
+                f"{free:.2f} s, {free / gunzip:.2f}x",
+                f"{built:.2f} s, {built / gunzip:.2f}x",
+                f"{by_form[form]['analyze_s']:.2f} s, {by_form[form]['ratio']:.2f}x",
+            )
+        )
+    return out
 
 
 def render(
@@ -680,9 +772,10 @@ def main() -> None:
     byte_compile_tree()
     if args.floor_events:
         load_start = os.getloadavg()[0]
+        start = start_s()
         with tempfile.TemporaryDirectory() as tmp:
             rows = floor_runs([int(n) for n in args.floor_events.split(",")], args.repeats, Path(tmp))
-        text = render_floor(rows, args.repeats, command.strip(), (load_start, os.getloadavg()[0]))
+        text = render_floor(rows, args.repeats, command.strip(), (load_start, os.getloadavg()[0]), start)
         print(text)
         if args.write_docs:
             write_section(text, FLOOR_SECTION)
