@@ -24,7 +24,6 @@ import gzip
 import io
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ from yolo_mlops.analysis import trace_loader  # noqa: E402
 from yolo_mlops.render import markdown_table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trace_analysis import write_big_trace  # noqa: E402
+from bench_trace_analysis import gunzip_run, write_big_trace  # noqa: E402
 
 BLOCK_BYTES = 4 << 20
 _ARROW_SCHEMA = pa.schema(
@@ -137,12 +136,6 @@ DECODERS: dict[str, Callable[[list[bytes]], int]] = {
 }
 
 
-def gunzip_s(path: Path) -> float:
-    t = time.perf_counter()
-    subprocess.run(["gzip", "-dc", str(path)], stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -159,7 +152,7 @@ def main() -> None:
         counts: dict[str, int] = {}
         names = list(DECODERS)
         for repeat in range(args.repeats):
-            gunzips.append(gunzip_s(path))
+            gunzips.append(gunzip_run(path))
             for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
                 t = time.perf_counter()
                 counts[name] = DECODERS[name](blocks)
