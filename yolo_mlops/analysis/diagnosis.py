@@ -155,6 +155,12 @@ def _worst(ranks: list[RankAnalysis], key) -> tuple[RankAnalysis, float] | None:
     return max(scored, key=lambda rv: rv[1]) if scored else None
 
 
+def _worst_over(ranks: list[RankAnalysis], key, warn: float) -> tuple[RankAnalysis, float] | None:
+    """The rank with the highest `key`, where that value reaches the rule's warning line; else None."""
+    worst = _worst(ranks, key)
+    return worst if worst is not None and worst[1] >= warn else None
+
+
 def _severity(value: float, high: float) -> str:
     return HIGH if value >= high else MEDIUM
 
@@ -264,8 +270,8 @@ def gpu_idle_host_wait(diagnosis_input: DiagnosisInput) -> Finding | None:
             evidence={"sm_util_pct": round(diagnosis_input.sm_util_pct, 2), "threshold_pct": SM_UTIL_LOW_PCT},
             recommended_variants=variants,
         )
-    worst = _worst(_gpu_ranks(diagnosis_input), _launch_idle_pct)
-    if worst is None or worst[1] < GPU_IDLE_PCT_WARN:
+    worst = _worst_over(_gpu_ranks(diagnosis_input), _launch_idle_pct, GPU_IDLE_PCT_WARN)
+    if worst is None:
         return None
     rank, launch_pct = worst
     return Finding(
@@ -351,31 +357,30 @@ def cudnn_autotune_off(diagnosis_input: DiagnosisInput) -> Finding | None:
 
 
 def layout_conversions(diagnosis_input: DiagnosisInput) -> Finding | None:
-    worst = _worst(_gpu_ranks(diagnosis_input), lambda r: r.gpu.layout_conversion_kernel_pct)
-    if worst is None or worst[1] < LAYOUT_CONVERSION_PCT_WARN:
+    worst = _worst_over(
+        _gpu_ranks(diagnosis_input), lambda r: r.gpu.layout_conversion_kernel_pct, LAYOUT_CONVERSION_PCT_WARN
+    )
+    if worst is None:
         return None
+    rank, pct = worst
     return Finding(
         rule="layout_conversions",
         severity=LOW,
-        title=f"{worst[1]:.1f}% of kernel time converts tensors between NCHW and NHWC",
-        evidence={
-            "rank": str(worst[0].rank),
-            "layout_conversion_kernel_pct": round(worst[1], 2),
-            "threshold_pct": LAYOUT_CONVERSION_PCT_WARN,
-        },
+        title=f"{pct:.1f}% of kernel time converts tensors between NCHW and NHWC",
+        evidence=_evidence(
+            rank=str(rank.rank), layout_conversion_kernel_pct=pct, threshold_pct=LAYOUT_CONVERSION_PCT_WARN
+        ),
         recommended_variants=["channels_last"],
         # conversion kernels may overlap other streams' work: their summed time bounds what removing them saves
         saving=_per_step(
-            worst[0],
-            _gpu(worst[0]).layout_conversion_time_us or 0.0,
-            "if channels_last removed every conversion kernel",
+            rank, _gpu(rank).layout_conversion_time_us or 0.0, "if channels_last removed every conversion kernel"
         ),
     )
 
 
 def sync_in_step(diagnosis_input: DiagnosisInput) -> Finding | None:
-    worst = _worst(_ranks(diagnosis_input), lambda r: r.host_pct(CUDA_SYNC_CATEGORY))
-    if worst is None or worst[1] < SYNC_PCT_WARN:
+    worst = _worst_over(_ranks(diagnosis_input), lambda r: r.host_pct(CUDA_SYNC_CATEGORY), SYNC_PCT_WARN)
+    if worst is None:
         return None
     rank, pct = worst
     calls = next(c.count for c in rank.host if c.category == CUDA_SYNC_CATEGORY)
@@ -391,12 +396,9 @@ def sync_in_step(diagnosis_input: DiagnosisInput) -> Finding | None:
         rule="sync_in_step",
         severity=_severity(pct, SYNC_PCT_HIGH),
         title=f"Synchronising CUDA calls take {pct:.1f}% of step time (.item(), .cpu(), blocking copies)",
-        evidence={
-            "rank": str(rank.rank),
-            "sync_pct": round(pct, 2),
-            "sync_calls_per_step": round(calls / steps, 2),
-            "threshold_pct": SYNC_PCT_WARN,
-        },
+        evidence=_evidence(
+            rank=str(rank.rank), sync_pct=pct, sync_calls_per_step=calls / steps, threshold_pct=SYNC_PCT_WARN
+        ),
         recommended_variants=[],
         saving=saving,
     )
@@ -421,19 +423,15 @@ def exposed_communication_pct(rank: RankAnalysis) -> float | None:
 
 
 def communication_high(diagnosis_input: DiagnosisInput) -> Finding | None:
-    worst = _worst(_gpu_ranks(diagnosis_input), exposed_communication_pct)
-    if worst is None or worst[1] < COMMUNICATION_PCT_WARN:
+    worst = _worst_over(_gpu_ranks(diagnosis_input), exposed_communication_pct, COMMUNICATION_PCT_WARN)
+    if worst is None:
         return None
     rank, pct = worst
     return Finding(
         rule="communication_high",
         severity=_severity(pct, COMMUNICATION_PCT_HIGH),
         title=f"{pct:.0f}% of GPU busy time is communication not overlapped with compute",
-        evidence={
-            "rank": str(rank.rank),
-            "exposed_communication_pct": round(pct, 2),
-            "threshold_pct": COMMUNICATION_PCT_WARN,
-        },
+        evidence=_evidence(rank=str(rank.rank), exposed_communication_pct=pct, threshold_pct=COMMUNICATION_PCT_WARN),
         recommended_variants=[f"batch_{_doubled_or(diagnosis_input.batch_size, 32)}"],
         saving=_per_step(
             rank,
