@@ -23,8 +23,8 @@ HIGH_OR_MEDIUM = {"high", "medium"}
 # 2-core machine would compete with the training process and make the wait real). Cases that plant
 # something other than slow data start from it, so that only the plant shows. Loading in the main process is
 # Python work that a slow machine slows more than torch's compute: at 64 px it was 2 ms of a 50 ms step on one
-# day and 10-13 ms of 112-142 ms on another, near the data rule's 10%; at 128 px the same loading is about 2.7%
-# of the step beside two CPU burners. CLEAN_RUN adds that size.
+# day and 10-13 ms of 112-142 ms on another, near the data rule's 10%; at 128 px the same loading is 2-3% of the
+# step, alone or beside CPU burners. CLEAN_RUN adds that size.
 NO_DATA_BOTTLENECK = {
     "cache": "ram",
     "mosaic": 0.0,
@@ -40,8 +40,8 @@ CLEAN_RUN = {"imgsz": 128, "train_args": NO_DATA_BOTTLENECK}
 
 def _settings(name: str, **overrides) -> dict:
     settings = {
-        # 12 steps per epoch, all in the first: steps 1-4 are the profiler window (wait, warm-up, 3 profiled)
-        # and steps 5-9 the steady ones the step timer summarises, so no single step decides a case
+        # 12 steps per epoch, all in the first: step 0 is the profiler's wait (and left out as the first step),
+        # 1 its warm-up, 2-4 profiled, and 5-9 the steady steps the timer summarises: no single step decides a case
         "imgsz": 64,
         "batch": BATCH,
         "epochs": 1,
