@@ -463,26 +463,44 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
         )
     )
 
-    def new_run_trained_an_epoch() -> bool:
-        fresh = [f for f in runs.glob("*/") if f not in before]
-        return bool(fresh) and steps_in(fresh[0]) >= STEPS_PER_EPOCH
+    flow_returned = threading.Event()
+    watched: list[str] = []  # what the watcher saw and did: the failure message, should the flow run to its end
+
+    def fresh_folders() -> list[Path]:
+        return [f for f in runs.glob("*/") if f not in before]
 
     def send_sigterm() -> None:
-        deadline = time.monotonic() + STARTUP_WAIT_S
-        while time.monotonic() < deadline and not new_run_trained_an_epoch():
+        started = time.monotonic()
+        while time.monotonic() - started < STARTUP_WAIT_S and not flow_returned.is_set():
+            trained = [f for f in fresh_folders() if steps_in(f) >= STEPS_PER_EPOCH]
+            if trained:
+                watched.append(
+                    f"SIGTERM sent {time.monotonic() - started:.1f} s in, {trained[0].name} at step "
+                    f"{steps_in(trained[0])}"
+                )
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
             time.sleep(0.2)
-        os.kill(os.getpid(), signal.SIGTERM)
+        watched.append(
+            f"no SIGTERM sent in {time.monotonic() - started:.1f} s; new run folders and their steps: "
+            f"{[(f.name, steps_in(f)) for f in fresh_folders()]}"
+        )
 
     previous = {s: signal.signal(s, cli._raise_interrupted) for s in cli.HANDLED_SIGNALS}
     watcher = threading.Thread(target=send_sigterm, daemon=True)
     try:
         watcher.start()
         with pytest.raises(KeyboardInterrupt) as raised:
-            profile_training(spec, gpu_limit=limit)
+            try:
+                profile_training(spec, gpu_limit=limit)
+            finally:
+                flow_returned.set()  # the watcher sends nothing once the flow is over
+            watcher.join(60)
+            pytest.fail(f"the flow ran to its end, not interrupted; the watcher: {watched}")
     finally:
+        watcher.join(60)  # before the handlers go back: no SIGTERM may reach the test process after them
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        watcher.join(60)
     assert getattr(raised.value, "signal", None) == signal.SIGTERM
     with get_client(sync_client=True) as client:
         assert client.read_global_concurrency_limit_by_name(limit).active_slots == 0
