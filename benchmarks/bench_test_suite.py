@@ -1,8 +1,9 @@
 """Where `make test`'s time goes: its wall time against the CPU work it does and the cores it has.
 
 Runs the README's test command once, as a user would, and reports:
-- the wall time, and the CPU seconds (user + system) of the command's process tree (`wait4`'s rusage: every
-  process it waited for; a server that outlived its test's process group is not counted);
+- the wall time, and the CPU seconds (user + system) of the command's process tree (`wait4`'s rusage: the
+  command and each descendant that its parent waited for; a process left to init when its parent ended is not
+  counted);
 - how busy the machine's cores were meanwhile (/proc/stat, every process on the machine: run it alone);
 - the floor those give: the CPU seconds over the cores, the shortest wall time that work allows;
 - test time per module (junit), and the sum of the modules that conftest runs on a core of their own
