@@ -74,12 +74,14 @@ def main() -> None:
         )
         assert proc.stdout is not None
         tail: collections.deque[str] = collections.deque(maxlen=3)
+        # read in a thread and wait for make itself: a process the suite left behind that still holds the pipe
+        # would keep it from reaching its end, and must not hold up the figures
         reader = threading.Thread(target=lambda: tail.extend(proc.stdout or ()), daemon=True)
         reader.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - started
         busy1, total1 = cpu_ticks()
-        reader.join()
+        reader.join(10)
         times = module_times(junit) if junit.exists() else {}
 
     cores = len(os.sched_getaffinity(0))

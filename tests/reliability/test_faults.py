@@ -495,10 +495,9 @@ def test_sigterm_releases_the_gpu_concurrency_slot(prefect_server, mlflow_client
                 profile_training(spec, gpu_limit=limit)
             finally:
                 flow_returned.set()  # the watcher sends nothing once the flow is over
-            watcher.join(60)
+                watcher.join(60)  # before the handlers go back: no SIGTERM may reach the test process after them
             pytest.fail(f"the flow ran to its end, not interrupted; the watcher: {watched}")
     finally:
-        watcher.join(60)  # before the handlers go back: no SIGTERM may reach the test process after them
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     assert getattr(raised.value, "signal", None) == signal.SIGTERM
