@@ -55,9 +55,8 @@ def rank_child(mode: str, steps: int, imgsz: int, batch: int, workers: int, out:
         if mode == "instrumented":
             train_instrumented(plan, ends)
         else:
-            import ultralytics.engine.trainer as engine_trainer
+            from yolo_mlops.compat import ultralytics as ultralytics_compat
 
-            engine_trainer.check_amp = lambda model: True  # as training.train: no weights download
             trainer = training._make_trainer_class()(overrides=training.ultralytics_args(plan))
             trainer.instrumentation = _NoInstrumentation()
             trainer.ddp_settings = spec.ddp
@@ -69,7 +68,8 @@ def rank_child(mode: str, steps: int, imgsz: int, batch: int, workers: int, out:
                     trainer.stop = True
 
             trainer.add_callback("on_train_batch_end", plain_end)
-            trainer.train()
+            with ultralytics_compat.amp_check_skipped():  # as training.train: no weights download
+                trainer.train()
     (out / f"{mode}-rank{rank}.json").write_text(json.dumps(ends))
 
 

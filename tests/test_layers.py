@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "contracts",
         ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names", "yolo_mlops.render"),
     ),
+    ("seams", ("yolo_mlops.compat",)),
     ("measurement", ("yolo_mlops.nvml", "yolo_mlops.profiling")),
     ("analysis", ("yolo_mlops.analysis",)),
     ("tracking", ("yolo_mlops.tracking",)),

@@ -80,8 +80,8 @@ def test_the_temporary_servers_output_goes_to_its_log(tmp_path, monkeypatch, cap
     sitecustomize right after it prints, so no port or database is involved."""
     from prefect.server.api.server import SubprocessASGIServer
 
+    from yolo_mlops.compat import prefect as prefect_compat
     from yolo_mlops.run import prefect_server
-    from yolo_mlops.run.prefect_session import _own_session_class
 
     for name in _PREFECT_VARS:
         monkeypatch.delenv(name, raising=False)
@@ -99,11 +99,11 @@ def test_the_temporary_servers_output_goes_to_its_log(tmp_path, monkeypatch, cap
     database = prefect_server.configure(tmp_path / "home")
     assert database is not None
     port = 1  # a key of Prefect's per-port registry no real server uses; nothing listens
-    server = _own_session_class(SubprocessASGIServer)(port)
+    server = prefect_compat.own_session_server_class(SubprocessASGIServer, prefect_server.server_log)(port)
     try:
-        assert server._run_uvicorn_command().wait(timeout=300) == 0
+        assert prefect_compat.start_server_command(server).wait(timeout=300) == 0
     finally:
-        SubprocessASGIServer._instances.pop(port, None)
+        prefect_compat.forget_server(port)
         for lock in prefect_server._held:
             lock.close()
     captured = capfd.readouterr()

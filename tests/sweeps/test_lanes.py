@@ -150,12 +150,11 @@ def test_a_lane_ended_before_it_reached_its_process_never_runs(prefect_server, t
     """The runner hands a task to its process pool from a resolver thread: a lane ended right after it was
     submitted (its bound passed before that hand-over) must not start later in a fresh process."""
     from prefect import task
-    from prefect.task_runners import ProcessPoolTaskRunner
 
-    from yolo_mlops.sweeps import lanes
+    from yolo_mlops.compat import prefect as prefect_compat
 
     marker = tmp_path / "ran"
-    with ProcessPoolTaskRunner(max_workers=1) as runner:
+    with prefect_compat.process_pool_runner(1) as runner:
         runner.submit(task(_mark_after), parameters={"path": str(marker), "delay_s": 2.0})
-        lanes._end_worker_processes(runner)
+        prefect_compat.end_pool_processes(runner)
     assert not marker.exists()

@@ -8,7 +8,7 @@ SIGTERM (docker stop, Kubernetes, a Prefect cancellation), SIGINT (Ctrl-C) and S
 become `Interrupted`, a KeyboardInterrupt: the stack unwinds through every `finally` (the MLflow run ends
 KILLED with what it captured, the GPU concurrency slot is released) and atexit runs (it stops the temporary
 Prefect server, which the default SIGTERM action would leave running; the server runs in a session of its
-own, so a terminal's Ctrl-C reaches only the command: yolo_mlops/run/prefect_session.py). The user gets one
+own, so a terminal's Ctrl-C reaches only the command: yolo_mlops/compat/prefect.py). The user gets one
 line; the exit code is 128 + the signal number (130 for SIGINT, 143 for SIGTERM). Any other failure is one
 line too, exit code 1; its traceback stays in the run folder (`error.log`).
 """
@@ -41,6 +41,7 @@ COMMANDS = {
 }
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 FLOW_COMMANDS = ("demo", "profile", "sweep", "optimize")  # commands that run a Prefect flow
+LIBRARY_FREE_COMMANDS = ("analyze",)  # reads a trace file: no torch, ultralytics, MLflow or Prefect
 
 __all__ = ["Interrupted", "build_parser", "main", "spec_from_args"]
 
@@ -95,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, _raise_interrupted) for s in HANDLED_SIGNALS}
     try:
+        if args.command not in LIBRARY_FREE_COMMANDS:
+            from yolo_mlops.compat.versions import check_installed
+
+            check_installed()  # a library outside its tested range: one line, before anything runs
         if args.command in FLOW_COMMANDS:
-            from yolo_mlops.run.prefect_session import detach_temporary_server
+            from yolo_mlops.run.prefect_server import detach_temporary_server
 
             detach_temporary_server()  # Ctrl-C reaches the command, not its temporary Prefect server
         return args.handler(args)

@@ -36,7 +36,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops.run import prefect_server
 
     prefect_server.configure(data_home())  # before prefect is imported, as for the other flow commands
-    from yolo_mlops.run.prefect_session import detach_temporary_server
+    from yolo_mlops.run.prefect_server import detach_temporary_server
 
     detach_temporary_server()
     from yolo_mlops.cli.prefect_output import quiet_prefect_tracebacks

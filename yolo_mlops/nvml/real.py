@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from yolo_mlops.compat import nvml as nvml_compat
 from yolo_mlops.nvml.backend import (
     DRIVER_UTIL_METRICS,
     GPM_METRICS,
@@ -69,7 +70,7 @@ FIELD_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT, milliwatts
 FIELD_TOTAL_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, millijoules
 
 _ERR_NOT_SUPPORTED = 3
-_ERR_FUNCTION_NOT_FOUND = 13
+_ERR_FUNCTION_NOT_FOUND = nvml_compat.ERR_FUNCTION_NOT_FOUND
 _GPU_LOST_CODES = frozenset({15, 16, 28})  # GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND
 
 _VALUE_FIELD_BY_TYPE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -116,11 +117,7 @@ def _forget_nvml_init_for_tests() -> None:
 def _nvml(name: str, *older_names: str) -> Callable:
     """`pynvml.<name>` (or an older name of it), looked up at call time; a pynvml without it answers
     FUNCTION_NOT_FOUND, so the metric is dropped as unsupported instead of failing the whole poll."""
-    for candidate in (name, *older_names):
-        function = getattr(pynvml, candidate, None)
-        if function is not None:
-            return function
-    raise pynvml.NVMLError(_ERR_FUNCTION_NOT_FOUND)
+    return nvml_compat.function(pynvml, name, *older_names)
 
 
 def sample_value(value_type: int, value) -> float:
@@ -146,6 +143,8 @@ class _Device:
 
 
 def _gpm_supported(handle) -> bool:
+    if nvml_compat.gpm_missing(pynvml):
+        return False  # bindings older than the GPM API
     try:
         return bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
     except pynvml.NVMLError:

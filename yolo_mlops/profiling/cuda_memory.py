@@ -1,9 +1,9 @@
 """CUDA memory snapshot over the profiled steps: allocator history for PyTorch's memory visualiser.
 
-`CudaMemorySnapshot` follows the profiler window: `follow(recording)` after every `prof.step()` starts
-`torch.cuda.memory._record_memory_history` when the window opens and, when it closes, writes
-`torch.cuda.memory._dump_snapshot` (a pickle that https://pytorch.org/memory_viz opens locally, in the
-browser, without uploading it) and stops recording. One snapshot per run: the first window.
+`CudaMemorySnapshot` follows the profiler window: `follow(recording)` after every `prof.step()` starts recording
+the allocator's history when the window opens and, when it closes, writes the snapshot (a pickle that
+https://pytorch.org/memory_viz opens locally, in the browser, without uploading it) and stops recording. One
+snapshot per run: the first window. torch's calls for it are private; `compat.torch` makes them.
 
 On a run without CUDA (or a torch without the private API) it does nothing and says why in `status`,
 which the pipeline records as a tag. Costs: recording keeps a stack per live allocation (bounded by
@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from yolo_mlops import names
+from yolo_mlops.compat import torch as torch_compat
 
 SNAPSHOT_FILE = names.file_name(names.CUDA_MEMORY_SNAPSHOT_PICKLE)
 MAX_ENTRIES = 100_000
@@ -37,10 +38,8 @@ class CudaMemorySnapshot:
 
         if not torch.cuda.is_available():
             return "skipped: CUDA not available"
-        memory = torch.cuda.memory
-        if not (hasattr(memory, "_record_memory_history") and hasattr(memory, "_dump_snapshot")):
-            return f"skipped: torch {torch.__version__} has no memory-history API"
-        return None
+        missing = torch_compat.memory_history_missing()
+        return None if missing is None else f"skipped: {missing}"
 
     def follow(self, recording: bool) -> None:
         """Call after each profiler step with whether the profiler now records."""
@@ -52,10 +51,8 @@ class CudaMemorySnapshot:
             self.close()
 
     def _start(self) -> None:
-        import torch
-
         try:
-            torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+            torch_compat.start_memory_history(self.max_entries)
         except Exception as exc:  # a snapshot is a diagnostic: it never stops training
             self.status = f"skipped: recording failed ({type(exc).__name__}: {exc})"
             return
@@ -65,17 +62,15 @@ class CudaMemorySnapshot:
         """Dump and stop (idempotent; also called when training ends inside the window)."""
         if not self._recording:
             return
-        import torch
-
         self._recording, self._done = False, True
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            torch.cuda.memory._dump_snapshot(str(self.path))
+            torch_compat.dump_memory_snapshot(self.path)
             self.status = RECORDED
         except Exception as exc:
             self.status = f"skipped: dump failed ({type(exc).__name__}: {exc})"
         finally:
             try:
-                torch.cuda.memory._record_memory_history(enabled=None)
+                torch_compat.stop_memory_history()
             except Exception:  # a diagnostic never stops training; the status already says what happened
                 pass

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from yolo_mlops import names
+from yolo_mlops.compat import torch as torch_compat
 from yolo_mlops.render import fmt, markdown_table
 
 TIMELINE_FILE = names.file_name(names.MEMORY_TIMELINE_GZ)
@@ -65,17 +66,17 @@ def column_labels() -> list[str]:
     Column 0 is a leading slot that torch never fills; it is read as unknown too.
     """
     try:
-        from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, Category
+        category_index, category_enum = torch_compat.memory_categories()
     except ImportError as exc:
         raise LayoutError(f"torch has no memory-profiler categories ({exc})") from None
-    width = len(_CATEGORY_TO_INDEX)
-    if sorted(_CATEGORY_TO_INDEX.values()) != list(range(width)):
+    width = len(category_index)
+    if sorted(category_index.values()) != list(range(width)):
         raise LayoutError("torch's category indices are not 0..n-1")
     labels = [UNKNOWN] * (width + 1)
-    for category, index in _CATEGORY_TO_INDEX.items():
+    for category, index in category_index.items():
         if category is None:
             labels[index + 1] = UNKNOWN
-        elif isinstance(category, Category):
+        elif isinstance(category, category_enum):
             labels[index + 1] = category.name.lower()
         else:
             raise LayoutError(f"unexpected memory-profiler category {category!r}")

@@ -30,6 +30,7 @@ from torch.profiler import (
 )
 
 from yolo_mlops import names
+from yolo_mlops.compat import torch as torch_compat
 from yolo_mlops.config import ProfilerSettings
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.profiling.memory_holders import MemoryByHolderRecorder
@@ -49,6 +50,7 @@ class TrainingProfiler(AbstractContextManager):
             self.trace_dir, device, settings.record_shapes, settings.profile_memory, settings.with_stack
         )
         self._prof: profile | None = None
+        self.unsupported: list[str] = []  # profile() arguments this torch does not take (compat.torch)
         self._running = False
         self._worker = f"{socket.gethostname()}_{os.getpid()}"
 
@@ -56,7 +58,7 @@ class TrainingProfiler(AbstractContextManager):
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         s = self.settings
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.with_cuda else [])
-        self._prof = profile(
+        arguments, self.unsupported = torch_compat.profile_arguments(
             activities=activities,
             schedule=schedule(skip_first=s.skip_first, wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat),
             on_trace_ready=self._on_trace_ready,
@@ -66,6 +68,7 @@ class TrainingProfiler(AbstractContextManager):
             with_modules=s.with_modules,
             acc_events=True,  # keep every cycle's events so the tables cover all of them
         )
+        self._prof = profile(**arguments)
         self._prof.__enter__()
         self._running = True
         return self
@@ -106,7 +109,7 @@ def write_chrome_trace(prof: profile, trace_dir: Path, worker: str) -> Path:
     """This cycle's Chrome trace as `<worker>.<ns>.pt.trace.json.gz` in trace_dir."""
     plain = trace_dir / f"{worker}.{time.time_ns()}.pt.trace.json"
     prof.export_chrome_trace(str(plain))
-    prof.wait_for_exports()  # a deferred (CUPTI monitor) export is written by now
+    torch_compat.wait_for_exports(prof)  # a deferred export is written by now
     gzipped = plain.with_name(plain.name + ".gz")
     try:
         # indexed gzip members cut at event boundaries (trace_gzip): one gzip stream to every reader, read in
@@ -163,10 +166,10 @@ def _frame(events, sort_by: str) -> pd.DataFrame:
             "calls": e.count,
             "self_cpu_time_us": e.self_cpu_time_total,
             "cpu_time_us": e.cpu_time_total,
-            "self_device_time_us": e.self_device_time_total,
-            "device_time_us": e.device_time_total,
+            "self_device_time_us": torch_compat.event_value(e, "self_device_time_total"),
+            "device_time_us": torch_compat.event_value(e, "device_time_total"),
             "self_cpu_memory_bytes": e.self_cpu_memory_usage,
-            "self_device_memory_bytes": e.self_device_memory_usage,
+            "self_device_memory_bytes": torch_compat.event_value(e, "self_device_memory_usage"),
         }
         for e in events
     ]

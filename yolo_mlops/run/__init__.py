@@ -8,5 +8,5 @@
 - `environment`: versions, device, the code's git commit and the series identity of a run.
 - `gpu_lock`: one GPU, one profiled run (Prefect global concurrency limits `gpu-<machine>-<index>`).
 - `offline`: ultralytics without a network.
-- `prefect_server`, `prefect_session`: the temporary Prefect server a command starts when none is configured.
+- `prefect_server`: the temporary Prefect server a command starts when none is configured.
 """

@@ -112,3 +112,11 @@ def _take_slot(folder: Path) -> Path | None:
 
 def _database_files(database: Path) -> list[Path]:
     return [database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+
+
+def detach_temporary_server() -> bool:
+    """This process's temporary Prefect server in a session of its own, its output in `server_log()`, so that a
+    terminal's Ctrl-C reaches only the command (compat/prefect.py says why); False when there is none to manage."""
+    from yolo_mlops.compat import prefect as prefect_compat
+
+    return prefect_compat.own_session_server(server_log)

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from yolo_mlops.compat import versions
 from yolo_mlops.config import RunSpec, data_home, resolve_steps
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
@@ -29,6 +30,7 @@ class Preflight:
 
 
 def check(spec: RunSpec) -> Preflight:
+    versions.check_installed()  # a flow started by a worker, not the command line, is checked here
     configure_ultralytics(data_home())
     machine_name()  # a name that cannot key a series or a limit is refused before anything runs
     _check_model(spec.model)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from yolo_mlops import names
+from yolo_mlops.compat import torch as torch_compat
+from yolo_mlops.compat import ultralytics as ultralytics_compat
 from yolo_mlops.config import AppliedSettings, DdpSettings, RunSpec, TorchSettings, device_list
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
@@ -168,7 +170,7 @@ def _effective_model_settings(model) -> dict[str, bool]:
     and applies channels_last only on CUDA, so the requested args alone do not say what ran."""
     first = next((p for p in model.parameters() if p.dim() == 4), None)
     return {
-        "compiled": hasattr(model, "_orig_mod"),
+        "compiled": torch_compat.is_compiled(model),
         "channels_last_effective": bool(
             first is not None and first.is_contiguous(memory_format=torch.channels_last) and not first.is_contiguous()
         ),
@@ -176,7 +178,7 @@ def _effective_model_settings(model) -> dict[str, bool]:
 
 
 def _batch_images(trainer) -> int:
-    return int(getattr(trainer, "_last_batch_images", 0) or trainer.batch_size)
+    return int(trainer.last_batch_images or trainer.batch_size)
 
 
 def _loss_dict(trainer) -> dict[str, Any]:
@@ -191,81 +193,54 @@ def _loss_dict(trainer) -> dict[str, Any]:
 
 
 def _make_trainer_class():
-    from ultralytics.models.yolo.detect import DetectionTrainer
-
-    class ProfiledDetectionTrainer(DetectionTrainer):
-        """DetectionTrainer with phase labels around preprocessing and the optimizer step, and `val: false` as no
-        validation pass at all."""
+    class ProfiledDetectionTrainer(ultralytics_compat.trainer_base()):
+        """DetectionTrainer with phase labels around preprocessing and the optimizer step, the job's DDP switches,
+        and `val: false` as no validation pass at all."""
 
         instrumentation: _Instrumentation
         ddp_settings: DdpSettings | None = None  # set on a data-parallel rank
         ddp_applied: dict[str, Any] | None = None
-        _micro_batches = 0  # micro-batches since the last optimizer step (no_sync accumulation)
+        last_batch_images = 0  # images in the batch preprocessed last
+        micro_batches = 0  # micro-batches since the last optimizer step (no_sync accumulation)
 
-        def _setup_ddp(self):
+        def join_cpu_process_group(self) -> bool:
             if self.args.device != "cpu":
-                return super()._setup_ddp()  # ultralytics' own: the rank's GPU, NCCL
+                return False  # ultralytics' own: the rank's GPU, NCCL
             # CPU ranks, the gloo twin of a GPU job: ultralytics' DDP path is CUDA-only (a CPU device counts as
             # world size 0), so the process group is joined here and the rest of its path runs unchanged
-            import os
-            from datetime import timedelta
-
-            import torch.distributed as dist
-
             self.device = torch.device("cpu")
-            dist.init_process_group(
-                backend="gloo",
-                timeout=timedelta(seconds=DDP_TIMEOUT_S),
-                rank=int(os.environ["RANK"]),
-                world_size=self.world_size,
-            )
+            _join_process_group("gloo", self.world_size)
+            return True
 
-        def _setup_train(self):
+        def setup_train(self, original):
             if self.ddp_settings is None:
-                return super()._setup_train()
+                return original()
             if self.world_size == 1:  # ultralytics joins a process group and wraps the model only above one rank
-                self._join_single_rank()
-            with _ddp_arguments(self, self.ddp_settings) as ddp_arguments:
-                result = super()._setup_train()
-                if self.world_size == 1:
-                    index = self.device.index if self.device.type == "cuda" else None
-                    self.model = ddp_arguments.wrap(
-                        self.model,
-                        device_ids=None if index is None else [index],
-                        find_unused_parameters=not bool(self.args.compile),
-                    )
+                _join_process_group("nccl" if self.device.type == "cuda" else "gloo", 1)
+            wrap = _ddp_wrapper(self, self.ddp_settings)
+            with ultralytics_compat.ddp_wrap(wrap):
+                result = original()
+            if self.world_size == 1:
+                import torch.nn.parallel as parallel
+
+                index = self.device.index if self.device.type == "cuda" else None
+                self.model = wrap(
+                    parallel.DistributedDataParallel,
+                    self.model,
+                    None if index is None else [index],
+                    find_unused_parameters=not bool(ultralytics_compat.train_arg(self, "compile", False)),
+                )
             return result
-
-        def _join_single_rank(self):
-            import os
-            from datetime import timedelta
-
-            import torch.distributed as dist
-
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(
-                backend=backend, timeout=timedelta(seconds=DDP_TIMEOUT_S), rank=int(os.environ["RANK"]), world_size=1
-            )
-
-        def read_results_csv(self):
-            """results.csv as column -> values, read with pandas (a dependency already) rather than polars,
-            which ultralytics imports only here, when it writes the last checkpoint; {} when unreadable."""
-            import pandas as pd
-
-            try:
-                return pd.read_csv(self.csv).to_dict(orient="list")
-            except Exception:  # as ultralytics: no (or an unreadable) results.csv is no results
-                return {}
 
         def preprocess_batch(self, batch):
             inst = self.instrumentation
-            self._last_batch_images = int(batch["img"].shape[0])
+            self.last_batch_images = int(batch["img"].shape[0])
             if self.ddp_settings is not None and self.ddp_settings.no_sync_accumulation:
-                self._micro_batches += 1
+                self.micro_batches += 1
                 # ultralytics steps the optimizer once `accumulate` micro-batches have run; only that one's backward
                 # needs the all-reduce (what DDP's no_sync() context sets, for the forward that follows)
                 wrapped: Any = self.model  # the DDP wrapper by now; ultralytics annotates the attribute as a path
-                wrapped.require_backward_grad_sync = self._micro_batches >= self.accumulate
+                wrapped.require_backward_grad_sync = self.micro_batches >= self.accumulate
             inst.open("preprocess")  # host-to-device copy, normalisation
             try:
                 return super().preprocess_batch(batch)
@@ -276,17 +251,8 @@ def _make_trainer_class():
             pin = self.instrumentation.pin_memory
             if pin is None or mode != "train":
                 return super().get_dataloader(dataset_path, batch_size, rank, mode)
-            # ultralytics 8.4 hard-wires build_dataloader(pin_memory=True); pass the choice for this call only
-            import functools
-
-            import ultralytics.models.yolo.detect.train as detect_train
-
-            original = detect_train.build_dataloader
-            detect_train.build_dataloader = functools.partial(original, pin_memory=pin)
-            try:
+            with ultralytics_compat.train_loader_pin_memory(pin):
                 return super().get_dataloader(dataset_path, batch_size, rank, mode)
-            finally:
-                detect_train.build_dataloader = original
 
         # `val: false` means no validation pass at all. ultralytics' own val=False still validates after the last
         # epoch (and after a stop: max_steps sets one) and then validates best.pt once more: two passes over the
@@ -303,21 +269,19 @@ def _make_trainer_class():
             # ultralytics validates best.pt on a rank's CUDA device; CPU ranks keep the last epoch's validation
             if self.args.val and not (RANK != -1 and self.args.device == "cpu"):
                 return super().final_eval()
-            from ultralytics.utils.torch_utils import strip_optimizer
-
             if RANK not in {-1, 0}:
                 return None  # rank 0 owns the checkpoints
             # the checkpoints as ultralytics leaves them: without the optimizer state
-            results = strip_optimizer(self.last) if self.last.exists() else {}
+            results = ultralytics_compat.strip_optimizer(self.last) if self.last.exists() else {}
             if self.best.exists():
-                strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
+                ultralytics_compat.strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
             return None
 
         def optimizer_step(self):
             inst = self.instrumentation
             inst.close_all()  # ends backward
             inst.open("optimizer_step")
-            self._micro_batches = 0
+            self.micro_batches = 0
             try:
                 super().optimizer_step()
             finally:
@@ -329,39 +293,36 @@ def _make_trainer_class():
 DDP_TIMEOUT_S = 600  # a collective waiting longer than this for a rank fails the job (torchrun also stops it)
 
 
-class _ddp_arguments:
-    """While ultralytics builds the model, its DistributedDataParallel wrap gets the job's DDP switches (and no
-    device_ids on CPU, which DDP refuses for CPU modules); what was passed is kept on the trainer."""
+def _join_process_group(backend: str, world_size: int) -> None:
+    import os
+    from datetime import timedelta
 
-    def __init__(self, trainer, settings: DdpSettings) -> None:
-        self.trainer, self.settings = trainer, settings
+    import torch.distributed as dist
 
-    def __enter__(self):
-        import torch.nn.parallel as parallel
+    dist.init_process_group(
+        backend=backend, timeout=timedelta(seconds=DDP_TIMEOUT_S), rank=int(os.environ["RANK"]), world_size=world_size
+    )
 
-        self.parallel, self.original = parallel, parallel.DistributedDataParallel
-        original, trainer, settings = self.original, self.trainer, self.settings
 
-        def wrap(module, device_ids=None, **kwargs):
-            if trainer.device.type == "cpu":
-                device_ids = None
-            buffers_key = "forward_sync_buffers" if "forward_sync_buffers" in kwargs else "broadcast_buffers"
-            chosen = {
-                "bucket_cap_mb": settings.bucket_cap_mb,
-                "gradient_as_bucket_view": settings.gradient_as_bucket_view,
-                "static_graph": settings.static_graph,
-                buffers_key: settings.broadcast_buffers,
-            }
-            kwargs.update({k: v for k, v in chosen.items() if v is not None})
-            trainer.ddp_applied = dict(kwargs)
-            return original(module, device_ids=device_ids, **kwargs)
+def _ddp_wrapper(trainer, settings: DdpSettings):
+    """How the model is wrapped in DistributedDataParallel: with the job's DDP switches (and no device_ids on CPU,
+    which DDP refuses for CPU modules); what was passed is kept on the trainer."""
 
-        self.wrap = wrap
-        setattr(parallel, "DistributedDataParallel", wrap)  # noqa: B010  (a class replaced by a factory)
-        return self
+    def wrap(ddp_class, module, device_ids=None, **kwargs):
+        if trainer.device.type == "cpu":
+            device_ids = None
+        buffers_key = "forward_sync_buffers" if "forward_sync_buffers" in kwargs else "broadcast_buffers"
+        chosen = {
+            "bucket_cap_mb": settings.bucket_cap_mb,
+            "gradient_as_bucket_view": settings.gradient_as_bucket_view,
+            "static_graph": settings.static_graph,
+            buffers_key: settings.broadcast_buffers,
+        }
+        kwargs.update({k: v for k, v in chosen.items() if v is not None})
+        trainer.ddp_applied = dict(kwargs)
+        return ddp_class(module, device_ids=device_ids, **kwargs)
 
-    def __exit__(self, *exc) -> None:
-        setattr(self.parallel, "DistributedDataParallel", self.original)  # noqa: B010
+    return wrap
 
 
 def ultralytics_args(plan: TrainingPlan) -> dict[str, Any]:
@@ -415,12 +376,6 @@ def _apply_torch_settings(settings: TorchSettings) -> None:
 
 def train(plan: TrainingPlan) -> TrainingOutcome:
     """Run ultralytics training with instrumentation; traces and tables land in `plan.output_dir`."""
-    import ultralytics.engine.trainer as engine_trainer
-
-    # check_amp() downloads yolo26n.pt to compare AMP and FP32 outputs; offline it can only fail or hang.
-    # The pipeline decides AMP explicitly (variants), so take ultralytics' requested setting as is.
-    engine_trainer.check_amp = lambda model: True
-
     flags_before = _torch_flags()
     _apply_torch_settings(plan.spec.torch)
     applied_flags = _torch_flags()
@@ -448,7 +403,9 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         trainer.add_callback(event, getattr(inst, event))
     sampler = NvmlSampler(_nvml_backend(plan), interval_s=plan.spec.nvml.interval_ms / 1000)
     try:
-        with sampler:  # a background thread; it never raises into training
+        # the sampler: a background thread that never raises into training; ultralytics' AMP check downloads
+        # weights, and the run decides AMP itself (variants)
+        with sampler, ultralytics_compat.amp_check_skipped():
             trainer.train()
     except BaseException:
         try:  # a failure or a signal must not lose the steps timed so far; the original error is the news
@@ -475,8 +432,8 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         applied=AppliedSettings(
             **applied_flags,
             amp=trainer.args.amp,
-            channels_last=trainer.args.channels_last,
-            compile=trainer.args.compile,
+            channels_last=ultralytics_compat.train_arg(trainer, "channels_last"),
+            compile=ultralytics_compat.train_arg(trainer, "compile", False),
             compiled=inst.effective.get("compiled", False),
             channels_last_effective=inst.effective.get("channels_last_effective", False),
             pin_memory=plan.spec.torch.pin_memory,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from yolo_mlops import names
+from yolo_mlops.compat import prefect as prefect_compat
 from yolo_mlops.sweeps import remote
 from yolo_mlops.sweeps.collect import ChildOutcome
 from yolo_mlops.sweeps.plan import Child, Lane, SweepPlan
@@ -91,9 +92,8 @@ def _local_lanes(
     not done within `waits.lane_s` of its children (counted from the sweep's start, lanes queued behind others
     under exclusive isolation included) fails its children and its worker processes are ended."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect.task_runners import ProcessPoolTaskRunner
 
-    with temporary_settings({PREFECT_API_URL: _api_url()}), ProcessPoolTaskRunner(max_workers=width) as runner:
+    with temporary_settings({PREFECT_API_URL: _api_url()}), prefect_compat.process_pool_runner(width) as runner:
         futures = [runner.submit(lane_task, parameters={**lane_parameters, "lane": lane}) for lane in plan.lanes]
         bound = waits.lane_s(len(plan.children))  # every child, should the lanes run one after another
         deadline = time.monotonic() + bound
@@ -102,29 +102,9 @@ def _local_lanes(
             for lane, future in zip(plan.lanes, futures, strict=True)
         ]
         if any(overdue for _, overdue in results):
-            _end_worker_processes(runner)
+            # their children's MLflow runs are ended FAILED by `end_stopped_children`
+            prefect_compat.end_pool_processes(runner)
         return [outcomes for outcomes, _ in results]
-
-
-def _end_worker_processes(runner: Any) -> None:
-    """Ends the lane processes still running (a lane past its bound), so leaving the runner does not wait on
-    them; their children's MLflow runs are ended FAILED by `end_stopped_children`.
-
-    The runner hands a submitted task to its process pool from a resolver thread, so a lane can reach the pool
-    after its bound has passed (a bound shorter than that hand-over, or a loaded machine): that thread is
-    drained first, or the lane would start in a fresh process once these were ended and train every child
-    the sweep has already reported failed. Ending a process breaks the pool, which fails the lanes still
-    queued in it."""
-    resolver = getattr(runner, "_resolver_executor", None)
-    if resolver is not None:
-        resolver.shutdown(wait=True)  # quick: the lanes wait on no other futures, so it only pickles and submits
-    executor = getattr(runner, "_executor", None)
-    for process in list((getattr(executor, "_processes", None) or {}).values()):
-        if process.is_alive():
-            process.terminate()
-            process.join(30)
-            if process.is_alive():
-                process.kill()
 
 
 def _lane_result(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from yolo_mlops.compat import mlflow as mlflow_compat
 from yolo_mlops.config import data_home
 from yolo_mlops.errors import ConfigError
 
@@ -42,9 +43,7 @@ def check_reachable(uri: str | None = None, timeout_s: float = 5.0) -> None:
     scheme = urlparse(uri).scheme
     engine = scheme.split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
     if scheme in ("", "file"):
-        from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE
-
-        if not MLFLOW_ALLOW_FILE_STORE.get():  # MLflow 3 refuses its file store unless this is set
+        if not mlflow_compat.file_store_allowed():  # newer MLflow refuses its file store unless told otherwise
             folder = Path(urlparse(uri).path if scheme == "file" else uri).resolve()
             raise ConfigError(
                 f"MLFLOW_TRACKING_URI {uri} is a folder (MLflow's file store), which MLflow "
