@@ -200,6 +200,9 @@ COMM_COLLECTIVE_PCT = "comm/collective_pct"  # collective time, % of step time
 COMM_EXPOSED_PCT = "comm/exposed_pct"  # collective time not overlapped with the rank's compute, % of step time
 COMM_WAIT_PCT = "comm/wait_pct"  # time waiting inside collectives for the other ranks, % of step time
 COMM_CALLS_PER_OPTIMIZER_STEP = "comm/calls_per_optimizer_step"  # collectives per optimizer step
+COMM_CALLS_PER_STEP = "comm/calls_per_step"  # collectives per profiled step
+# input-message MiB of the step's collectives (record_param_comms: elements x dtype size), every collective
+COMM_MESSAGE_MIB_PER_STEP = "comm/message_mib_per_step"
 COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank, % of the mean step
 COMM_WAITED_FOR_RANK = "comm/waited_for_rank"  # the rank the others wait for (logged only when there is one)
 COMM_GRADIENT_MIB = "comm/gradient_mib"  # what one synchronised backward all-reduces: every gradient once

@@ -1,5 +1,6 @@
 """Collectives of a data-parallel job: HTA's comm/compute overlap on real NCCL traces, both NCCL kernel namings,
-and cross-rank waits on hand-built gloo rank traces whose answer is known by construction."""
+a real one-rank NCCL job (no NCCL kernel: the host's calls and message sizes only), and cross-rank waits on
+hand-built gloo rank traces whose answer is known by construction."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.analysis import analyze_traces
+from yolo_mlops.analysis import analyze_traces, trace_loader
+from yolo_mlops.analysis.communication import FROM_HOST_CALLS, FROM_NCCL_KERNELS
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
+from yolo_mlops.analysis.metrics import headline_metrics
 
 NCCL_FIXTURES = ["a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz"]
 PCT_TOLERANCE = 0.5  # percentage points
+# two steps of a real one-rank NCCL job on an H100 (tests/fixtures/h100_traces/README.md)
+ONE_RANK_NCCL = Path(__file__).resolve().parents[1] / "fixtures" / "h100_traces" / "ddp1_nccl_steps13-14.json.gz"
+YOLO11N_GRADIENTS = 2_590_409  # trainable parameters of YOLO11n (nc=3), as ultralytics prints them
 
 
 @pytest.mark.parametrize("name", NCCL_FIXTURES)
@@ -26,7 +32,8 @@ def test_nccl_overlap_agrees_with_hta(gpu_traces_dir, hta_reference, name):
     comm = analyze_traces(gpu_traces_dir / name).communication
     assert comm is not None
     (rank,) = comm.ranks
-    assert rank.backend == "nccl" and rank.collective_calls > 0
+    assert rank.backend == "nccl" and rank.collective_calls > 0 and rank.found_from == FROM_NCCL_KERNELS
+    assert rank.collective_time_us is not None and rank.exposed_time_us is not None
     assert rank.collective_time_us == pytest.approx(comm_total, rel=0.01)
     ours = 100 * (1 - rank.exposed_time_us / rank.collective_time_us)
     assert ours == pytest.approx(100 * overlapped / comm_total, abs=PCT_TOLERANCE)
@@ -48,6 +55,73 @@ def test_newer_nccl_kernel_names_are_collectives_too(gpu_traces_dir, tmp_path):
         before.collective_time_us,
         before.exposed_time_us,
     )
+
+
+def test_record_param_comms_give_the_kernel_paths_message_sizes(gpu_traces_dir):
+    """An NCCL job of two ranks (A100): the window's record_param_comms are its NCCL kernels, one for one, and
+    give their bytes; records without args (an older torch) give calls by kernel only, bytes unknown."""
+    comm = analyze_traces(gpu_traces_dir / "a100_nccl_rank0.json.gz").communication
+    assert comm is not None
+    (rank,) = comm.ranks
+    assert sum(rank.calls_by_collective.values()) == rank.collective_calls == 14
+    assert rank.calls_per_step == 7.0
+    assert rank.collective_bytes is not None and rank.collective_bytes == sum(rank.bytes_by_collective.values())
+    old = analyze_traces(gpu_traces_dir / "small_comm_rank0.json.gz").communication
+    assert old is not None
+    assert old.ranks[0].collective_calls > 0 and old.ranks[0].collective_bytes is None
+
+
+def test_a_one_rank_nccl_job_has_calls_and_bytes_but_no_time():
+    """NCCL launches no kernel for a collective over one rank: the real H100 job's trace has GPU kernels and
+    none of NCCL's. Its collectives are counted from record_param_comms, their bytes from the records' message
+    sizes, and collective, exposed and wait time are not measured: None and no metric, never a 0."""
+    analysis = analyze_traces(ONE_RANK_NCCL)
+    assert analysis.ranks[0].gpu is not None and analysis.ranks[0].gpu.kernel_count > 0
+    comm = analysis.communication
+    assert comm is not None
+    assert (comm.backend, comm.world_size, comm.matched_collectives) == ("nccl", 1, 0)
+    assert comm.note.startswith("world size 1: nccl ran no collective kernel")
+    (rank,) = comm.ranks
+    assert rank.found_from == FROM_HOST_CALLS
+    assert (rank.steps, rank.collective_calls, rank.calls_per_step) == (2, 10, 5.0)
+    # every step: DDP's two gradient buckets and its unused-parameter map, then the BatchNorm buffers' broadcast
+    assert rank.calls_by_collective == {"allreduce": 6, "broadcast": 4}
+    assert rank.optimizer_steps == 1 and rank.calls_per_optimizer_step == 10.0
+    assert rank.bytes_by_collective["allreduce"] == 2 * (4 * (2_326_633 + 263_776) + 4 * 255)
+    assert rank.bytes_by_collective["broadcast"] == 2 * (4 * 15_376 + 8 * 81)
+    # what one synchronised backward all-reduces is every gradient once (+ the 255-int map)
+    assert rank.bytes_by_collective["allreduce"] / 2 == 4 * YOLO11N_GRADIENTS + 4 * 255
+    assert rank.collective_time_us is None and rank.exposed_time_us is None
+    assert rank.collective_pct is None and rank.exposed_pct is None and rank.wait_pct is None
+    assert rank.collective_ms_by_step == [] and rank.synced_steps == 2
+    metrics = headline_metrics(analysis)
+    assert rank.collective_bytes is not None
+    assert metrics["rank0/comm/calls_per_step"] == metrics["comm/calls_per_step"] == 5.0
+    assert metrics["rank0/comm/calls_per_optimizer_step"] == 10.0
+    assert metrics["rank0/comm/message_mib_per_step"] == pytest.approx(rank.collective_bytes / 2 / 2**20)
+    for unmeasured in ("collective_pct", "exposed_pct", "wait_pct", "wait_spread_pct"):
+        assert not [k for k in metrics if k.endswith(f"comm/{unmeasured}")], unmeasured
+    assert not [f for f in diagnose(DiagnosisInput(analysis=analysis)) if f.rule.startswith("ddp_")]
+
+
+def test_collective_records_read_alike_by_every_parser_path(tmp_path):
+    """The msgspec blocks and the ijson fallback read the same record_param_comms; NCCL kernels that carry a
+    "Collective name" arg too (older torch) are not records."""
+    fast = trace_loader._ColumnBuilder()
+    with trace_loader._open_binary(ONE_RANK_NCCL) as fh:
+        assert trace_loader._decode_events_chunked(trace_loader._read_blocks(fh), fast)
+    slow = trace_loader._ColumnBuilder()
+    with trace_loader._open_binary(ONE_RANK_NCCL) as fh:
+        trace_loader._stream_events_ijson(fh, slow)
+    assert fast.collectives == slow.collectives
+    assert len(fast.collectives) == 16  # 10 collectives and 6 waits on them
+    first = fast.collectives[0]
+    assert (first.collective, first.in_nelems, first.dtype, first.group_size) == ("broadcast", 15_376, "Float", 1)
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0}
+    kernel["args"] = {"Collective name": "allreduce", "In msg nelems": 10, "dtype": "Float", "stream": 7}
+    path = tmp_path / "kernel.json"
+    path.write_text(json.dumps({"traceEvents": [kernel]}))
+    assert trace_loader.load_trace_file(path).collective_records == []
 
 
 def _gloo_rank(path: Path, rank: int, late_us: float, steps: int = 3, peers_late_us: float = 0.0) -> Path:
@@ -127,6 +201,7 @@ def test_the_rank_the_others_wait_for_and_how_long(tmp_path):
     assert by_rank[1].wait_time_us == pytest.approx(0.0)
     assert by_rank[0].calls_per_optimizer_step == 2.0
     # rank 0: spans 30-65 and 40-76 ms, its backward 10-50 ms: collective 30-76, exposed 50-76 ms per step
+    assert by_rank[0].collective_time_us is not None and by_rank[0].exposed_time_us is not None
     assert by_rank[0].collective_time_us / 3 == pytest.approx(46_000.0)
     assert by_rank[0].exposed_time_us / 3 == pytest.approx(26_000.0)
     straggler = next(f for f in diagnose(DiagnosisInput(analysis=analyze_traces(files))) if f.rule == "ddp_straggler")

@@ -8,6 +8,13 @@ What a collective is, by backend (the trace's `distributedInfo.backend`):
   collective runs, measured against the training thread (the thread of the ProfilerStep spans): exposed time
   is collective time during which that thread runs no operator of its own. Time inside a `c10d::*` call
   (enqueueing a collective, or blocked on it) is waiting, not compute.
+- neither (a one-rank NCCL job: NCCL launches no kernel for a collective over one rank): the host's record of
+  each call, torch's `record_param_comms` (else the `nccl:<collective>` annotations). Calls and message sizes
+  are known, collective time is not: it, the exposed time and the waits stay None (not measured), never 0,
+  and the analysis' note says why.
+
+Wherever `record_param_comms` names its collective and message (torch 2.x traces), the window's collectives
+also get their bytes: "In msg nelems" x the size of its "dtype", summed per collective.
 
 Across ranks, the k-th collective of every rank is the same collective (DDP issues the same buckets in the same
 order on every rank). As TraceLens does, its latency is the shortest of the ranks' durations, and the rest of
@@ -36,11 +43,38 @@ from yolo_mlops.analysis.trace_loader import RankTrace
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 _GLOO_SPAN_RE = re.compile(r"^gloo:")
+_NCCL_ANNOTATION_RE = re.compile(r"^nccl:")
 _C10D_OP_RE = re.compile(r"^c10d::")
 _PROFILER_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 OPTIMIZER_STEP_LABEL = PHASE_LABEL_PREFIX + "optimizer_step"
 # a spread of waits below this share of the mean step is noise, not a straggler
 STRAGGLER_MIN_WAIT_SPREAD_PCT = 5.0
+WAIT_RECORD = "wait"  # record_param_comms of a wait on a collective's work: not a collective of its own
+# bytes of an element of each c10 scalar type, by the name record_param_comms gives it ("dtype")
+DTYPE_BYTES = {
+    "Bool": 1,
+    "Byte": 1,
+    "Char": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2fnuz": 1,
+    "Float8_e4m3fnuz": 1,
+    "Short": 2,
+    "UInt16": 2,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "UInt32": 4,
+    "Float": 4,
+    "ComplexHalf": 4,
+    "Long": 8,
+    "UInt64": 8,
+    "Double": 8,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+}
+# how a rank's collectives were found (RankCommunication.found_from)
+FROM_NCCL_KERNELS, FROM_GLOO_SPANS, FROM_HOST_CALLS = "nccl_kernels", "gloo_spans", "host_calls"
 
 
 _Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # a rank's collectives: end, duration, step index
@@ -55,11 +89,12 @@ class RankCommunication:
     steps: int
     step_time_us: float  # summed duration of the profiled steps
     collective_calls: int
-    collective_time_us: float  # union of the collectives' intervals inside the steps
-    exposed_time_us: float  # the part during which the rank computed nothing (see module docstring)
+    # None below: not measured (collectives found from host calls only: no kernel or span to time)
+    collective_time_us: float | None  # union of the collectives' intervals inside the steps
+    exposed_time_us: float | None  # the part during which the rank computed nothing (see module docstring)
     optimizer_steps: int  # optimizer_step phase spans in the window (0 when the run had no phase labels)
-    collective_pct: float  # of step time
-    exposed_pct: float  # of step time
+    collective_pct: float | None  # of step time
+    exposed_pct: float | None  # of step time
     calls_per_optimizer_step: float | None
     synced_steps: int = 0  # steps (micro-batches) whose backward all-reduced: any collective in the step
     # time its steps were held back waiting for other ranks inside collectives (cross-rank; see _cross_rank_waits)
@@ -67,6 +102,13 @@ class RankCommunication:
     wait_pct: float | None = None  # of step time
     collective_ms_by_step: list[float] = field(default_factory=list)
     exposed_ms_by_step: list[float] = field(default_factory=list)
+    found_from: str = ""  # FROM_NCCL_KERNELS, FROM_GLOO_SPANS or FROM_HOST_CALLS
+    calls_per_step: float | None = None  # collective_calls / steps
+    # the window's record_param_comms by collective (allreduce, broadcast, ...): calls, and the bytes of their
+    # input messages; collective_bytes is their sum, None when a record lacks its size (or the trace has none)
+    calls_by_collective: dict[str, int] = field(default_factory=dict)
+    bytes_by_collective: dict[str, float] = field(default_factory=dict)
+    collective_bytes: float | None = None
 
 
 @dataclass
@@ -86,7 +128,7 @@ class RankCollectives:
     """One rank's part of the analysis, computed where its trace is loaded (a worker process, for many ranks)."""
 
     rank: RankCommunication
-    spans: _Spans
+    spans: _Spans | None  # None: collectives found from host calls, with no duration to match across ranks
     world_size: int | None  # distributedInfo.world_size
 
 
@@ -103,22 +145,42 @@ def combine(parts: list[RankCollectives | None]) -> CommunicationAnalysis | None
     ranks = [p.rank for p in present]
     world = max([p.world_size or 0 for p in present] + [len(ranks)])
     analysis = CommunicationAnalysis(backend=ranks[0].backend, world_size=world, ranks=ranks, matched_collectives=0)
-    _cross_rank_waits(analysis, [p.spans for p in present])
+    timed = [p.spans for p in present if p.spans is not None]
+    if len(timed) == len(present):
+        _cross_rank_waits(analysis, timed)
+    else:
+        analysis.note = _untimed_note(analysis, [p.rank.rank for p in present if p.spans is None])
     return analysis
 
 
-def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans] | None:
+def _untimed_note(analysis: CommunicationAnalysis, ranks: list[int]) -> str:
+    """Why collectives found from host calls have no time, and no wait, to report."""
+    if analysis.world_size <= 1:
+        return (
+            f"world size 1: {analysis.backend} ran no collective kernel (NCCL launches none for a collective over "
+            "a single rank), so there is no collective time to measure and no other rank to wait for; calls and "
+            "message sizes are the host's (record_param_comms), and collective, exposed and wait time are not "
+            "reported"
+        )
+    return (
+        f"rank(s) {', '.join(map(str, ranks))}: no {analysis.backend} kernels in the trace (were CUDA activities "
+        "recorded?): collectives counted from the host's calls (record_param_comms), without collective, exposed "
+        "or wait time, and no cross-rank waits"
+    )
+
+
+def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans | None] | None:
     """The rank's collectives, and their (end, duration, step) in issue order for the cross-rank match."""
     host = host_event_mask(trace)
     steps = find_steps(trace, host)
     if steps.count == 0:
         return None
     if _name_mask(trace, lambda n: kernel_type(n) == COMMUNICATION).any():
-        spans = _nccl_spans(trace, steps)
+        spans, found_from = _nccl_spans(trace, steps), FROM_NCCL_KERNELS
     else:
-        spans = _gloo_spans(trace, host, steps)
+        spans, found_from = _gloo_spans(trace, host, steps), FROM_GLOO_SPANS
     if spans is None:
-        return None
+        return _host_calls(trace, host, steps)
     backend, comm_start, comm_end, cover_start, cover_end, step_of_comm, step_of_cover, window_steps = spans
     comm_by_step, exposed_by_step = [], []
     for i in range(window_steps):
@@ -146,9 +208,74 @@ def _rank_communication(trace: RankTrace) -> tuple[RankCommunication, _Spans] | 
         synced_steps=sum(1 for ms in comm_by_step if ms > 0),
         collective_ms_by_step=[v / 1000 for v in comm_by_step],
         exposed_ms_by_step=[v / 1000 for v in exposed_by_step],
+        found_from=found_from,
+        calls_per_step=calls / window_steps,
     )
+    _add_messages(result, trace, steps, window_steps)
     counted = step_of_comm >= 0
     return result, (comm_end[counted], (comm_end - comm_start)[counted], step_of_comm[counted])
+
+
+def _host_calls(trace: RankTrace, host: np.ndarray, steps) -> tuple[RankCommunication, None] | None:
+    """A rank whose collectives left no kernel and no span (a one-rank NCCL job: NCCL launches no kernel for a
+    collective over one rank): the host's records of its calls over every profiled step, as the gloo path
+    counts them. Calls per step and per optimizer step, and message bytes where the records give them; no
+    collective or exposed time (None, not 0: nothing was measured)."""
+    records = [r for r in trace.collective_records if r.collective != WAIT_RECORD]
+    if records:
+        ts = np.array([r.ts for r in records], dtype=np.float64)
+    else:  # a trace whose record_param_comms carry no args: the nccl:<collective> annotations torch records
+        ts = trace.ts[_name_mask(trace, _NCCL_ANNOTATION_RE.match) & host]
+    if not ts.size:
+        return None
+    step_of = steps.index_of(ts)
+    calls = int((step_of >= 0).sum())
+    if calls == 0:
+        return None
+    window_start, window_end = float(steps.start[0]), float(steps.end[steps.count - 1])
+    optimizer_steps = _count_in_window(trace, host, OPTIMIZER_STEP_LABEL, window_start, window_end)
+    result = RankCommunication(
+        rank=trace.rank,
+        backend=trace.backend or "unknown",
+        steps=steps.count,
+        step_time_us=float(steps.duration.sum()),
+        collective_calls=calls,
+        collective_time_us=None,
+        exposed_time_us=None,
+        optimizer_steps=optimizer_steps,
+        collective_pct=None,
+        exposed_pct=None,
+        calls_per_optimizer_step=calls / optimizer_steps if optimizer_steps else None,
+        synced_steps=int(np.unique(step_of[step_of >= 0]).size),
+        found_from=FROM_HOST_CALLS,
+        calls_per_step=calls / steps.count,
+    )
+    _add_messages(result, trace, steps, steps.count)
+    return result, None
+
+
+def _add_messages(result: RankCommunication, trace: RankTrace, steps, window_steps: int) -> None:
+    """The window's record_param_comms collectives by name: calls, and bytes of their input messages ("In msg
+    nelems" x the size of "dtype"); the bytes stay unknown (None, empty) when any record lacks either."""
+    records = [r for r in trace.collective_records if r.collective != WAIT_RECORD]
+    if not records:
+        return
+    step_of = steps.index_of(np.array([r.ts for r in records], dtype=np.float64))
+    in_window = [r for r, step in zip(records, step_of.tolist(), strict=True) if 0 <= step < window_steps]
+    calls: dict[str, int] = {}
+    sizes: dict[str, float] = {}
+    known = True
+    for record in in_window:
+        calls[record.collective] = calls.get(record.collective, 0) + 1
+        element = DTYPE_BYTES.get(record.dtype or "")
+        if element is None or record.in_nelems is None:
+            known = False
+            continue
+        sizes[record.collective] = sizes.get(record.collective, 0.0) + float(record.in_nelems * element)
+    result.calls_by_collective = calls
+    if known and in_window:
+        result.bytes_by_collective = sizes
+        result.collective_bytes = float(sum(sizes.values()))
 
 
 def _nccl_spans(trace: RankTrace, steps):

@@ -455,8 +455,11 @@ def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None
         return None  # NCCL kernels: communication_high judges them as HTA does, against GPU busy time
 
     # time a rank waits inside a collective for a slower peer is the straggler's cost (ddp_straggler), not the
-    # transfer's: what no compute hides and no waiting explains is what hiding or skipping collectives saves
+    # transfer's: what no compute hides and no waiting explains is what hiding or skipping collectives saves;
+    # collectives found from host calls only have no exposed time to judge (None: not measured)
     def transfer_us(r) -> float:
+        if r.exposed_time_us is None:
+            return 0.0
         return max(r.exposed_time_us - (r.wait_time_us or 0.0), 0.0)
 
     rank = max(comm.ranks, key=transfer_us)

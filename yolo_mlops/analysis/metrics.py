@@ -80,7 +80,8 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
 
 def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float]:
     """`comm/*` of a data-parallel job: each rank's under `rank<r>/comm/*`, the job's the largest of any rank
-    (the rank that spends the most on communication is the one the job's speed depends on)."""
+    (the rank that spends the most on communication is the one the job's speed depends on). A figure the trace
+    did not measure (collective time of a one-rank NCCL job, which runs no kernel) is not logged at all."""
     if comm is None:
         return {}
     metrics: dict[str, float] = {}
@@ -89,6 +90,10 @@ def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float
         names.COMM_EXPOSED_PCT: lambda r: r.exposed_pct,
         names.COMM_WAIT_PCT: lambda r: r.wait_pct,
         names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step,
+        names.COMM_CALLS_PER_STEP: lambda r: r.calls_per_step,
+        names.COMM_MESSAGE_MIB_PER_STEP: lambda r: (
+            None if r.collective_bytes is None or not r.steps else r.collective_bytes / 2**20 / r.steps
+        ),
     }
     for name, value_of in per_rank.items():
         values = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from yolo_mlops.analysis.communication import RankCommunication
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.render import fmt
@@ -13,6 +14,13 @@ def render_text(analysis: TraceAnalysis) -> str:
     lines = [f"Trace analysis of {analysis.source} ({len(analysis.ranks)} rank(s))"]
     for r in analysis.ranks:
         lines += [""] + _render_rank(r)
+    comm = analysis.communication
+    if comm is not None:
+        lines += [
+            "",
+            f"Communication ({comm.backend}, world size {comm.world_size})" + (f": {comm.note}" if comm.note else ""),
+        ]
+        lines += [f"  {_collectives_line(r)}" for r in comm.ranks]
     if analysis.spread is not None:
         s = analysis.spread
         lines += [
@@ -83,6 +91,22 @@ def _render_rank(r: RankAnalysis) -> list[str]:
             + f"; across steps {slope}, {trend}"
         )
     return lines
+
+
+def _collectives_line(r: RankCommunication) -> str:
+    calls = ", ".join(f"{name} {n}" for name, n in r.calls_by_collective.items())
+    mib = "" if r.collective_bytes is None or not r.steps else f", {r.collective_bytes / 2**20 / r.steps:.2f} MiB/step"
+    timed = (
+        f"collective {_pct_text(r.collective_pct)}, exposed {_pct_text(r.exposed_pct)}, wait {_pct_text(r.wait_pct)} "
+        "of step time"
+        if r.collective_pct is not None
+        else "collective time not measured"
+    )
+    return (
+        f"rank {r.rank}: {r.collective_calls} collectives in {r.steps} steps ({fmt(r.calls_per_step, '.2f')}/step"
+        + (f"; {calls}" if calls else "")
+        + f"{mib}), found from {r.found_from or '-'}; {timed}"
+    )
 
 
 def _phase_name(name: str) -> str:

@@ -41,6 +41,7 @@ def _report_blocks(
     blocks += _host_blocks(analysis)
     for rank in analysis.ranks:
         blocks += _gpu_blocks(rank, multi=len(analysis.ranks) > 1)
+    blocks += _communication_blocks(analysis)
     blocks += _memory_blocks(analysis)
     blocks += sections
     if images:
@@ -179,6 +180,48 @@ def _gpu_blocks(rank: RankAnalysis, multi: bool) -> list[Block]:
         Table(
             ["kernel", "type", "ms", "count"],
             [[k.name, k.kernel_type, _ms(k.time_us), str(k.count)] for k in rank.top_kernels],
+        ),
+    ]
+
+
+def _communication_blocks(analysis: TraceAnalysis) -> list[Block]:
+    """A data-parallel job's collectives per rank; a figure not measured shows as `-`, and the note says why."""
+    comm = analysis.communication
+    if comm is None:
+        return []
+    rows = [
+        [
+            str(r.rank),
+            r.found_from or "-",
+            fmt(r.calls_per_step, ".2f"),
+            fmt(r.calls_per_optimizer_step, ".2f"),
+            ", ".join(f"{name} {n}" for name, n in r.calls_by_collective.items()) or "-",
+            "-" if r.collective_bytes is None or not r.steps else f"{r.collective_bytes / 2**20 / r.steps:.2f}",
+            _pct_cell(r.collective_pct),
+            _pct_cell(r.exposed_pct),
+            _pct_cell(r.wait_pct),
+        ]
+        for r in comm.ranks
+    ]
+    text = f"Backend {comm.backend}, world size {comm.world_size}." + (
+        f" {comm.note[0].upper()}{comm.note[1:]}." if comm.note else ""
+    )
+    return [
+        Heading("Communication"),
+        Paragraph(text),
+        Table(
+            [
+                "rank",
+                "found from",
+                "calls/step",
+                "calls/optimizer step",
+                "calls in the window",
+                "message MiB/step",
+                "collective %",
+                "exposed %",
+                "wait %",
+            ],
+            rows,
         ),
     ]
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import ijson
 import msgspec
@@ -52,6 +52,7 @@ _METADATA_KEYS = ("distributedInfo", "deviceProperties")  # the top-level keys t
 # Event categories that are activities on the GPU itself (Kineto names; old traces capitalise).
 GPU_ACTIVITY_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
 MEMORY_EVENT_NAME = "[memory]"
+COLLECTIVE_RECORD_NAME = "record_param_comms"  # torch's record of each c10d collective a rank issued
 CUDA_DEVICE_TYPE = 1  # `Device Type` in [memory] events: 0 = CPU, 1 = CUDA
 
 
@@ -115,6 +116,9 @@ class RankTrace:
     backend: str | None = None  # distributedInfo.backend ("nccl", "gloo"); None outside a process group
     world_size: int | None = None  # distributedInfo.world_size
     warnings: list[str] = field(default_factory=list)  # what was left out of the analysis, and why
+    # the record_param_comms events whose args name their collective (torch's c10d records them, with or
+    # without a kernel behind them), in file order
+    collective_records: list[CollectiveRecord] = field(default_factory=list)
 
     @property
     def event_count(self) -> int:
@@ -136,6 +140,16 @@ class RankTrace:
         so a big trace's (a million events, 24 MiB) are freed once it has, before the GPU activities exist."""
         memory, self.memory = self.memory, MemoryEvents.empty()
         return memory
+
+
+class CollectiveRecord(NamedTuple):
+    """One `record_param_comms` event: a collective as c10d issued it on the host, from the event's args."""
+
+    ts: float  # microseconds, the trace's clock
+    collective: str  # "Collective name": allreduce, broadcast, allgather, ..., and "wait" for a wait on one
+    in_nelems: int | None  # "In msg nelems": elements of the rank's input message
+    dtype: str | None  # "dtype": c10's scalar type name (Float, Half, BFloat16, Long, ...)
+    group_size: int | None  # "Group size": ranks in the collective's process group
 
 
 def id_mask(ids: np.ndarray, wanted: Iterable[int], size: int) -> np.ndarray:
@@ -238,6 +252,9 @@ class _Args(
         "device_type": "Device Type",
         "total_allocated": "Total Allocated",
         "total_reserved": "Total Reserved",
+        "collective": "Collective name",
+        "in_nelems": "In msg nelems",
+        "group_size": "Group size",
     },
 ):
     """The args we read (Kineto's key spelling); msgspec skips every other key without building it."""
@@ -247,6 +264,11 @@ class _Args(
     device_type: Any = -1
     total_allocated: Any = None
     total_reserved: Any = None
+    # record_param_comms only (COLLECTIVE_RECORD_NAME): what the collective was and its message
+    collective: Any = None
+    in_nelems: Any = None
+    dtype: Any = None
+    group_size: Any = None
 
 
 _NO_ARGS = _Args()
@@ -422,6 +444,10 @@ def _event_from_dict(event) -> _TypedEvent:
             device_type=args.get("Device Type", -1),
             total_allocated=args.get("Total Allocated"),
             total_reserved=args.get("Total Reserved"),
+            collective=args.get("Collective name"),
+            in_nelems=args.get("In msg nelems"),
+            dtype=args.get("dtype"),
+            group_size=args.get("Group size"),
         )
     else:
         args = _NO_ARGS
@@ -685,6 +711,7 @@ _PID, _TID = attrgetter("pid"), attrgetter("tid")
 _ARGS, _STREAM, _CORRELATION = attrgetter("args"), attrgetter("stream"), attrgetter("correlation")
 _DEVICE_TYPE, _ALLOCATED = attrgetter("device_type"), attrgetter("total_allocated")
 _RESERVED = attrgetter("total_reserved")
+_COLLECTIVE = attrgetter("collective")
 
 
 def _append_floats(column: array, values: list) -> None:
@@ -719,6 +746,7 @@ class _ColumnBuilder:
         # the memory instant events' columns
         self.mem_ts, self.mem_allocated, self.mem_reserved = array("d"), array("d"), array("d")
         self.mem_device_type = array("i")
+        self.collectives: list[CollectiveRecord] = []
         self.seen_events = 0
 
     def add_events(self, events: list) -> None:
@@ -734,6 +762,14 @@ class _ColumnBuilder:
         args = list(map(_ARGS, complete))
         self._extend_narrow("stream", list(map(_STREAM, args)))
         self._extend_narrow("correlation", list(map(_CORRELATION, args)))
+        named = list(map(_COLLECTIVE, args))
+        if named.count(None) != len(named):  # a block without collective records costs this one C-level count
+            # NCCL kernels of some torch versions carry a "Collective name" too: only the host's records count
+            self.collectives += [
+                _collective_record(event.ts, a)
+                for event, a in zip(complete, args, strict=True)
+                if a.collective is not None and event.name == COLLECTIVE_RECORD_NAME
+            ]
         memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
         if memory:
             args = list(map(_ARGS, memory))
@@ -782,6 +818,7 @@ class _ColumnBuilder:
         count, each interned table just before its column, the columns as numpy arrays (the integer ones
         narrowed, so the pipe and the receiving process carry as few bytes as they hold)."""
         yield "seen_events", self.seen_events
+        yield "collectives", self.collectives
         interned = dict(self._INTERNED)
         for column in self._COLUMNS:
             if column in interned:
@@ -797,6 +834,8 @@ class _ColumnBuilder:
         for key, value in items:
             if key == "seen_events":
                 self.seen_events += value
+            elif key == "collectives":
+                self.collectives += value
             elif key in tables:
                 codes[tables[key]] = np.asarray(getattr(self, key).many(value), dtype=np.int64)
             elif key in codes:
@@ -858,6 +897,7 @@ class _ColumnBuilder:
             tids=[str(tid) for tid in self.tids.values],
             backend=str(info["backend"]) if info.get("backend") else None,
             world_size=int(world_size) if isinstance(world_size, (int, float)) else None,
+            collective_records=self.collectives,
         )
 
 
@@ -887,6 +927,18 @@ def _column(buffer: array) -> np.ndarray:
     if len(buffer) == 0:
         return np.zeros(0, dtype=dtype)
     return np.frombuffer(buffer, dtype=dtype)
+
+
+def _collective_record(ts: float, args: _Args) -> CollectiveRecord:
+    """A record_param_comms event's collective; an arg of an unexpected type reads as unknown (None)."""
+    nelems, group = args.in_nelems, args.group_size
+    return CollectiveRecord(
+        ts,
+        str(args.collective),
+        nelems if type(nelems) is int and nelems >= 0 else None,
+        args.dtype if isinstance(args.dtype, str) else None,
+        group if type(group) is int and group > 0 else None,
+    )
 
 
 def _as_int(value) -> int:
