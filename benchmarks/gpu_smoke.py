@@ -11,8 +11,12 @@ CUDA kernels in the Chrome trace, device time in the key_averages tables, the NV
     python3 benchmarks/gpu_smoke.py --ddp-backend nccl   # the same run as a one-rank DDP job (torchrun, NCCL)
 
 With --ddp-backend the run is a data-parallel job of one rank (the data-parallel path on the one GPU a machine
-may have): also checked are the trace's distributedInfo (rank 0, world size 1, the backend), the collectives the
-analysis found (NCCL kernels; gloo spans on a CPU rehearsal) and the rank's own NVML metrics (rank0/gpu/*).
+may have): also checked are the trace's distributedInfo (rank 0, world size 1, the backend), `ddp.backend_used`,
+the collectives the analysis found and the rank's own NVML metrics (rank0/gpu/*). NCCL launches no kernel for a
+collective over one rank (seen on an H100, NCCL 2.28.9), so over NCCL the collectives are the host's
+record_param_comms: calls per step, and message bytes that must be the model's gradients (all-reduced once a
+step) plus DDP's buffer broadcast; collective time is not measured there and `rank0/comm/collective_pct` must be
+absent, not 0. Over gloo (the CPU rehearsal) gloo's own spans time them: `rank0/comm/collective_pct` > 0.
 What needs two or more GPUs (cross-rank waits, a straggler, NCCL between devices) stays unverified by it.
 
 Exit 0 when every check passed; 1 when a check failed; 2 when the run could not be made (no CUDA device).
@@ -161,9 +165,31 @@ def ddp_evidence(device: str, backend: str, outcome, result, params: dict[str, s
             sorted(k for k in params if k.startswith("ddp.applied.")),
             "ddp.applied.* params",
         ),
-        in_range(m, "rank0/comm/collective_pct", 1e-6, 100.0),
+        in_range(m, "rank0/comm/calls_per_step", 1.0, 1e4),
+        *comm_evidence(backend, m),
         in_range(m, "rank0/gpu/mem_used_gib_max", 0.05, 1e4, cuda),
         in_range(m, "rank0/gpu/power_w_mean", 20.0, 1500.0, cuda),
+    ]
+
+
+def comm_evidence(backend: str, m: dict[str, float]) -> list[dict]:
+    """What a one-rank job's collectives can show: NCCL runs no kernel for them (no time, only the host's calls
+    and their message sizes), gloo times them on its own threads."""
+    if backend != "nccl":
+        return [in_range(m, "rank0/comm/collective_pct", 1e-6, 100.0)]
+    gradient_mib = m.get("comm/gradient_mib")
+    absent = "absent: NCCL runs no kernel for one rank, nothing to time"
+    return [
+        check(
+            "rank0/comm/collective_pct",
+            "rank0/comm/collective_pct" not in m,
+            m.get("rank0/comm/collective_pct"),
+            absent,
+        ),
+        # every gradient all-reduced once a step, plus DDP's unused-parameter map and buffer broadcast (H100: +0.6%)
+        in_range(m, "rank0/comm/message_mib_per_step", gradient_mib, gradient_mib * 1.05)
+        if gradient_mib
+        else check("comm/gradient_mib", False, None, "logged by a data-parallel job"),
     ]
 
 
@@ -221,7 +247,11 @@ def main() -> int:
             "nvml_backend": outcome.nvml.backend,
             "nvml_notes": outcome.nvml.reasons,
             "checks": checks,
-            "metrics": {k: v for k, v in sorted(result.metrics.items()) if k.startswith(("gpu/", "perf/", "trace/"))},
+            "metrics": {
+                k: v
+                for k, v in sorted(result.metrics.items())
+                if k.startswith(("gpu/", "perf/", "trace/", "comm/", "rank0/comm/"))
+            },
             "findings": [
                 {"severity": f.severity, "title": f.title, "recommended_variants": f.recommended_variants}
                 for f in result.findings
