@@ -97,7 +97,17 @@ def child(mode: str, steps: int, imgsz: int, batch: int, device: str, workers: i
         else:
             from ultralytics.models.yolo.detect import DetectionTrainer
 
-            trainer = DetectionTrainer(overrides=training.ultralytics_args(plan))
+            class Trainer(DetectionTrainer):
+                """val=False as the instrumented arm (the library) takes it: no validation pass after the stop and
+                none of best.pt, which ultralytics otherwise runs after the measured steps (child time only)."""
+
+                def validate(self):
+                    return {}, None
+
+                def final_eval(self):
+                    return None
+
+            trainer = Trainer(overrides=training.ultralytics_args(plan))
 
             def stop_at_max(trainer):
                 ends.append(time.perf_counter_ns())

@@ -1,10 +1,16 @@
 """Driver of `benchmarks/run_gpu_checks.sh`: every GPU check, in priority order, within one time budget.
 
 Each step runs as a child process with its own time limit: what is left of the budget, less what the later
-steps reserve, capped on a GPU by the step's own maximum (a CPU rehearsal has only the budget; a dry run, which
-measures nothing, only a hang guard per child, since a busy machine is slower, not broken). After every
-step OUT/summary.json and OUT/summary.md are rewritten, so a run cut short still leaves every finished
-step's results.
+priority steps reserve, but never less than the step's own need (later steps give way to earlier ones, not the
+other way round), capped on a GPU by the step's own maximum (a CPU rehearsal has only the budget; a dry run,
+which measures nothing, only a hang guard per child, since a busy machine is slower, not broken). A step starts
+only with its need left. After every step OUT/summary.json and OUT/summary.md are rewritten, so a run cut short
+still leaves every finished step's results.
+
+Every child runs in a scratch folder outside the repository: `python -m ...` puts its working directory first
+on sys.path, and in the repository root that is the source tree's `yolo_mlops` (no `yolo_mlops.flows`), not the
+installed one. pytest runs through benchmarks/gpu_pytest.py, which says which tree it imports and refuses any
+other than the install.
 
 Files under OUT (five; the GPU machine returns at most eight, two folders deep):
   summary.json       every measured value and check, per step, with the host's versions
@@ -20,7 +26,7 @@ Modes:
   --rehearse-on-cpu  every step on the CPU at tiny sizes: proves the plumbing, measures nothing about GPUs
                      (CUDA checks are recorded as not applicable, never as passed)
 
-    python3 benchmarks/gpu_checks.py --out OUT [--budget-s 450] [--dry-run | --rehearse-on-cpu] [--only a,b]
+    python3 benchmarks/gpu_checks.py --out OUT [--budget-s 410] [--dry-run | --rehearse-on-cpu] [--only a,b]
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,8 +136,11 @@ class StepRun:
 class Step:
     name: str
     cuda: bool  # needs the GPU: the dry run stops before the first such step
-    max_s: float  # the step's own time cap
-    reserve_s: float  # kept free for this step while earlier steps run
+    max_s: float  # the step's own time cap on a GPU
+    # what the step needs on the GPU machine (the H100 run's time, with a margin): it starts only with this much
+    # of the budget left, and later steps' reserves never cut its limit below it
+    need_s: float
+    reserve_s: float  # kept free for this step while earlier steps run; 0: it runs only as time allows
     command: Callable[[Checks], list[str] | str]  # a str is a reason to skip the step
     judge: Callable[[Checks, StepRun, str], None]  # fills status/result from the exit code and output
     dry: Callable[[Checks], list[str] | None] | None = None  # command that validates the step without CUDA
@@ -144,9 +154,11 @@ class Step:
 class Checks:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.out: Path = args.out
+        self.out: Path = args.out.resolve()  # the children run elsewhere (self.cwd): they get absolute paths
         self.out.mkdir(parents=True, exist_ok=True)
-        self.work = Path(tempfile.mkdtemp(prefix="gpu-checks-"))  # MLflow store, data, step results: not in OUT
+        self.work = Path(tempfile.mkdtemp(prefix="gpu-checks-")).resolve()  # MLflow store, data, results: not in OUT
+        self.cwd = self.work / "cwd"  # every child's working directory: outside the repository (module docstring)
+        self.cwd.mkdir()
         self.py = sys.executable
         self.mode = "dry-run" if args.dry_run else "cpu-rehearsal" if args.rehearse_on_cpu else "gpu"
         self.device = "cpu" if args.rehearse_on_cpu else args.device
@@ -191,10 +203,12 @@ class Checks:
             rc, seconds, output = self._spawn(step.name, command, DRY_RUN_HANG_S)
             return self._judged(step, run, rc, seconds, output, DRY_RUN_HANG_S)
         cap = step.max_s if self.mode == "gpu" else self.left()
-        limit = min(cap, self.left() - reserve_after)
-        if limit < min(step.reserve_s, step.max_s) * 0.5 or limit < 5:
+        # the later steps' reserves shorten a step's limit down to its own need, never below: an earlier step
+        # matters more (run2 of the first H100 run: an environment step cut to 19 s by reserves, killed at 19.1 s)
+        limit = min(cap, self.left(), max(self.left() - reserve_after, min(step.need_s, cap)))
+        if self.left() < step.need_s or limit < 5:
             run.status = "skipped"
-            run.note = f"no time left ({self.left():.0f} s of the budget, later steps reserve {reserve_after:.0f} s)"
+            run.note = f"no time left ({self.left():.0f} s of the budget; it needs {step.need_s:.0f} s)"
             return run
         run.timeout_s = round(limit)
         rc, seconds, output = self._spawn(step.name, command, limit)
@@ -255,7 +269,7 @@ class Checks:
         with tempfile.TemporaryFile("w+b") as buf:
             proc = subprocess.Popen(
                 command,
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=buf,
                 stderr=subprocess.STDOUT,
@@ -377,8 +391,13 @@ def judge_smoke(ch: Checks, run: StepRun, output: str, result_file: str = "smoke
     )
 
 
+def _pytest(ch: Checks, *args: str) -> list[str]:
+    """pytest of the installed tree (benchmarks/gpu_pytest.py), tests named by absolute path."""
+    return [ch.py, str(BENCH / "gpu_pytest.py"), *args]
+
+
 def cmd_nvml_tests(ch: Checks) -> list[str]:
-    return [ch.py, "-m", "pytest", "tests/nvml", "-q", "-p", "no:cacheprovider"]
+    return _pytest(ch, str(ROOT / "tests" / "nvml"), "-q")
 
 
 # The diagnosis tests that only a GPU can run: a planted `.item()` every step must be the sync finding, and
@@ -390,21 +409,32 @@ DIAGNOSIS_GPU_TESTS = (
 
 
 def cmd_diagnosis_tests(ch: Checks) -> list[str]:
-    return [ch.py, "-m", "pytest", *DIAGNOSIS_GPU_TESTS, "-q", "-s", "-p", "no:cacheprovider"]
+    return _pytest(ch, *(str(ROOT / t) for t in DIAGNOSIS_GPU_TESTS), "-q", "-s")
+
+
+_TESTED_TREE = re.compile(r"^gpu_pytest: yolo_mlops from (\S+), yolo_mlops\.flows from (\S+)$", re.MULTILINE)
 
 
 def judge_pytest(ch: Checks, run: StepRun, output: str) -> None:
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|errors?|skipped)", _last_line(output, 3))}
-    run.result = {"counts": counts, "tail": output.strip().splitlines()[-15:]}
+    tree = _TESTED_TREE.search(output)
+    run.result = {
+        "counts": counts,
+        "yolo_mlops_from": tree.group(1) if tree else None,
+        "tail": output.strip().splitlines()[-15:],
+    }
     run.status = "passed" if run.rc == 0 and counts.get("passed") else "failed"
     run.note = ", ".join(f"{n} {k}" for k, n in counts.items()) or _last_line(output)
+
+
+OVERHEAD_PAIRS = 4  # interleaved plain/instrumented pairs on the GPU (2 of 3 fitted the first H100 run's 118 s)
 
 
 def cmd_overhead(ch: Checks) -> list[str]:
     size = (
         ["--imgsz", "64", "--batch", "4", "--workers", "0", "--repeats", "1", "--steps", "12"]
         if _tiny(ch)
-        else ["--imgsz", "640", "--batch", "16", "--workers", "4", "--repeats", "3", "--steps", "40"]
+        else ["--imgsz", "640", "--batch", "16", "--workers", "4", "--repeats", str(OVERHEAD_PAIRS), "--steps", "40"]
     )
     return [ch.py, str(BENCH / "bench_instrumentation_overhead.py"), "--device", ch.device, *size]
 
@@ -418,6 +448,13 @@ def judge_overhead(ch: Checks, run: StepRun, output: str) -> None:
     run.result = {"repeats": repeats, "goal": OVERHEAD_GOAL}
     if run.rc != 0 or not found:
         run.status, run.note = "failed", f"no ratio (exit {run.rc}): {_last_line(output)}"
+        partial = _pairs_ratio(repeats)
+        if partial is not None:  # cut short: what the finished pairs say, not judged against the goal
+            run.result["partial"] = partial
+            run.note = (
+                f"cut after {partial['pairs']} pair(s): instrumented/plain {partial['ratio']:.4f} over them "
+                f"(per pair {partial['per_pair']}), not judged; exit {run.rc}"
+            )
         return
     ratio = float(found.group(1))
     run.result.update(ratio=ratio, per_repeat=[float(x) for x in found.group(2).split(",") if x.strip()])
@@ -427,6 +464,23 @@ def judge_overhead(ch: Checks, run: StepRun, output: str) -> None:
         return
     run.status = "passed" if ratio <= OVERHEAD_GOAL else "goal-missed"
     run.note = f"instrumented/plain step time {ratio:.4f} (goal <= {OVERHEAD_GOAL})"
+
+
+def _pairs_ratio(repeats: list[dict]) -> dict | None:
+    """The benchmark's ratio (median instrumented / median plain step) over the pairs that finished both arms."""
+    by_repeat: dict[int, dict[str, float]] = {}
+    for row in repeats:
+        by_repeat.setdefault(row["repeat"], {})[row["mode"]] = row["median_ms"]
+    pairs = [arms for _, arms in sorted(by_repeat.items()) if {"plain", "instrumented"} <= arms.keys()]
+    if not pairs:
+        return None
+    plain = statistics.median(a["plain"] for a in pairs)
+    instrumented = statistics.median(a["instrumented"] for a in pairs)
+    return {
+        "pairs": len(pairs),
+        "ratio": round(instrumented / plain, 4),
+        "per_pair": [round(a["instrumented"] / a["plain"], 3) for a in pairs],
+    }
 
 
 def cmd_memory_by_holder(ch: Checks) -> list[str]:
@@ -494,11 +548,28 @@ def cmd_sweep(ch: Checks) -> list[str]:
     return _sweep_cmd(ch, variants, "gpu_sweep", 10)
 
 
-def cmd_sweep_compile(ch: Checks) -> list[str] | str:
+# What the diagnosis of the smoke run named on the first H100 run: "launch-bound -> compile, batch_32"
+LAUNCH_BOUND_FIXES = "compile,batch_32"
+
+
+def launch_fixes(ch: Checks) -> str:
+    """The variants the smoke run's top finding recommends (what `optimize` sweeps first), at most two; the H100's
+    launch-bound fixes when the smoke left none. The CPU rehearsal sweeps a doubled batch (compile is CUDA-only)."""
     if _tiny(ch):
-        return "torch.compile is a CUDA-only variant of the sweep"
-    command = _sweep_cmd(ch, "compile", "gpu_sweep_compile", 15)
-    command[command.index("--repeats") + 1] = "1"
+        return "batch_8"
+    for finding in ch.result_of("gpu_smoke").get("findings") or []:
+        if finding.get("recommended_variants"):
+            return ",".join(finding["recommended_variants"][:2])
+    return LAUNCH_BOUND_FIXES
+
+
+def cmd_sweep_fixes(ch: Checks) -> list[str]:
+    """Baseline vs the diagnosis' fixes, one child each (their block paired), 30 steps of which 10 warm up (the
+    compile child's first steps compile); enough images for batch_32 to run every step."""
+    command = _sweep_cmd(ch, launch_fixes(ch), "gpu_sweep_fixes", 10)
+    sizes = (("--images", "64"),) if _tiny(ch) else (("--repeats", "1"), ("--max-steps", "30"), ("--images", "960"))
+    for flag, value in sizes:
+        command[command.index(flag) + 1] = value
     return command
 
 
@@ -606,35 +677,64 @@ def dry_trace_analysis(ch: Checks) -> list[str]:
     return [ch.py, "-m", "yolo_mlops.cli", "analyze", "--help"]
 
 
+# Priority order. The H100 run of 2026-12-06 (docs/gpu.md) measured: install 6 s, environment 19-21 s,
+# gpu_smoke 47 s, trace_analysis 0.7 s, gpu_ddp 54 s, nvml_tests 14 s, diagnosis_tests 34 s, and 4 overhead
+# children in 118 s, not 5 (at most 59 s a pair); the fixes' sweep is not yet measured (its compile child
+# compiles YOLO11n first). The steps with a reserve are the ones that must finish within the 420 s of
+# run_gpu_checks.sh; the others run as time allows (`--only` runs them on their own).
 STEPS: list[Step] = [
-    Step("environment", False, 120, 20, cmd_env, judge_env),
-    Step("gpu_smoke", True, 180, 120, cmd_smoke, judge_smoke, dry_script("gpu_smoke")),
-    Step("gpu_ddp", True, 120, 40, cmd_ddp, judge_ddp, dry_script("gpu_ddp")),
-    Step("nvml_tests", True, 90, 30, cmd_nvml_tests, judge_pytest, lambda ch: [*cmd_nvml_tests(ch), "--collect-only"]),
-    Step("instrumentation_overhead", True, 150, 60, cmd_overhead, judge_overhead, dry_help("instrumentation_overhead")),
-    Step("gpu_sweep", True, 200, 60, cmd_sweep, judge_sweep("gpu_sweep"), dry_script("gpu_sweep")),
-    Step("trace_analysis", False, 60, 20, cmd_trace_analysis, judge_trace_analysis, dry_trace_analysis),
-    Step("memory_by_holder", True, 60, 20, cmd_memory_by_holder, judge_memory_by_holder, dry_help("memory_by_holder")),
+    Step("environment", False, 60, 30, 30, cmd_env, judge_env),
+    Step("gpu_smoke", True, 100, 55, 55, cmd_smoke, judge_smoke, dry_script("gpu_smoke")),
+    Step("trace_analysis", False, 30, 5, 5, cmd_trace_analysis, judge_trace_analysis, dry_trace_analysis),
+    Step("gpu_ddp", True, 100, 60, 60, cmd_ddp, judge_ddp, dry_script("gpu_ddp")),
+    Step(
+        "instrumentation_overhead",
+        True,
+        220,
+        140,
+        140,
+        cmd_overhead,
+        judge_overhead,
+        dry_help("instrumentation_overhead"),
+    ),
+    Step(
+        "gpu_sweep_fixes",
+        True,
+        200,
+        110,
+        110,
+        cmd_sweep_fixes,
+        judge_sweep("gpu_sweep_fixes"),
+        dry_script("gpu_sweep_fixes"),
+    ),
+    # as time allows
+    Step(
+        "nvml_tests", True, 60, 20, 0, cmd_nvml_tests, judge_pytest, lambda ch: [*cmd_nvml_tests(ch), "--collect-only"]
+    ),
     Step(
         "diagnosis_tests",
         True,
-        120,
+        90,
         40,
+        0,
         cmd_diagnosis_tests,
         judge_pytest,
         lambda ch: [*cmd_diagnosis_tests(ch), "--collect-only"],
     ),
     Step(
+        "memory_by_holder", True, 60, 25, 0, cmd_memory_by_holder, judge_memory_by_holder, dry_help("memory_by_holder")
+    ),
+    Step("gpu_sweep", True, 200, 150, 0, cmd_sweep, judge_sweep("gpu_sweep"), dry_script("gpu_sweep")),
+    Step(
         "gpu_sweep_devices",
         True,
         150,
-        30,
+        90,
+        0,
         cmd_sweep_devices,
         judge_sweep("gpu_sweep_devices"),
         dry_script("gpu_sweep_devices"),
     ),
-    # the same script as gpu_sweep, whose --dry-run covers its imports and plan: only its arguments are parsed
-    Step("gpu_sweep_compile", True, 240, 0, cmd_sweep_compile, judge_sweep("gpu_sweep_compile")),
 ]
 
 
@@ -762,8 +862,8 @@ def markdown(data: dict) -> str:
         )
     for s in data["steps"]:
         result = s.get("result") or {}
-        if s["name"] == "gpu_smoke" and result.get("checks"):
-            lines += ["", "## gpu_smoke checks", ""]
+        if s["name"] in ("gpu_smoke", "gpu_ddp") and result.get("checks"):
+            lines += ["", f"## {s['name']} checks", ""]
             lines += [
                 f"- {'ok' if c['ok'] else 'n/a' if c['ok'] is None else 'FAIL'} {c['name']}: {c['value']} "
                 f"(expect {c['expect']})"
@@ -771,6 +871,15 @@ def markdown(data: dict) -> str:
             ]
         if s["name"].startswith("gpu_sweep") and result.get("markdown"):
             lines += ["", f"## {s['name']}", "", result["markdown"]]
+        if s["name"] == "instrumentation_overhead" and result.get("partial"):
+            part = result["partial"]
+            lines += [
+                "",
+                "## instrumentation overhead (cut short)",
+                "",
+                f"ratio {part['ratio']:.4f} over the {part['pairs']} finished pair(s) (per pair {part['per_pair']}), "
+                "not judged",
+            ]
         if s["name"] == "instrumentation_overhead" and result.get("ratio") is not None:
             lines += [
                 "",
@@ -869,7 +978,7 @@ def _atomic(path: Path, text: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check-output"))
-    parser.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget of all steps together")
+    parser.add_argument("--budget-s", type=float, default=410.0, help="wall-clock budget of all steps together")
     parser.add_argument("--device", default="0", help="CUDA device index")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="stop before the first CUDA step; check the others")

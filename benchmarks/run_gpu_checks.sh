@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of the project in one prepared run on a bare GPU machine, in at most 8 minutes:
+# Every GPU check of the project in one prepared run on a bare GPU machine, in at most 7 minutes:
 # installs the carried wheelhouse and this tree into a temporary target (no index, no network, no make), then
 # runs benchmarks/gpu_checks.py under the machine's own python3 with PYTHONPATH set to that target.
 # Everything measured lands under $OUT (summary.json, summary.md, checks.log, key_averages.txt, trace/).
@@ -11,14 +11,15 @@
 #
 # Environment: OUT (default gpu-check-output), PYTHON (default python3), GPU_WHEELHOUSE (default
 # gpu-wheelhouse, built by benchmarks/gpu_wheelhouse.sh; without it the interpreter's own packages are used),
-# GPU_CHECKS_TOTAL_S (default 465: the whole command, install included).
+# GPU_CHECKS_TOTAL_S (default 420: the whole command, install included; the priority steps fit in it, the rest
+# run as time allows).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo=$PWD
 py=${PYTHON:-python3}
 out=${OUT:-gpu-check-output}
 wheelhouse=${GPU_WHEELHOUSE:-gpu-wheelhouse}
-total=${GPU_CHECKS_TOTAL_S:-465}
+total=${GPU_CHECKS_TOTAL_S:-420}
 mkdir -p "$out" || exit 1
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-checks-install.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
