@@ -55,7 +55,7 @@ def event_value(event: Any, field: str) -> Any:
     return getattr(event, _EVENT_FIELD_FALLBACK.get(field, field), 0)
 
 
-def memory_categories() -> tuple[dict[Any, int], type]:
+def memory_categories() -> tuple[dict[Any, int], Any]:
     """torch's memory-profiler categories: (category -> column index, the Category enum). ImportError when this
     torch has none."""
     from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, Category

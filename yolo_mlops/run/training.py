@@ -193,11 +193,14 @@ def _loss_dict(trainer) -> dict[str, Any]:
 
 
 def _make_trainer_class():
-    class ProfiledDetectionTrainer(ultralytics_compat.trainer_base()):
+    base: Any = ultralytics_compat.trainer_base()
+
+    class ProfiledDetectionTrainer(base):
         """DetectionTrainer with phase labels around preprocessing and the optimizer step, the job's DDP switches,
         and `val: false` as no validation pass at all."""
 
         instrumentation: _Instrumentation
+        model: Any  # ultralytics' model, wrapped in DistributedDataParallel on a data-parallel rank
         ddp_settings: DdpSettings | None = None  # set on a data-parallel rank
         ddp_applied: dict[str, Any] | None = None
         last_batch_images = 0  # images in the batch preprocessed last
