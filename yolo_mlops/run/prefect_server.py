@@ -29,6 +29,8 @@ import os
 from pathlib import Path
 from typing import IO
 
+from yolo_mlops.errors import ConfigError
+
 STARTUP_TIMEOUT_S = 180  # measured: ~10 s on an idle 2-core box, ~100 s with 4 CPU burners beside it
 SLOTS = 64  # commands running at once on one data home
 _TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
@@ -120,3 +122,55 @@ def detach_temporary_server() -> bool:
     from yolo_mlops.compat import prefect as prefect_compat
 
     return prefect_compat.own_session_server(server_log)
+
+
+def api_url() -> str | None:
+    """The Prefect API this process talks to: PREFECT_API_URL as Prefect reads it (environment or profile); None
+    when the command starts its temporary server instead."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value() or None
+
+
+def check_api(context: str = "") -> None:
+    """With PREFECT_API_URL set, one bounded request to its /health before anything starts, as for the tracking
+    store (tracking/connection.py): a server that accepts connections and never answers would otherwise hold the
+    command for Prefect's request timeout and retries, and something that is not Prefect would be taken for a
+    Prefect server that lacks what the command asked for. `context` starts the line (`--pool P: `)."""
+    url = api_url()
+    if url is None:
+        return
+    from yolo_mlops.tracking import connection
+
+    answer = connection.probe(url.rstrip("/") + "/health", headers=_auth_headers())
+    if answer.status is None:
+        raise ConfigError(
+            f"{context}no Prefect server answers at {url} ({answer.silence}); start it (`prefect server start`), "
+            "or point PREFECT_API_URL at the server the workers poll"
+        )
+    if answer.status in (401, 403):
+        raise ConfigError(
+            f"{context}the Prefect API at {url} refused the credentials (HTTP {answer.status} on /health); "
+            "check PREFECT_API_AUTH_STRING or PREFECT_API_KEY"
+        )
+    if answer.status != 200 or answer.body.strip() != "true":
+        got = f"HTTP {answer.status}" + (f" {answer.body.strip()[:60]!r}" if answer.body.strip() else "")
+        raise ConfigError(
+            f"{context}no Prefect API at {url}: GET /health answered {got}, not Prefect's `true`; point "
+            "PREFECT_API_URL at the Prefect server's API (http://HOST:4200/api)"
+        )
+
+
+def _auth_headers() -> dict[str, str]:
+    """The Authorization header Prefect's client sends: a self-hosted server's basic auth, or a Cloud API key."""
+    import base64
+
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().api
+    if api.auth_string is not None:
+        secret = api.auth_string.get_secret_value()
+        return {"Authorization": "Basic " + base64.b64encode(secret.encode()).decode()}
+    if api.key is not None:
+        return {"Authorization": f"Bearer {api.key.get_secret_value()}"}
+    return {}
