@@ -94,11 +94,14 @@ class DdpSettings(_Strict):
 
 
 def device_list(device: str | None) -> list[str]:
-    """The devices of an ultralytics device string: 'cpu' -> ['cpu'], '0,1' -> ['0', '1'], 'cuda:1' -> ['1']."""
+    """The devices of an ultralytics device string: 'cpu' -> ['cpu'], '0,1' -> ['0', '1'], 'cuda:1' -> ['1'].
+
+    Each part loses its own `cuda:` prefix, so '0,cuda:0' is ['0', '0']: one GPU named twice, which the
+    duplicate check below refuses (two ranks on one GPU)."""
     if not device:
         return []
-    body = device.strip().removeprefix("cuda:")
-    return [part.strip() for part in body.split(",") if part.strip()]
+    parts = (part.strip().removeprefix("cuda:").strip() for part in device.split(","))
+    return [part for part in parts if part]
 
 
 class RunSpec(_Strict):
@@ -203,6 +206,10 @@ def load_run_spec(path: Path, overrides: dict[str, Any] | None = None) -> RunSpe
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory: give the run YAML file inside it") from None
+    except OSError as exc:  # unreadable (permissions, a device): the reason, not a traceback
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {yaml_error_line(exc)}") from None
     if not isinstance(raw, dict):
