@@ -129,6 +129,8 @@ def _sweep_plan(args: argparse.Namespace, names: list[str]):
 
         if not PREFECT_API_URL.value():
             raise ConfigError("--pool needs the Prefect server the pool's workers poll: set PREFECT_API_URL")
+        # the parent run is made here, its children on the pool's machines
+        preflight.check_servers(spec.experiment, prefect_context=f"--pool {args.pool}: ")
         target = remote.find_target(args.pool, args.deployment, args.lost_after or remote.LOST_AFTER_S)
     plan = sweeps.plan_sweep(
         spec,

@@ -14,6 +14,7 @@ from pathlib import Path
 from yolo_mlops.compat import versions
 from yolo_mlops.config import RunSpec, data_home, resolve_steps
 from yolo_mlops.errors import ConfigError
+from yolo_mlops.run import prefect_server
 from yolo_mlops.run.datasets import DatasetInfo, inspect_dataset
 from yolo_mlops.run.environment import cuda_indices, machine_name, resolve_device
 from yolo_mlops.run.offline import configure_ultralytics
@@ -34,6 +35,7 @@ def check(spec: RunSpec) -> Preflight:
     configure_ultralytics(data_home())
     machine_name()  # a name that cannot key a series or a limit is refused before anything runs
     _check_model(spec.model)
+    _check_train_args(spec.train_args)
     device = "cpu" if spec.ddp.ranks is not None and not spec.device else resolve_device(spec.device)
     _check_device(device, spec)
     dataset = inspect_dataset(spec.data) if spec.data is not None else None
@@ -52,8 +54,23 @@ def check(spec: RunSpec) -> Preflight:
         _check_rank_setup()
     if spec.nvml.backend == "real" and device == "cpu":
         raise ConfigError("nvml backend 'real' needs a GPU device; use --nvml-backend auto or none on CPU")
-    connection.check_reachable()
+    if spec.nvml.devices and device == "cpu":
+        shown = ",".join(str(d) for d in spec.nvml.devices)
+        raise ConfigError(
+            f"nvml devices {shown} (--nvml-devices) are GPUs to sample, but the run trains on the CPU; "
+            "leave --nvml-devices out on CPU"
+        )
+    check_servers(spec.experiment)
     return Preflight(device=device, train_images=train_images, epochs=epochs, steps=steps, dataset=dataset)
+
+
+def check_servers(experiment: str, prefect_context: str = "") -> None:
+    """The servers a run talks to, each asked once with a bounded request: the Prefect API when PREFECT_API_URL
+    names one (its line starts with `prefect_context`), the tracking store, the store of the experiment's
+    artifacts."""
+    prefect_server.check_api(prefect_context)
+    connection.check_reachable()
+    connection.check_experiment_store(experiment)
 
 
 def _check_model(model: str) -> None:
@@ -102,6 +119,26 @@ def _check_checkpoint(path: Path) -> None:
             f"model {path} is a PyTorch file but not an ultralytics checkpoint (no ultralytics "
             "model inside, e.g. a bare state_dict); give a .pt saved by ultralytics"
         )
+
+
+def _check_train_args(train_args: dict) -> None:
+    """Every train_args key is an ultralytics train argument: ultralytics itself would refuse an unknown one only
+    when training starts, after the MLflow run exists (ended FAILED), so a typo is caught here instead."""
+    if not train_args:
+        return
+    import difflib
+
+    from ultralytics.cfg import DEFAULT_CFG_DICT
+
+    unknown = sorted(set(train_args) - set(DEFAULT_CFG_DICT))
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, DEFAULT_CFG_DICT, n=1)
+        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    what = "is not an ultralytics train argument" if len(unknown) == 1 else "are not ultralytics train arguments"
+    raise ConfigError(f"train_args: {', '.join(hints)} {what} (ultralytics would refuse it once training started)")
 
 
 def _check_rank_setup() -> None:
