@@ -52,6 +52,22 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+def figure_path_problem(path: Path) -> str | None:
+    """Why a figure cannot be written to `path`, or None: its folder is missing, or its suffix names no format
+    the Agg canvas writes (matplotlib picks the format from the suffix and would refuse it only when saving,
+    at the end of the command's work)."""
+    if not path.parent.is_dir():
+        return f"folder {path.parent} does not exist"
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = path.suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        said = f"format {suffix!r}" if suffix else "no suffix"
+        return f"{said} is not a figure format; use .png (or {', '.join(sorted(formats))})"
+    return None
+
+
 def save_figure(fig: Figure, path: Path, dpi: int = 100) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)

@@ -11,19 +11,28 @@ from pathlib import Path
 
 from yolo_mlops.cli.trends import DEFAULT_EXPERIMENT
 from yolo_mlops.errors import ConfigError
+from yolo_mlops.render import figure_path_problem
+
+DEFAULT_MAX_PVALUE = 0.01
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     from yolo_mlops.tracking import connection
     from yolo_mlops.trends import bounds, fleet
 
-    if args.plot is not None and not args.plot.parent.is_dir():
-        raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
-    max_pvalue = args.max_pvalue if args.alpha is None else args.alpha
-    bounds.check_pvalue("--max-pvalue" if args.alpha is None else "--alpha", max_pvalue)
+    problem = None if args.plot is None else figure_path_problem(args.plot)
+    if problem is not None:
+        raise ConfigError(f"--plot {args.plot}: {problem}")
+    if args.alpha is not None and args.max_pvalue is not None and args.alpha != args.max_pvalue:
+        raise ConfigError(
+            f"--alpha {args.alpha:g} and --max-pvalue {args.max_pvalue:g} are one setting given two values: give one"
+        )
+    flag = "--alpha" if args.alpha is not None else "--max-pvalue"
+    max_pvalue = args.alpha if args.alpha is not None else args.max_pvalue
+    max_pvalue = bounds.check_pvalue(flag, DEFAULT_MAX_PVALUE if max_pvalue is None else max_pvalue)
     bounds.check_fraction("--min-effect", args.min_effect)
     settings = fleet.FleetSettings(max_pvalue=max_pvalue, min_effect=args.min_effect)
-    client = connection.client()
+    client = connection.checked_client()
     report = fleet.explain(client, fleet.load_fleet(client, args.experiment, settings))  # + what moved on slow ones
     if args.format == "json":
         print(json.dumps(fleet.to_json(report), indent=2))
@@ -47,10 +56,9 @@ def register(sub) -> None:
     p.add_argument(
         "--max-pvalue",
         type=float,
-        default=0.01,
-        help="family-wise false-alarm rate over a workload's machines (default 0.01)",
+        help=f"family-wise false-alarm rate over a workload's machines (default {DEFAULT_MAX_PVALUE:g})",
     )
-    p.add_argument("--alpha", type=float, help="the same as --max-pvalue")
+    p.add_argument("--alpha", type=float, help="the same as --max-pvalue (give one of the two)")
     p.add_argument(
         "--min-effect",
         type=float,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from yolo_mlops import names
 from yolo_mlops.errors import ConfigError
+from yolo_mlops.render import figure_path_problem
 
 DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 
@@ -22,15 +23,16 @@ def cmd_trends(args: argparse.Namespace) -> int:
 
     if args.metric and args.metric not in WATCHED_BY_NAME:
         raise ConfigError(f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
-    if args.plot is not None and not args.plot.parent.is_dir():
-        raise ConfigError(f"--plot {args.plot}: folder {args.plot.parent} does not exist")
+    problem = None if args.plot is None else figure_path_problem(args.plot)
+    if problem is not None:
+        raise ConfigError(f"--plot {args.plot}: {problem}")
     bounds.check_pvalue("--max-pvalue", args.max_pvalue)
     if args.repeats is not None and args.repeats < 1:
         raise ConfigError(f"--repeats {args.repeats}: must be >= 1")
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
     settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
-    mlflow = connection.client()
+    mlflow = connection.checked_client()
     if args.series is None:
         grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
         series = [trends.series_trend(runs, settings) for runs in grouped.values()]
