@@ -58,6 +58,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from yolo_mlops.analysis.diagnosis import DiagnosisInput
     from yolo_mlops.analysis.trace_loader import TraceError
 
+    peak, total = args.peak_memory_gib, args.gpu_memory_gib
+    if peak is not None and total is not None and peak > total:
+        raise ConfigError(
+            f"--peak-memory-gib {peak:g} is more than --gpu-memory-gib {total:g}: a run cannot use more memory "
+            "than its device has (both in GiB)"
+        )
     context = DiagnosisInput(
         data_wait_pct=args.data_wait_pct,
         device_type=args.device_type,
