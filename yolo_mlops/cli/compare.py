@@ -27,8 +27,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"compare: A and B are the same {'trace file' if all(as_files) else 'run'} ({a}): "
             "a diff of one run against itself shows nothing; give two different runs or traces"
         )
+    if args.rank is not None and args.rank < 0:
+        raise ConfigError(f"--rank {args.rank}: a rank is 0 or more")
     if all(as_files):
-        result, warning, run_b = _compare_traces(a, b), None, None
+        result, warning, run_b = _compare_traces(a, b, args.rank), None, None
     elif any(as_files):
         raise ConfigError(
             f"compare needs two trace files or two MLflow run ids; {a if as_files[0] else b} "
@@ -62,7 +64,8 @@ def _table_name() -> str:
     return names.COMPARE_TABLE
 
 
-def _compare_traces(a: str, b: str):
+def _compare_traces(a: str, b: str, rank: int | None = None):
+    """Each trace's first rank, or `rank` of a folder of rank traces (a data-parallel job's)."""
     import dataclasses
 
     from yolo_mlops.analysis import TraceError, analyze_traces
@@ -74,6 +77,12 @@ def _compare_traces(a: str, b: str):
             analysis = analyze_traces(path)
         except TraceError as exc:
             raise ConfigError(str(exc)) from None
+        if rank is not None:
+            chosen = [r for r in analysis.ranks if r.rank == rank]
+            if not chosen:
+                held = ", ".join(str(r.rank) for r in analysis.ranks)
+                raise ConfigError(f"--rank {rank}: {path} has no rank {rank} (rank(s) it holds: {held})")
+            analysis = dataclasses.replace(analysis, ranks=chosen)
         if not analysis.ranks or not analysis.ranks[0].steps:
             raise ConfigError(f"{path}: no profiled steps (ProfilerStep spans) to normalise by")
         profiles.append(profile_from_trace(path, analysis))
@@ -92,8 +101,9 @@ def _compare_runs(a: str, b: str, rank: int | None = None):
     from yolo_mlops.trends.attribution import attribute, profile_from_run
     from yolo_mlops.trends.history import record_from_stored
 
-    mlflow = connection.client()
+    mlflow = connection.checked_client()
     records = []
+    statuses: dict[str, str] = {}
     for run_id in (a, b):
         run = queries.find_run(mlflow, run_id)
         if run is None:
@@ -101,23 +111,39 @@ def _compare_runs(a: str, b: str, rank: int | None = None):
         record = record_from_stored(run)
         if record is None:
             raise ConfigError(f"run {run_id} is not a yolo-mlops profiled run (no series tag or params)")
+        if rank is not None:
+            world = run.logged.world_size
+            if world == 0:
+                raise ConfigError(
+                    f"run {run_id} has no rank {rank}: it is a single-process run "
+                    "(--rank picks a rank of a data-parallel job)"
+                )
+            if rank >= world:
+                raise ConfigError(f"run {run_id} has no rank {rank}: its job had ranks 0 to {world - 1}")
         records.append(record)
+        statuses[record.run_id] = run.status
+        # its tables are read from its artifacts (and the diff is logged on B's): that store answers first
+        connection.check_artifact_store(run.artifact_uri, f"artifacts of run {run_id}")
     warning = None
     if records[0].series != records[1].series:
         warning = (
             f"WARNING: DIFFERENT SERIES - A is {records[0].label} [{records[0].series}], "
             f"B is {records[1].label} [{records[1].series}]; the diff mixes workload or hardware changes"
         )
-    profiles = []
-    for r in records:
-        profile = profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms, rank)
-        if profile is None:
-            raise ConfigError(
-                f"run {r.run_id} has no key_averages tables (logged before they existed?): "
-                "nothing to compare per operator"
-            )
-        profiles.append(profile)
-    return attribute(profiles[:1], profiles[1:], top=None), warning
+    profiles = {r.run_id: profile_from_run(mlflow, r.run_id, r.profiled_steps, r.step_time_ms, rank) for r in records}
+    # a run that did not finish is named first: its missing tables are why, not the age of the other's layout
+    for r in sorted(records, key=lambda r: statuses[r.run_id] == "FINISHED"):
+        status = statuses[r.run_id]
+        if profiles[r.run_id] is not None:
+            continue
+        if status != "FINISHED":
+            why = "is still RUNNING" if status == "RUNNING" else f"ended {status} before its profiler window closed"
+            raise ConfigError(f"run {r.run_id} {why} (no key_averages tables): nothing to compare per operator")
+        raise ConfigError(
+            f"run {r.run_id} has no key_averages tables (logged before they existed?): nothing to compare per operator"
+        )
+    found = [p for p in (profiles[r.run_id] for r in records) if p is not None]
+    return attribute(found[:1], found[1:], top=None), warning
 
 
 def _log_diff(run_id: str, result) -> None:
