@@ -44,7 +44,8 @@ def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> Bisec
     good, bad = git.resolve(repo, request.good), git.resolve(repo, request.bad)
     commits = git.commit_range(repo, good, bad)
     git.check_clean(repo)
-    mlflow = mlflow or connection.client()
+    mlflow = mlflow or connection.checked_client()
+    connection.check_experiment_store(request.bisect_experiment)
     run, history = find_workload(mlflow, request)
     spec = workload_spec(mlflow, run)
     from yolo_mlops.trends.history import record_from_stored

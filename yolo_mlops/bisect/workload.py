@@ -28,6 +28,14 @@ def find_workload(mlflow: MlflowClient, request: BisectRequest) -> tuple[queries
         run = queries.find_run(mlflow, request.run_id)
         if run is None:
             raise ConfigError(f"no MLflow run {request.run_id!r} in {connection.tracking_uri()}")
+        if run.status != "FINISHED":
+            # its workload never trained to the end once: every run of the bisection would fail the same way
+            error = (run.tags.get(names.ERROR) or "").strip().split("\n")[0][:200]
+            raise ConfigError(
+                f"--run {request.run_id}: the run is {run.status}, not FINISHED"
+                + (f" ({error})" if error else "")
+                + "; give a run whose workload trained to the end"
+            )
         record = record_from_stored(run)
         if record is None:
             return run, []

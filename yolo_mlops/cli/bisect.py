@@ -36,8 +36,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from yolo_mlops.run import prefect_server
 
     prefect_server.configure(data_home())  # before prefect is imported, as for the other flow commands
-    from yolo_mlops.run.prefect_server import detach_temporary_server
+    from yolo_mlops.run.prefect_server import check_api, detach_temporary_server
 
+    check_api()  # a PREFECT_API_URL that does not answer: one line before the flow starts
     detach_temporary_server()
     from yolo_mlops.cli.prefect_output import quiet_prefect_tracebacks
     from yolo_mlops.flows.bisection import bisect
