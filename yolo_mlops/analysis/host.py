@@ -20,6 +20,7 @@ DATA_LOADER_CATEGORY = "data_loader"
 OPTIMIZER_CATEGORY = "optimizer"
 CUDA_SYNC_CATEGORY = "cuda_sync"
 
+_PROFILER_STEP_PREFIX = "ProfilerStep#"
 _PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 # Events drawn on the GPU timeline: never host time even when they carry host-like names
 # (e.g. a gpu_user_annotation named "Optimizer.step#SGD.step").
@@ -105,10 +106,22 @@ def host_event_mask(trace: RankTrace) -> np.ndarray:
 
 def find_steps(trace: RankTrace, host: np.ndarray) -> Steps:
     numbers = {}
+    malformed = {}
     for i, name in enumerate(trace.names):
         m = _PROFILER_STEP_RE.match(name)
         if m:
             numbers[i] = int(m.group(1))
+        elif name.startswith(_PROFILER_STEP_PREFIX):
+            malformed[i] = name
+    if malformed:
+        # a span named as a step without its number cannot be placed among the steps: reading the trace as if
+        # it had none would report "no steps" for a trace that has them
+        used = np.unique(trace.name_id[host & trace.name_mask(malformed)])
+        if used.size:
+            shown = ", ".join(repr(malformed[int(i)]) for i in used[:3])
+            raise TraceError(
+                f"{trace.path}: malformed step ids: {shown} (torch.profiler names each step ProfilerStep#<number>)"
+            )
     if not numbers:
         return Steps(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     idx = np.flatnonzero(host & trace.name_mask(numbers))

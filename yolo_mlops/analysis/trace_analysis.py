@@ -208,16 +208,27 @@ class _RankResult:
     analysis: RankAnalysis
     collectives: RankCollectives | None
     warnings: list[str]
+    world_size: int | None = None  # distributedInfo.world_size; None: the trace is of no process group
+    backend: str | None = None
 
 
 def _analyze_file(path: Path, default_rank: int) -> _RankResult:
     trace = load_trace_file(path, default_rank=default_rank)
+    if trace.event_count == 0:
+        # every complete event was left out (a negative duration each): nothing is left to analyze, as for an
+        # empty traceEvents, and a report of 0 events with no finding would read as a clean trace
+        raise TraceError(
+            f"{path}: no event left to analyze"
+            + (f" ({'; '.join(trace.warnings)})" if trace.warnings else " (no complete event with a duration)")
+        )
     return _RankResult(
         trace.rank,
         trace.path,
         analyze_rank(trace),
         rank_collectives(trace),
         [*trace.warnings, *_labels_outside_steps(trace)],
+        trace.world_size,
+        trace.backend,
     )
 
 
@@ -243,6 +254,7 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
     else:
         results = [_analyze_file(f, i) for i, f in enumerate(files)]
     ordered = in_rank_order(results, source)
+    _check_one_job(ordered, source)
     ranks = [r.analysis for r in ordered]
     return TraceAnalysis(
         source=source,
@@ -251,6 +263,27 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
         communication=combine([r.collectives for r in ordered]),
         warnings=[w for r in ordered for w in r.warnings],
     )
+
+
+def _check_one_job(results: list[_RankResult], source: str) -> None:
+    """Several traces are read as the ranks of one data-parallel job: refused when their `distributedInfo`
+    says they are not (one trace of a process group beside one of none, different world sizes or backends).
+    Their spread and cross-rank waits would otherwise compare unrelated runs."""
+    if len(results) < 2:
+        return
+
+    def described(result: _RankResult) -> str:
+        if result.world_size is None:
+            return f"{Path(result.path).name} (no process group: a single-process trace)"
+        return f"{Path(result.path).name} (rank {result.rank} of {result.world_size}, {result.backend or '?'})"
+
+    first = results[0]
+    for other in results[1:]:
+        if (other.world_size, other.backend) != (first.world_size, first.backend):
+            raise TraceError(
+                f"{source}: the traces are not of one job: {described(first)}, {described(other)}; "
+                "analyze them one at a time"
+            )
 
 
 def _worker_context() -> BaseContext:
