@@ -8,6 +8,7 @@ nothing twice.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -15,6 +16,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
     from yolo_mlops.tracking import upload
 
     result = upload.upload(args.folder)
+    for warning in result.warnings:  # what the folder lacks or holds unreadable: sent without it, or as it is
+        print(f"yolo-mlops: warning: {args.folder}: {warning}", file=sys.stderr)
     if result.already:
         print(f"{args.folder}: already uploaded to MLflow run {result.run_id} ({result.status}); nothing to send")
     else:

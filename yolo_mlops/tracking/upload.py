@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,12 +32,15 @@ from yolo_mlops.errors import ConfigError
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+    from yolo_mlops.tracking.queries import RunRecord
+
 TRACKING_JSON = "tracking.json"
 RUN_RECORD_JSON = "run_record.json"
 TABLES_DIR = "tables"
 UPLOAD_PENDING = "upload_pending"
 UPLOADED = "uploaded"
 ERROR_LOG = "error.log"  # traceback of a run that failed (the user saw one line)
+TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 @dataclass
@@ -71,13 +75,69 @@ def write_tracking_info(folder: Path, info: TrackingInfo) -> None:
 
 
 def read_tracking_info(folder: Path) -> TrackingInfo:
+    """The folder's tracking.json, every field checked (ConfigError naming the field): `upload` trusts it to
+    create or resume a run, so a damaged one must fail before the store is touched."""
     path = folder / TRACKING_JSON
     if not path.is_file():
         raise ConfigError(f"{folder} is not a yolo-mlops run folder (no {TRACKING_JSON})")
+    data = _json_object(path)
+    missing = [name for name in ("tracking_uri", "experiment", "run_id") if name not in data]
+    unknown = sorted(set(data) - {f.name for f in fields(TrackingInfo)})
+    if missing or unknown:
+        said = [f"lacks {', '.join(missing)}"] if missing else []
+        said += [f"has unknown field(s) {', '.join(unknown)}"] if unknown else []
+        raise ConfigError(f"{path} {' and '.join(said)}: not a run folder's record, or damaged")
+    problems = [
+        _expect(data, "tracking_uri", str, required=True),
+        _expect(data, "experiment", str, required=True),
+        _expect(data, "run_id", str),
+        _expect(data, "run_name", str),
+        _mapping_of_text(data, "tags"),
+        _mapping_of_text(data, "params"),
+    ]
+    _refuse(path, problems)
+    return TrackingInfo(**{**data, **_as_text(data, "tags", "params")})
+
+
+def _json_object(path: Path) -> dict:
     try:
-        return TrackingInfo(**json.loads(path.read_text()))
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path} is not readable: {exc}") from None
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is not readable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not readable: a JSON object was expected, not {type(data).__name__}")
+    return data
+
+
+def _expect(data: dict, name: str, kind: type[str] | type[int], required: bool = False) -> str | None:
+    """A problem with field `name` (text or an integer; None allowed unless `required`), or None."""
+    value = data.get(name)
+    if value is None:
+        return f"{name} is missing" if required else None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        return f"{name} is {type(value).__name__}, not {'text' if kind is str else 'an integer'}"
+    if required and value == "":
+        return f"{name} is empty"
+    return None
+
+
+def _mapping_of_text(data: dict, name: str) -> str | None:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        return f"{name} is {type(value).__name__}, not a mapping of names to values"
+    bad = [k for k, v in value.items() if not isinstance(v, (str, int, float, bool))]
+    return f"{name}: {', '.join(map(str, bad[:3]))} not a single value" if bad else None
+
+
+def _as_text(data: dict, *mappings: str) -> dict[str, dict[str, str]]:
+    """The mappings among `mappings` that `data` holds, their values as text (as MLflow stores tags and params)."""
+    return {name: {str(k): str(v) for k, v in data[name].items()} for name in mappings if name in data}
+
+
+def _refuse(path: Path, problems: list[str | None]) -> None:
+    found = [p for p in problems if p]
+    if found:
+        raise ConfigError(f"{path} is damaged: {'; '.join(found)}; nothing was sent")
 
 
 def write_record(folder: Path, record: UploadRecord) -> None:
@@ -88,14 +148,32 @@ def read_record(folder: Path) -> UploadRecord | None:
     path = folder / RUN_RECORD_JSON
     if not path.is_file():
         return None
+    data = _json_object(path)
+    unknown = sorted(set(data) - {f.name for f in fields(UploadRecord)})
+    problems: list[str | None] = [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
+    status = data.get("status")
+    if status not in TERMINAL_STATUSES:
+        problems.append(f"status is {status!r}, not one of {', '.join(TERMINAL_STATUSES)}")
+    problems += [
+        _expect(data, "reason", str),
+        _expect(data, "timestamp_ms", int),
+        _mapping_of_text(data, "tags"),
+        _mapping_of_text(data, "params"),
+    ]
+    metrics = data.get("metrics", {})
+    if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
+        problems.append("metrics is not a mapping of names to numbers")
+    histories = data.get("histories", {})
     try:
-        data = json.loads(path.read_text())
-        data["histories"] = {k: [(int(s), float(v)) for s, v in pts] for k, pts in data["histories"].items()}
-        return UploadRecord(**data)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a damaged or partial record
-        raise ConfigError(
-            f"{path} is not readable ({type(exc).__name__}: {exc}); the run cannot be uploaded from it"
-        ) from None
+        data["histories"] = {str(k): [(int(s), float(v)) for s, v in pts] for k, pts in histories.items()}
+    except (ValueError, TypeError, AttributeError):  # not a mapping of [[step, value], ...] lists
+        problems.append("histories is not a mapping of names to [step, value] pairs")
+    _refuse(path, problems)
+    return UploadRecord(**{**data, **_as_text(data, "tags", "params")})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def mark_pending(folder: Path, status: str, reason: str, failures: list[str]) -> None:
@@ -151,14 +229,16 @@ def save_table(folder: Path, name: str, frame) -> None:
     frame.to_json(path, orient="split", index=False)
 
 
-def upload_tables(mlflow: MlflowClient, run_id: str, folder: Path) -> None:
-    """Send the saved tables that the run does not hold yet (MLflow appends rows to an existing table)."""
+def upload_tables(mlflow: MlflowClient, run_id: str, folder: Path, saved: list[Path] | None = None) -> None:
+    """Send the saved tables (`saved`: those of them to send; default all) that the run does not hold yet (MLflow
+    appends rows to an existing table)."""
     import pandas as pd
 
     from yolo_mlops.tracking import writes
 
     tables = folder / TABLES_DIR
-    saved = sorted(tables.rglob("*.json"))  # a data-parallel job's are in rank folders
+    if saved is None:
+        saved = sorted(tables.rglob("*.json"))  # a data-parallel job's are in rank folders
     if not saved:
         return
     present: set[str] = set()
@@ -179,35 +259,137 @@ class UploadResult:
     status: str
     created: bool  # the run did not exist in the store: it was created and its id recorded
     already: bool  # the folder was marked uploaded: nothing was sent
+    warnings: list[str] = field(default_factory=list)  # what the folder lacks or holds unreadable (sent as it is)
+
+
+@dataclass
+class FolderCheck:
+    """A run folder read and checked whole, before any run is created or resumed."""
+
+    info: TrackingInfo
+    record: UploadRecord | None
+    tables: list[Path]  # the saved tables that can be read (the others are named in `warnings`)
+    warnings: list[str]
+
+
+def check_folder(folder: Path) -> FolderCheck:
+    """Everything `upload` will send, read first: tracking.json and run_record.json field by field (ConfigError
+    naming the field), every saved table, and every gzipped trace to its end. What a finished run should hold but
+    this folder lacks, and what cannot be read, are warnings: the rest is still worth sending."""
+    import gzip
+    import zlib
+
+    import pandas as pd
+
+    info = read_tracking_info(folder)
+    record = read_record(folder)
+    warnings, tables = [], []
+    for path in sorted((folder / TABLES_DIR).rglob("*.json")):
+        try:
+            pd.read_json(path, orient="split")
+        except (ValueError, OSError) as exc:
+            warnings.append(f"table {path.relative_to(folder)} is unreadable ({_one_line(exc)}): not sent")
+            continue
+        tables.append(path)
+    traces = sorted((folder / names.PROFILER_DIR).rglob("*.json.gz"))
+    for path in traces:
+        try:
+            with gzip.open(path, "rb") as stream:
+                while stream.read(1 << 20):  # to the end: a truncated or corrupt file fails its length or CRC
+                    pass
+        except (OSError, EOFError, zlib.error) as exc:
+            warnings.append(f"trace {path.relative_to(folder)} is unreadable ({_one_line(exc)}): sent as it is")
+    if record is not None and record.status == "FINISHED":  # what a finished run wrote, if it is not here
+        expected = [
+            (bool(traces), f"no profiler trace ({names.PROFILER_DIR}/**/*.json.gz)"),
+            (bool(tables) or any(w.startswith("table ") for w in warnings), f"no key_averages table ({TABLES_DIR}/)"),
+            (
+                bool(list(folder.glob(f"{names.ANALYSIS_DIR}/**/step_times.csv"))),
+                f"no step times ({names.STEP_TIMES_CSV})",
+            ),
+        ]
+        warnings += [f"{what}: the run will not have it" for present, what in expected if not present]
+    return FolderCheck(info, record, tables, warnings)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:160]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def upload(folder: Path) -> UploadResult:
-    """Send a run folder to its tracking store (see the module docstring); raises ConfigError on bad input."""
-    from yolo_mlops.tracking import connection, queries, run_end, writes
+    """Send a run folder to its tracking store (see the module docstring); raises ConfigError on bad input.
+
+    The whole folder is checked, then the tracking server and the artifact store are asked once each (bounded),
+    all before a run is created or resumed. Whatever fails after that, the run is not left RUNNING: it ends
+    FAILED with the reason, and the folder stays pending for the next `upload`."""
+    from yolo_mlops.tracking import connection, queries
 
     folder = Path(folder)
-    info = read_tracking_info(folder)
-    record = read_record(folder)
+    info, record = read_tracking_info(folder), read_record(folder)
     if (folder / UPLOADED).is_file() and record is not None:
         return UploadResult(info.run_id or "", record.status, created=False, already=True)
+    checked = check_folder(folder)
     connection.bound_http_retries()
     from mlflow.tracking import MlflowClient
 
-    mlflow = MlflowClient(tracking_uri=info.tracking_uri)
-    if not connection.server_reachable(info.tracking_uri):
-        raise ConfigError(f"MLflow tracking server {info.tracking_uri} is unreachable; {folder} stays pending")
-    created = False
+    uri = info.tracking_uri
+    mlflow = MlflowClient(tracking_uri=uri)
+    silence = connection.server_silence(uri)
+    if silence is not None:
+        raise ConfigError(f"MLflow tracking server {uri} is unreachable ({silence}); {folder} stays pending")
     existing = None if info.run_id is None else queries.find_run(mlflow, info.run_id)
-    if existing is None:
-        run_id = info.run_id = writes.create_run(mlflow, info.experiment, info.run_name, info.tags, info.params)
-        write_tracking_info(folder, info)  # recorded before anything else: a retry goes to this run
-        created = True
+    if existing is not None:
+        connection.check_artifact_store(existing.artifact_uri, f"artifacts of run {existing.run_id}", uri)
     else:
-        run_id = existing.run_id
+        experiment = mlflow.get_experiment_by_name(info.experiment)
+        if experiment is not None and experiment.artifact_location:
+            where = f"artifacts of experiment {info.experiment!r}"
+            connection.check_artifact_store(experiment.artifact_location, where, uri)
+    return _send(mlflow, folder, checked, existing)
+
+
+def _send(mlflow: MlflowClient, folder: Path, checked: FolderCheck, existing: RunRecord | None) -> UploadResult:
+    """Create or resume the run and send the folder. A run this call created, or found RUNNING, ends FAILED with
+    the reason when sending fails, whatever the failure (a run the store already ended keeps its status)."""
+    from yolo_mlops.tracking import connection, run_end, writes
+
+    info = checked.info
+    created = existing is None
+    run_id = None
+    try:
+        if existing is None:
+            run_id = info.run_id = writes.create_run(mlflow, info.experiment, info.run_name, info.tags, {})
+            write_tracking_info(folder, info)  # recorded before anything else: a retry goes to this run
+        else:
+            run_id = existing.run_id
+        status = _send_to(mlflow, run_id, folder, checked, {} if existing is None else existing.params)
+    except BaseException as exc:
+        if run_id is not None and (created or (existing is not None and existing.status == "RUNNING")):
+            reason = f"upload from {folder} did not finish: {run_end.exception_line(exc)}"
+            record = checked.record
+            mark_pending(folder, record.status if record else "FAILED", reason, ["upload"])
+            if connection.server_reachable(info.tracking_uri):  # else each call would wait out its retries
+                try:
+                    mlflow.set_tag(run_id, names.ERROR, reason[: names.TAG_MAX_CHARS])
+                    run_end.end_run(mlflow, run_id, "FAILED")
+                except Exception:  # the store refused it: the folder is pending, `upload` finishes the run later
+                    pass
+        raise
+    return UploadResult(run_id, status, created=created, already=False, warnings=checked.warnings)
+
+
+def _send_to(mlflow: MlflowClient, run_id: str, folder: Path, checked: FolderCheck, logged: Mapping[str, str]) -> str:
+    """Params not logged yet (a param is written once only), tags, metrics, histories, artifacts, absent tables,
+    the final status; returns it."""
+    from yolo_mlops.tracking import run_end, writes
+
+    info, record = checked.info, checked.record
     if record is None:  # the run ended before it recorded anything (e.g. killed during preparation)
         record = UploadRecord(status="FAILED", reason=pending_reason(folder) or "the run recorded no result")
-    logged = dict(info.params) if existing is None else existing.params  # params are written once only
-    params = {k: v for k, v in record.params.items() if k not in logged}
+    # the params the run was created with, then those the run added at its end (a created run's own win)
+    wanted = {**record.params, **info.params}
+    params = {k: v for k, v in wanted.items() if k not in logged}
     tags = dict(record.tags)
     if record.status != "FINISHED" and record.reason:
         tags[names.ERROR] = record.reason[: names.TAG_MAX_CHARS]
@@ -221,7 +403,7 @@ def upload(folder: Path) -> UploadResult:
         timestamp_ms=record.timestamp_ms,
     )
     upload_artifacts(mlflow, run_id, folder)
-    upload_tables(mlflow, run_id, folder)
+    upload_tables(mlflow, run_id, folder, checked.tables)
     run_end.end_run(mlflow, run_id, record.status)
     mark_uploaded(folder)
-    return UploadResult(run_id, record.status, created=created, already=False)
+    return record.status
