@@ -11,7 +11,7 @@
 # file:// extra indexes) are mounted read-only into the build under /tmp/build-host and passed as build
 # arguments; anything they lack comes from PyPI.
 #
-# Usage: deploy/build-image.sh            (make image)
+# Usage: deploy/build-image.sh [-h|--help]   (make image); it takes no other argument, the settings are below
 # Environment:
 #   IMAGE           tag to build (default yolo-mlops:latest)
 #   ENGINE          docker or buildah (default: docker if its engine answers, else buildah)
@@ -34,6 +34,29 @@ me=deploy/build-image.sh
 say() { printf '%s: %s\n' "$me" "$*" >&2; }
 die() { say "$*"; exit 1; }
 now() { date +%s; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+# ---------------------------------------------------------------- input, checked before any build work
+# The script's settings are environment variables: an argument is either a request for this text or a mistake
+# (a tag given as an argument would otherwise be ignored and a full build of the default tag started).
+for arg in "$@"; do
+  case $arg in
+    -h|--help) usage; exit 0 ;;
+    *) say "unknown argument '$arg': the script takes no arguments, only settings in its environment (IMAGE=..., see --help)"; exit 2 ;;
+  esac
+done
+# A reference as docker and buildah accept it: [registry[:port]/]path[:tag], the path in lower case. Checked
+# here, so a bad tag is one line before minutes of building, not an error of the builder at the end.
+host='[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]+)?'
+part='[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*'
+tag='[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}'
+for name in IMAGE BASE_IMAGE; do
+  value=${!name:-}
+  if [ -n "$value" ] && ! [[ $value =~ ^($host/)?$part(/$part)*(:$tag)?$ ]]; then
+    say "invalid image tag $name='$value': use [registry[:port]/]name[:tag], the name in lower case (e.g. yolo-mlops:latest)"
+    exit 2
+  fi
+done
 
 # ---------------------------------------------------------------- which builder
 engine=${ENGINE:-}
