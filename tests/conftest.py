@@ -174,6 +174,57 @@ def session_dir() -> Path:
     return _SESSION_DIR
 
 
+def running_runs(folders: list[Path]) -> list[str]:
+    """Every active MLflow run in status RUNNING in the SQLite stores under `folders` (any `*.db` file with MLflow's
+    `runs` table, opened read-only), as 'store: run <id> "<name>" of experiment <name>'."""
+    import sqlite3
+    from contextlib import closing
+
+    found = []
+    stores = sorted({db.resolve() for folder in folders if folder.is_dir() for db in folder.rglob("*.db")})
+    for db in stores:
+        try:
+            with closing(sqlite3.connect(db.as_uri() + "?mode=ro", uri=True)) as store:
+                tables = {row[0] for row in store.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if not {"runs", "experiments"} <= tables:
+                    continue
+                rows = store.execute(
+                    "SELECT r.run_uuid, r.name, e.name FROM runs r JOIN experiments e "
+                    "ON r.experiment_id = e.experiment_id WHERE r.status = 'RUNNING' AND r.lifecycle_stage = 'active'"
+                ).fetchall()
+        except sqlite3.Error:  # not a database, or one another process is rewriting: not a store to judge
+            continue
+        found += [f"{db}: run {run} {name!r} of experiment {experiment!r}" for run, name, experiment in rows]
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_run_left_running(tmp_path_factory: pytest.TempPathFactory):
+    """After the session's last test: no MLflow run is left RUNNING in any store the tests made and the session
+    still holds (its own store, and the stores of module fixtures' folders and of failed tests' tmp_path). A
+    command or a test that ends its work must end its run too; a store's path names the test or module that made
+    it. A passed test's tmp_path is removed when the test ends (tmp_path_retention_policy = "failed"), so its
+    stores are judged then, by `no_run_left_running_in_tmp_path`."""
+    yield
+    leaks = running_runs([_SESSION_DIR, tmp_path_factory.getbasetemp()])
+    if leaks:
+        pytest.fail(f"{len(leaks)} MLflow run(s) left RUNNING:\n" + "\n".join(leaks), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_run_left_running_in_tmp_path(request: pytest.FixtureRequest):
+    """A test's own stores (under its tmp_path), judged after its other fixtures ended and before tmp_path goes
+    (this fixture depends on tmp_path, so tmp_path outlives it)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp_path = request.getfixturevalue("tmp_path")
+    yield
+    leaks = running_runs([tmp_path])
+    if leaks:
+        pytest.fail(f"{len(leaks)} MLflow run(s) left RUNNING:\n" + "\n".join(leaks), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def prefect_server():
     """Prefect's real (ephemeral) API server, started once per session (per worker in a parallel run).
