@@ -328,7 +328,8 @@ def test_tracking_server_killed_mid_run_then_upload_finishes_it_once(tmp_path, p
     upload = [str(VENV_BIN / "yolo-mlops"), "upload", str(folder)]
     early = subprocess.run(upload, env=env, capture_output=True, text=True, timeout=600)
     assert early.returncode == 2 and early.stderr.strip().splitlines() == [
-        f"yolo-mlops: error: MLflow tracking server {mlflow_server.uri} is unreachable; {folder} stays pending"
+        f"yolo-mlops: error: MLflow tracking server {mlflow_server.uri} is unreachable (connection refused); "
+        f"{folder} stays pending"
     ]
     assert (folder / "upload_pending").is_file()
 

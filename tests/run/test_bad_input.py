@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from refusals import Refusal
 from short_runs import short_run
 
 from yolo_mlops import cli
@@ -36,32 +37,46 @@ def _runs(mlflow_client):
     return [] if experiment is None else mlflow_client.search_runs([experiment.experiment_id])
 
 
-@pytest.mark.parametrize(
-    "argv, fragment",
-    [
-        (["--model", "yolo99z.yaml"], "model config not found: yolo99z.yaml"),
-        (["--model", "/nowhere/best.pt"], "model checkpoint not found"),
-        (["--data", "/nowhere/data.yaml"], "dataset YAML not found"),
-        (["--active", "0"], "profiler.active"),
-        (
-            ["--max-steps", "3", "--wait", "2"],
-            "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3",
-        ),
-        (["--epochs", "1", "--active", "40"], "profiler window needs 42 steps but the run has only"),
-        (["--device", "0"], "CUDA is not available"),
-        # data-parallel jobs
-        (["--device", "0,0"], "device '0,0' names a device twice: one rank per device"),
-        (["--device", "0,1", "--ranks", "2"], "ddp.ranks (--ranks) is for CPU ranks"),
-        (["--ranks", "2", "--ddp-backend", "nccl"], "ddp backend nccl needs GPUs"),
-        (["--ranks", "3"], "batch 4 does not divide over 3 ranks (ultralytics would train 1 images per rank"),
-        (["--ranks", "0"], "ddp.ranks"),
-        (["--device", "0,1"], "CUDA is not available"),  # more GPUs than the machine has: here, none at all
-    ],
-)
-def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, argv, fragment):
-    code, err = _run_cli(capsys, *argv)
+def _case(case: str, argv: tuple[str, ...], says: str) -> Refusal:
+    """A bad `profile` flag: the command line _run_cli builds around `argv` (CPU, small run, its own experiment)."""
+    return Refusal(case, "profile " + " ".join(argv), (says,), argv, kept="nothing: no MLflow run")
+
+
+REFUSALS = [
+    _case("model-config-not-found", ("--model", "yolo99z.yaml"), "model config not found: yolo99z.yaml"),
+    _case("checkpoint-not-found", ("--model", "/nowhere/best.pt"), "model checkpoint not found"),
+    _case("dataset-not-found", ("--data", "/nowhere/data.yaml"), "dataset YAML not found"),
+    _case("no-active-step", ("--active", "0"), "profiler.active"),
+    _case(
+        "window-longer-than-max-steps",
+        ("--max-steps", "3", "--wait", "2"),
+        "profiler window needs 6 steps (skip_first + (wait + warmup + active) * repeat) but max_steps is 3",
+    ),
+    _case(
+        "window-longer-than-the-run",
+        ("--epochs", "1", "--active", "40"),
+        "profiler window needs 42 steps but the run has only",
+    ),
+    _case("gpu-without-cuda", ("--device", "0"), "CUDA is not available"),
+    # data-parallel jobs
+    _case("one-gpu-twice", ("--device", "0,0"), "device '0,0' names a device twice: one rank per device"),
+    _case("cpu-ranks-on-gpus", ("--device", "0,1", "--ranks", "2"), "ddp.ranks (--ranks) is for CPU ranks"),
+    _case("nccl-on-cpu", ("--ranks", "2", "--ddp-backend", "nccl"), "ddp backend nccl needs GPUs"),
+    _case(
+        "batch-not-divisible-by-ranks",
+        ("--ranks", "3"),
+        "batch 4 does not divide over 3 ranks (ultralytics would train 1 images per rank",
+    ),
+    _case("zero-ranks", ("--ranks", "0"), "ddp.ranks"),
+    _case("more-gpus-than-the-machine", ("--device", "0,1"), "CUDA is not available"),  # here: none at all
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=[r.case for r in REFUSALS])
+def test_bad_input_is_one_line_and_creates_no_run(capsys, mlflow_client, refusal):
+    code, err = _run_cli(capsys, *refusal.argv)
     assert code == 2
-    assert fragment in err and len(err.splitlines()) == 1
+    assert all(says in err for says in refusal.says) and len(err.splitlines()) == 1
     assert _runs(mlflow_client) == []
 
 

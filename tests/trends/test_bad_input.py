@@ -9,6 +9,7 @@ import io
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from refusals import Refusal
 
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.trends import bounds
@@ -30,27 +31,34 @@ def _one_line(args: list[str], says: str) -> None:
     assert lines[0].startswith("yolo-mlops: error: ") and says in lines[0], (args, lines)
 
 
-@pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        (
-            ["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--min-effect", "50"],
-            "--min-effect 50: must be a fraction in [0, 1) (0.05 = 5%; 50 would mean 5000%)",
-        ),
-        (
-            ["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r", "--alpha", "1"],
-            "--alpha 1: must be a probability",
-        ),
-        (["fleet", "--min-effect", "50"], "--min-effect 50: must be a fraction in [0, 1)"),
-        (["fleet", "--min-effect", "-0.1"], "--min-effect -0.1: must be a fraction in [0, 1)"),
-        (["fleet", "--alpha", "1.5"], "--alpha 1.5: must be a probability in (0, 1)"),
-        (["fleet", "--max-pvalue", "0"], "--max-pvalue 0: must be a probability in (0, 1)"),
-        (["trends", "--max-pvalue", "1"], "--max-pvalue 1: must be a probability in (0, 1)"),
-        (["compare", "0123abcd", "0123abcd"], "A and B are the same run (0123abcd)"),
-    ],
-)
-def test_bad_values_are_one_line_before_anything_runs(args, says):
-    _one_line(args, says)
+def _case(case: str, argv: tuple[str, ...], says: str) -> Refusal:
+    return Refusal(case, " ".join(argv), (says,), argv, kept="nothing: no MLflow run, no Prefect flow")
+
+
+BISECT = ("bisect", "--good", "HEAD~1", "--bad", "HEAD", "--run", "r")
+REFUSALS = [
+    _case(
+        "bisect-min-effect-percent",
+        (*BISECT, "--min-effect", "50"),
+        "--min-effect 50: must be a fraction in [0, 1) (0.05 = 5%; 50 would mean 5000%)",
+    ),
+    _case("bisect-alpha-one", (*BISECT, "--alpha", "1"), "--alpha 1: must be a probability"),
+    _case("fleet-min-effect-percent", ("fleet", "--min-effect", "50"), "--min-effect 50: must be a fraction in [0, 1)"),
+    _case(
+        "fleet-min-effect-negative",
+        ("fleet", "--min-effect", "-0.1"),
+        "--min-effect -0.1: must be a fraction in [0, 1)",
+    ),
+    _case("fleet-alpha-above-one", ("fleet", "--alpha", "1.5"), "--alpha 1.5: must be a probability in (0, 1)"),
+    _case("fleet-max-pvalue-zero", ("fleet", "--max-pvalue", "0"), "--max-pvalue 0: must be a probability in (0, 1)"),
+    _case("trends-max-pvalue-one", ("trends", "--max-pvalue", "1"), "--max-pvalue 1: must be a probability in (0, 1)"),
+    _case("compare-one-run-with-itself", ("compare", "0123abcd", "0123abcd"), "A and B are the same run (0123abcd)"),
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=[r.case for r in REFUSALS])
+def test_bad_values_are_one_line_before_anything_runs(refusal):
+    _one_line(list(refusal.argv), refusal.says[0])
 
 
 def test_compare_of_one_trace_file_with_itself_is_refused(tmp_path):
@@ -87,5 +95,5 @@ def test_a_pool_sweep_against_a_prefect_url_that_does_not_answer(monkeypatch):
         with temporary_settings({PREFECT_API_URL: url}):
             code, out, err = _main("sweep", "--variants", "fp32", "--pool", "gpu-process")
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert f"no Prefect server answers at http://127.0.0.1:{port}/api" in err
-    assert "Connection refused" in err and "point PREFECT_API_URL at it" in err
+    assert f"--pool gpu-process: no Prefect server answers at http://127.0.0.1:{port}/api" in err
+    assert "(connection refused)" in err and "point PREFECT_API_URL at the server the workers poll" in err
