@@ -44,7 +44,6 @@ EXPECTED = {
     ("ultralytics.py", "override base._setup_train"),
     ("ultralytics.py", "patch ultralytics.engine.trainer.check_amp"),
     ("ultralytics.py", "patch ultralytics.models.yolo.detect.train.build_dataloader"),
-    ("ultralytics.py", "patch ultralytics.data.build.PIN_MEMORY"),
     ("ultralytics.py", "patch torch.nn.parallel.DistributedDataParallel"),
 }
 

@@ -86,3 +86,32 @@ def test_memory_history_missing_names_the_torch_release(monkeypatch):
     assert torch_compat.memory_history_missing() is None
     monkeypatch.delattr(torch.cuda.memory, "_dump_snapshot")
     assert torch_compat.memory_history_missing() == f"torch {torch.__version__} has no memory-history API"
+
+
+def test_ddp_buffers_keyword_from_the_installed_torch(monkeypatch):
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    expected = (
+        "forward_sync_buffers"
+        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+        else "broadcast_buffers"
+    )
+    assert torch_compat.ddp_buffers_keyword() == expected
+
+
+def test_ddp_buffers_keyword_of_an_older_torch(monkeypatch):
+    """Before 2.13 DDP has only broadcast_buffers."""
+    import torch.nn.parallel
+
+    class OldDistributedDataParallel:
+        def __init__(self, module, device_ids=None, broadcast_buffers=True, bucket_cap_mb=None):
+            pass
+
+    torch_compat.ddp_buffers_keyword.cache_clear()
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", OldDistributedDataParallel)
+    try:
+        assert torch_compat.ddp_buffers_keyword() == "broadcast_buffers"
+    finally:
+        torch_compat.ddp_buffers_keyword.cache_clear()

@@ -160,3 +160,17 @@ def test_ddp_variants_change_the_job_and_are_skipped_outside_one():
 
     found = recommendations([Finding("ddp_exposed_communication", "high", "t", {}, DDP_COMMUNICATION_VARIANTS)])
     assert found.variants == DDP_COMMUNICATION_VARIANTS and not found.rejected
+
+
+def test_a_variant_an_older_release_lacks_says_so_instead_of_running(monkeypatch):
+    """amp='bf16' is taken from ultralytics 8.4.129: on an older release in the declared range the variant is skipped
+    with the release named, before any child run."""
+    from yolo_mlops.compat import versions
+
+    monkeypatch.setattr(versions, "installed_version", {"ultralytics": "8.4.105"}.get)
+    assert skip_reason("amp_bf16", "0") == (
+        "amp_bf16: not available with ultralytics 8.4.105 (needs ultralytics >= 8.4.129)"
+    )
+    assert skip_reason("cudnn_benchmark", "0") is None
+    monkeypatch.setattr(versions, "installed_version", {"ultralytics": "8.4.190"}.get)
+    assert skip_reason("amp_bf16", "cpu").startswith("needs a CUDA device")

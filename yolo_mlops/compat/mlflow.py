@@ -1,15 +1,19 @@
 """MLflow: what older clients and tracking servers in the declared range lack.
 
-Checked against MLflow 3.17.2 (run) and the sources of the releases in the declared range:
-- `MLFLOW_ALLOW_FILE_STORE` (newer clients refuse a file store unless it is set; older ones use it as they are
-  told);
-- `IS NULL` / `IS NOT NULL` on params and tags in `search_runs` filters: older servers and stores reject them
-  (INVALID_PARAMETER_VALUE), so `null_filters_supported` asks the store once per URI and the caller falls back
-  to filtering the runs it reads.
+Checked against MLflow 3.5.0, 3.10.1, 3.11.1, 3.13.0, 3.17.2 and 3.18.0 (run), and the sources of 3.0 to 3.18:
+- `MLFLOW_ALLOW_FILE_STORE` (from 3.13.0 a client refuses a file store unless it is set; older ones use it);
+- `IS NULL` / `IS NOT NULL` on params and tags in `search_runs` filters: accepted from 3.11.1; older tracking
+  servers (and older clients on a SQL store, which parse the filter themselves) reject them with
+  INVALID_PARAMETER_VALUE "Invalid clause(s) in filter string". `null_filters_supported` asks the store once
+  per URI; where it rejects them the caller searches without those clauses (`split_null_clauses`) and judges them
+  on the runs it reads.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -24,22 +28,48 @@ def file_store_allowed() -> bool:
 
 
 _NULL_FILTERS: dict[str, bool] = {}  # tracking URI -> whether its store takes IS NULL on params and tags
+_NULL_CLAUSE = re.compile(r"(params|tags)\.`([^`]+)`\s+IS\s+(NOT\s+)?NULL", re.IGNORECASE)
+_REJECTED = re.compile(r"Invalid clause\(s\) in filter string", re.IGNORECASE)
 
 
-def null_filters_supported(client: Any, experiment_ids: list[str]) -> bool:
-    """Whether the store behind `client` takes `IS NULL` / `IS NOT NULL` on params and tags (asked once per
-    tracking URI with a one-row search)."""
+@dataclass(frozen=True)
+class NullClause:
+    """`params.`key` IS NULL` (present False) or `IS NOT NULL` (present True), judged on a run's params and tags."""
+
+    kind: str  # "params" | "tags"
+    key: str
+    present: bool
+
+    def holds(self, params: Mapping[str, str], tags: Mapping[str, str]) -> bool:
+        return (self.key in (params if self.kind == "params" else tags)) == self.present
+
+
+def split_null_clauses(filter_string: str) -> tuple[str, list[NullClause]]:
+    """The filter without its IS [NOT] NULL clauses on params and tags, and those clauses (the filter's clauses
+    are joined by AND, as MLflow's filter grammar requires)."""
+    clauses: list[NullClause] = []
+    kept = []
+    for part in re.split(r"\s+AND\s+", filter_string, flags=re.IGNORECASE):
+        match = _NULL_CLAUSE.fullmatch(part.strip())
+        if match:
+            clauses.append(NullClause(match.group(1).lower(), match.group(2), match.group(3) is not None))
+        elif part.strip():
+            kept.append(part.strip())
+    return " AND ".join(kept), clauses
+
+
+def null_filters_supported(client: Any, experiment_ids: Sequence[str]) -> bool:
+    """Whether the store behind `client` takes `IS NULL` / `IS NOT NULL` on params and tags (servers and stores
+    before MLflow 3.11 reject them); asked once per tracking URI with a one-row search."""
     uri = str(getattr(client, "tracking_uri", None) or client._tracking_client.tracking_uri)
-    if uri in _NULL_FILTERS:
-        return _NULL_FILTERS[uri]
-    from mlflow.exceptions import MlflowException
+    if uri not in _NULL_FILTERS:
+        from mlflow.exceptions import MlflowException
 
-    try:
-        client.search_runs(experiment_ids, "params.`_probe` IS NULL AND tags.`_probe` IS NULL", max_results=1)
-        supported = True
-    except MlflowException as exc:
-        if "NULL" not in str(exc).upper() and getattr(exc, "error_code", "") != "INVALID_PARAMETER_VALUE":
-            raise
-        supported = False
-    _NULL_FILTERS[uri] = supported
-    return supported
+        try:
+            client.search_runs(list(experiment_ids), "params.`probe` IS NULL AND tags.`probe` IS NULL", max_results=1)
+            _NULL_FILTERS[uri] = True
+        except MlflowException as exc:
+            if exc.error_code != "INVALID_PARAMETER_VALUE" or not _REJECTED.search(str(exc)):
+                raise
+            _NULL_FILTERS[uri] = False
+    return _NULL_FILTERS[uri]

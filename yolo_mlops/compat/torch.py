@@ -1,16 +1,19 @@
 """torch: the profiler and allocator APIs that differ between the releases of the declared range, and the private
 parts of torch the project reads.
 
-Checked against torch 2.5.1, 2.11.0 and 2.14.1 (run), and the sources of every release from 2.5 to 2.15:
-- `profile(acc_events=...)`: keeps every cycle's events for `key_averages`; a release without it keeps the last
-  cycle only, so the tables then cover the last cycle (`profile_arguments` drops what this torch does not take);
-- `profile.wait_for_exports()`: only where an export can be deferred; elsewhere `export_chrome_trace` has
-  written the file when it returns;
-- `FunctionEventAvg.self_device_time_total` / `device_time_total`, formerly `self_cuda_time_total` /
-  `cuda_time_total`;
+Checked against torch 2.5.1, 2.11.0, 2.14.1 and 2.15.0 (run on CPU), and the sources of every release from 2.5 to
+2.15. Only `wait_for_exports` (2.14 on) and DDP's buffers switch differ inside that range; the rest is one shape
+throughout and is here because it is private:
+- `profile.wait_for_exports()` (2.14 on): waits for an export an experimental backend may defer; elsewhere
+  `export_chrome_trace` has written the file when it returns;
+- `profile(acc_events=...)` keeps every cycle's events for `key_averages` (`profile_arguments` drops any argument
+  a torch does not take, should one appear or go);
+- `FunctionEventAvg.self_device_time_total` / `device_time_total` (`self_cuda_time_total` / `cuda_time_total`
+  before 2.4, read by `event_value` should a torch lack the new names);
 - the memory profiler's categories (`torch.profiler._memory_profiler`, private);
 - the CUDA allocator's history (`torch.cuda.memory._record_memory_history`, `_dump_snapshot`, private);
-- a compiled module's original (`_orig_mod`, set by `torch.compile`'s OptimizedModule).
+- a compiled module's original (`_orig_mod`, set by `torch.compile`'s OptimizedModule);
+- DistributedDataParallel's `forward_sync_buffers` (2.13 on; `broadcast_buffers` is deprecated there).
 """
 
 from __future__ import annotations
@@ -94,3 +97,13 @@ def dump_memory_snapshot(path: Path) -> None:
 def is_compiled(module: Any) -> bool:
     """True for the module `torch.compile` returned (an OptimizedModule wrapping the original)."""
     return hasattr(module, "_orig_mod")
+
+
+@cache
+def ddp_buffers_keyword() -> str:
+    """DistributedDataParallel's switch for syncing buffers on forward: `forward_sync_buffers` where it exists,
+    else `broadcast_buffers`."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"

@@ -231,7 +231,7 @@ def _make_trainer_class():
                     parallel.DistributedDataParallel,
                     self.model,
                     None if index is None else [index],
-                    find_unused_parameters=not bool(ultralytics_compat.train_arg(self, "compile", False)),
+                    find_unused_parameters=not bool(self.args.compile),
                 )
             return result
 
@@ -275,9 +275,11 @@ def _make_trainer_class():
             if RANK not in {-1, 0}:
                 return None  # rank 0 owns the checkpoints
             # the checkpoints as ultralytics leaves them: without the optimizer state
-            results = ultralytics_compat.strip_optimizer(self.last) if self.last.exists() else {}
+            from ultralytics.utils.torch_utils import strip_optimizer
+
+            results = strip_optimizer(self.last) if self.last.exists() else {}
             if self.best.exists():
-                ultralytics_compat.strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
+                strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
             return None
 
         def optimizer_step(self):
@@ -314,7 +316,11 @@ def _ddp_wrapper(trainer, settings: DdpSettings):
     def wrap(ddp_class, module, device_ids=None, **kwargs):
         if trainer.device.type == "cpu":
             device_ids = None
-        buffers_key = "forward_sync_buffers" if "forward_sync_buffers" in kwargs else "broadcast_buffers"
+        # the keyword ultralytics passed, else the one this torch's DDP takes
+        buffers_key = next(
+            (k for k in ("forward_sync_buffers", "broadcast_buffers") if k in kwargs),
+            torch_compat.ddp_buffers_keyword(),
+        )
         chosen = {
             "bucket_cap_mb": settings.bucket_cap_mb,
             "gradient_as_bucket_view": settings.gradient_as_bucket_view,
@@ -435,8 +441,8 @@ def train(plan: TrainingPlan) -> TrainingOutcome:
         applied=AppliedSettings(
             **applied_flags,
             amp=trainer.args.amp,
-            channels_last=ultralytics_compat.train_arg(trainer, "channels_last"),
-            compile=ultralytics_compat.train_arg(trainer, "compile", False),
+            channels_last=trainer.args.channels_last,
+            compile=trainer.args.compile,
             compiled=inst.effective.get("compiled", False),
             channels_last_effective=inst.effective.get("channels_last_effective", False),
             pin_memory=plan.spec.torch.pin_memory,

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from yolo_mlops.compat import ultralytics as ultralytics_compat
+from yolo_mlops.compat import versions
 from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import cuda_indices
@@ -67,6 +69,7 @@ class Variant:
     cuda_reason: str | None = None  # set when the variant only means something on a CUDA device
     note: str = ""  # caveat shown by `yolo-mlops variants` and in the sweep report
     needs_ddp: bool = False  # a DDP switch: meaningless (skipped) in a single-process run
+    needs_release: tuple[str, str] | None = None  # (package, first release that has it), for a newer feature
 
     @property
     def requires_cuda(self) -> bool:
@@ -98,6 +101,7 @@ _FIXED: tuple[Variant, ...] = (
         "mixed precision with float16 autocast + GradScaler (amp='fp16')",
         _ua(amp="fp16"),
         cuda_reason="AMP is CUDA-only in ultralytics",
+        needs_release=("ultralytics", ultralytics_compat.AMP_PRECISION_FROM),
         note="same numerics as the CUDA baseline (ultralytics' default is amp=True = fp16); "
         "use it to name fp16 explicitly or to compose",
     ),
@@ -107,6 +111,7 @@ _FIXED: tuple[Variant, ...] = (
         "mixed precision with bfloat16 autocast, no GradScaler (amp='bf16')",
         _ua(amp="bf16"),
         cuda_reason="AMP is CUDA-only in ultralytics; bf16 needs an Ampere or newer GPU",
+        needs_release=("ultralytics", ultralytics_compat.AMP_PRECISION_FROM),
     ),
     Variant(
         "fp32",
@@ -405,6 +410,16 @@ def skip_reason(
     """Why the expression cannot run on `device` (a resolved device string such as 'cpu' or '0') in a job of
     `world_size` ranks, or None."""
     parts = parse(expr, custom)
+    missing = [
+        (p.name, *p.needs_release)
+        for p in parts
+        if p.needs_release is not None and not versions.version_at_least(*p.needs_release)
+    ]
+    if missing:
+        return "; ".join(
+            f"{name}: not available with {package} {versions.installed_version(package)} (needs {package} >= {first})"
+            for name, package, first in missing
+        )
     ddp_only = [p.name for p in parts if p.needs_ddp]
     if ddp_only and world_size < 2:
         return f"{', '.join(ddp_only)}: {DDP_REASON}"
@@ -443,6 +458,8 @@ def describe() -> str:
             lines.append(f"  {'':<20} CUDA only: {v.cuda_reason}")
         if v.needs_ddp:
             lines.append(f"  {'':<20} data-parallel jobs only")
+        if v.needs_release:
+            lines.append(f"  {'':<20} needs {v.needs_release[0]} >= {v.needs_release[1]}")
         if v.note:
             lines.append(f"  {'':<20} note: {v.note}")
     for name, axis, summary in _FAMILIES:

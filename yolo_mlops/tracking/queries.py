@@ -14,6 +14,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from yolo_mlops import names
+from yolo_mlops.compat import mlflow as mlflow_compat
 from yolo_mlops.config.params import LoggedParams
 from yolo_mlops.tracking.connection import tracking_uri
 
@@ -137,10 +138,17 @@ def search_records(
     page_size: int | None = None,
 ) -> list[RunRecord]:
     """Every run matching the filter, following page tokens until the last page; each page converted to records
-    as it arrives (MLflow's objects are not kept)."""
+    as it arrives (MLflow's objects are not kept). On a store that rejects `IS [NOT] NULL` on params and tags
+    (MLflow before 3.11.1), those clauses are judged here on the runs the rest of the filter finds."""
+    clauses: list[mlflow_compat.NullClause] = []
+    if " NULL" in filter_string.upper() and not mlflow_compat.null_filters_supported(mlflow, experiment_ids):
+        filter_string, clauses = mlflow_compat.split_null_clauses(filter_string)
     records: list[RunRecord] = []
     for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
-        records.extend(run_record(run) for run in page)
+        for run in page:
+            record = run_record(run)
+            if all(c.holds(record.params, record.tags) for c in clauses):
+                records.append(record)
     return records
 
 
