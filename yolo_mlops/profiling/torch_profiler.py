@@ -52,6 +52,11 @@ class TrainingProfiler(AbstractContextManager):
         self._prof: profile | None = None
         self.unsupported: list[str] = []  # profile() arguments this torch does not take (compat.torch)
         self._running = False
+        self._recording = False  # the current action is warm-up or recording (set on enter, step and exit)
+        # after the schedule's last step torch's step() only counts and opens an empty ProfilerStep range:
+        # a no-op from then on (the schedule repeats a finite number of cycles, ProfilerSettings.repeat >= 1)
+        self._last_step = settings.window_end_step if settings.repeat > 0 else None
+        self._finished = False
         self._worker = f"{socket.gethostname()}_{os.getpid()}"
 
     def __enter__(self) -> TrainingProfiler:
@@ -71,12 +76,14 @@ class TrainingProfiler(AbstractContextManager):
         self._prof = profile(**arguments)
         self._prof.__enter__()
         self._running = True
+        self._finished = False
+        self._recording = self._prof.current_action in _RECORDING
         return self
 
     def __exit__(self, *exc) -> None:
         # idempotent: the trainer's end callback and a crash handler may both close it (running implies entered)
         if self._running and self._prof is not None:
-            self._running = False
+            self._running = self._recording = False
             self._prof.__exit__(*exc)
 
     def _on_trace_ready(self, prof: profile) -> None:
@@ -86,14 +93,23 @@ class TrainingProfiler(AbstractContextManager):
         self.export_s += time.perf_counter() - started
 
     def step(self) -> None:
-        if self._prof is None:
+        """One training step ended. Once the schedule's last cycle is over (its trace exported), nothing: torch's
+        step() would only count steps and open a ProfilerStep range that no profiler records."""
+        if self._finished:
+            return
+        prof = self._prof
+        if prof is None:
             raise RuntimeError("TrainingProfiler.step() called before the profiler was entered")
-        self._prof.step()
+        prof.step()
+        action = prof.current_action
+        self._recording = self._running and action in _RECORDING
+        if self._last_step is not None and prof.step_num >= self._last_step and action == ProfilerAction.NONE:
+            self._finished = True
 
     @property
     def recording(self) -> bool:
         """True while the profiler is warming up or recording (steps in the window)."""
-        return self._running and self._prof is not None and self._prof.current_action in _RECORDING
+        return self._recording
 
     def trace_files(self) -> list[Path]:
         return sorted(self.trace_dir.glob("*.pt.trace.json.gz"))
