@@ -2,7 +2,8 @@
 
 `train(plan)` is the only entry point. Ultralytics' loop calls our callbacks at batch start/end; a trainer
 subclass adds `record_function` labels around preprocessing and the optimizer step, and forward hooks on
-the model label forward+loss and backward. Outside the profiler window the labels are skipped entirely.
+the model label forward+loss and backward. Outside the profiler window the labels are skipped entirely and the
+hooks are off the model.
 """
 
 from __future__ import annotations
@@ -77,22 +78,47 @@ class TrainingOutcome:
 
 
 class _Instrumentation:
-    """State shared by the callbacks and hooks of one training run."""
+    """State shared by the callbacks and hooks of one training run.
+
+    Everything a step outside the profiler window does here is timing and bookkeeping that cannot wait: three
+    clock reads, the step's row, a reference to its losses. The forward hooks are on the model only while labels
+    are on (the window's steps), torch's profiler is no longer stepped once its schedule has ended, and what can
+    be derived later (the losses' names, their values as floats) is derived once, after training."""
 
     def __init__(self, profiler: TrainingProfiler, max_steps: int | None, pin_memory: bool | None) -> None:
         self.profiler = profiler
         self.timer = StepTimer()
         self.max_steps = max_steps
         self.pin_memory = pin_memory  # train-loader pin_memory override (None = ultralytics' choice)
-        self.step_losses: dict[str, list[Any]] = {}  # device tensors until training ends (no sync per step)
+        # each step's losses as ultralytics returned them (detached device tensors: no sync per step), turned into
+        # step_losses when asked for
+        self._loss_rows: list[dict[str, Any]] = []
+        # True: ultralytics' dicts hold detached tensors and are kept as they come; False: each row is detached on
+        # arrival (_loss_dict); None: no dict seen yet
+        self._loss_rows_detached: bool | None = None
         self._open: list[Any] = []  # currently open phase labels (innermost last)
         self._labels = False  # labels on for the current step
         self._in_step = False
+        self._model: Any = None  # the model the forward hooks go on while labels are on
+        self._hooks: tuple[Any, ...] = ()  # their handles while registered
         self.effective: dict[str, bool] = {}  # what the trainer really built (compiled? channels_last?)
         self.snapshot: CudaMemorySnapshot | None = None  # follows the profiler window
         self.train_images: ImageCounts | None = None
         self.steps_csv: Path | None = None  # where step times are appended between epochs and at the end
         self.gradient_bytes: int | None = None
+
+    @property
+    def step_losses(self) -> dict[str, list[Any]]:
+        """Metric name (`train/<loss>`) -> one value per step that had losses (detached tensors)."""
+        out: dict[str, list[Any]] = {}
+        metric_names: dict[str, str] = {}
+        for row in self._loss_rows:
+            for name, value in row.items():
+                metric = metric_names.get(name)
+                if metric is None:
+                    metric = metric_names[name] = names.train_metric(name)
+                out.setdefault(metric, []).append(value)
+        return out
 
     # phase labels -------------------------------------------------------------------------------------------
     def open(self, name: str) -> None:
@@ -105,14 +131,27 @@ class _Instrumentation:
         while self._open:
             self._open.pop().__exit__(None, None, None)
 
+    def _set_labels(self, on: bool) -> None:
+        """Labels on or off for the steps to come; the forward hooks that label them are on the model only while on
+        (a module with hooks takes nn.Module's slower call path)."""
+        self._labels = on
+        if on and not self._hooks and self._model is not None:
+            self._hooks = (
+                self._model.register_forward_pre_hook(self._forward_start),
+                self._model.register_forward_hook(self._forward_end),
+            )
+        elif not on and self._hooks:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks = ()
+
     # ultralytics callbacks ------------------------------------------------------------------------------------
     def on_train_start(self, trainer) -> None:
         model = trainer.model
         self.effective = _effective_model_settings(model)
         self.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         self.train_images = loader_image_counts(trainer.train_loader.dataset)
-        model.register_forward_pre_hook(self._forward_start)
-        model.register_forward_hook(self._forward_end)
+        self._model = model
         self.profiler.__enter__()
         if self.snapshot is not None:
             self.snapshot.follow(self.profiler.recording)
@@ -120,29 +159,53 @@ class _Instrumentation:
     def on_train_epoch_start(self, trainer) -> None:
         self.close_all()
         self.timer.iteration_start()
-        self._labels = self.profiler.recording
+        self._set_labels(self.profiler.recording)
         self.open("data_wait")
 
     def on_train_batch_start(self, trainer) -> None:
-        self.close_all()  # ends data_wait
+        if self._open:
+            self.close_all()  # ends data_wait
         self.timer.batch_start()
         self._in_step = True
 
     def on_train_batch_end(self, trainer) -> None:
-        self.close_all()  # ends backward (or optimizer_step when it ran last)
+        if self._open:
+            self.close_all()  # ends backward (or optimizer_step when it ran last)
         self._in_step = False
-        self.timer.batch_end(profiled=self._labels, images=_batch_images(trainer))
-        if trainer.loss_items is not None:
-            for name, value in _loss_dict(trainer).items():
-                self.step_losses.setdefault(name, []).append(value)
-        self.profiler.step()
-        self._labels = self.profiler.recording
-        if self.snapshot is not None:
-            self.snapshot.follow(self._labels)
-        if self.max_steps is not None and self.timer.steps >= self.max_steps:
+        timer = self.timer
+        labels = self._labels
+        timer.batch_end(labels, trainer.last_batch_images or trainer.batch_size)
+        items = trainer.loss_items
+        if items is not None:
+            self._keep_losses(trainer, items)
+        profiler = self.profiler
+        profiler.step()
+        recording = profiler.recording
+        if recording != labels:
+            self._set_labels(recording)
+        snapshot = self.snapshot
+        if snapshot is not None:
+            snapshot.follow(recording)
+        if self.max_steps is not None and timer.steps >= self.max_steps:
             trainer.stop = True  # ultralytics checks this right after the callback and ends training cleanly
-        self.timer.iteration_start()  # after profiler.step(): trace export time is not training time
-        self.open("data_wait")
+        timer.iteration_start()  # after profiler.step(): trace export time is not training time
+        if recording:
+            self.open("data_wait")
+
+    def _keep_losses(self, trainer, items) -> None:
+        """This step's losses, kept as detached tensors: float() here would add a device sync to every step.
+        ultralytics hands them over as a dict of detached tensors, kept as they are; any other shape (older
+        releases: a tensor beside `loss_names`), or values that still need detaching, as `_loss_dict` makes them."""
+        if type(items) is dict:
+            detached = self._loss_rows_detached
+            if detached is None:
+                detached = self._loss_rows_detached = all(
+                    isinstance(v, torch.Tensor) and not v.requires_grad for v in items.values()
+                )
+            if detached:
+                self._loss_rows.append(items.copy())  # the dict, not its tensors: as the views detach() made
+                return
+        self._loss_rows.append(_loss_dict(trainer))
 
     def on_train_epoch_end(self, trainer) -> None:
         self.close_all()  # the data_wait opened after the epoch's last step would otherwise span validation
@@ -151,9 +214,10 @@ class _Instrumentation:
 
     def on_train_end(self, trainer) -> None:
         self.close_all()
+        self._set_labels(False)
         self.profiler.__exit__(None, None, None)
 
-    # forward hooks on the model: forward+loss, then backward until the step ends ---------------------------
+    # forward hooks on the model while labels are on: forward+loss, then backward until the step ends ------------
     def _forward_start(self, module, args) -> None:
         if self._in_step:
             self.close_all()
@@ -177,19 +241,15 @@ def _effective_model_settings(model) -> dict[str, bool]:
     }
 
 
-def _batch_images(trainer) -> int:
-    return int(trainer.last_batch_images or trainer.batch_size)
-
-
 def _loss_dict(trainer) -> dict[str, Any]:
-    """This step's losses, kept as detached tensors: float() here would add a device sync to every step."""
+    """This step's losses by ultralytics' loss name, as detached tensors (any shape of `loss_items`)."""
     items = trainer.loss_items
     pairs = (
         items.items()
         if isinstance(items, dict)
         else zip(trainer.loss_names or [f"loss{i}" for i in range(len(items))], items, strict=False)
     )
-    return {names.train_metric(name): v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
+    return {name: v.detach() if isinstance(v, torch.Tensor) else v for name, v in pairs}
 
 
 def _make_trainer_class():
