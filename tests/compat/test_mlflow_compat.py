@@ -11,6 +11,7 @@ import pytest
 
 from yolo_mlops import names
 from yolo_mlops.compat import mlflow as mlflow_compat
+from yolo_mlops.compat import versions
 from yolo_mlops.tracking import queries
 
 
@@ -67,29 +68,26 @@ def test_history_queries_find_the_same_runs_on_a_store_without_null_filters(mlfl
         "no_machine": _run(mlflow_client, experiment_id, "abc123", None),
     }
     old = OldStore(mlflow_client)
-    assert mlflow_compat.null_filters_supported(mlflow_client, [experiment_id])
-    assert not mlflow_compat.null_filters_supported(old, [experiment_id])
     found = queries.series_records(mlflow_client, [experiment_id], ["abc123"])
     found_old = queries.series_records(old, [experiment_id], ["abc123"])
     assert found is not None and found_old is not None
     assert [r.run_id for r in found_old] == [r.run_id for r in found]
     assert {r.run_id for r in found} == {runs["tagged"], runs["no_tag"], runs["no_machine"]}
-    assert not any("NULL" in f for f in old.filters[1:])  # after the probe, only filters it takes
+    assert mlflow_compat.null_filters_refused(old) and not mlflow_compat.null_filters_refused(mlflow_client)
+    assert sum("NULL" in f for f in old.filters) == 1  # refused once, then never asked again
 
 
-def test_another_failure_of_the_probe_is_raised():
+def test_another_failure_is_not_taken_for_a_refusal():
     from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
     class Down:
         tracking_uri = "http://127.0.0.1:1#down"
 
-        def search_runs(self, *args, **kwargs):
-            from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
-
-            raise MlflowException("API request failed", error_code=TEMPORARILY_UNAVAILABLE)
-
-    with pytest.raises(MlflowException, match="API request failed"):
-        mlflow_compat.null_filters_supported(Down(), ["0"])
+    down = Down()
+    assert not mlflow_compat.refuses_null_filters(down, MlflowException("API request failed", TEMPORARILY_UNAVAILABLE))
+    assert not mlflow_compat.refuses_null_filters(down, MlflowException.invalid_parameter_value("bad run id"))
+    assert not mlflow_compat.null_filters_refused(down)
 
 
 def test_file_store_allowed_on_a_client_without_the_switch(monkeypatch):
@@ -98,6 +96,9 @@ def test_file_store_allowed_on_a_client_without_the_switch(monkeypatch):
     assert mlflow_compat.file_store_allowed()
 
 
+@pytest.mark.skipif(
+    not versions.version_at_least("mlflow", "3.13"), reason="MLflow before 3.13 has no MLFLOW_ALLOW_FILE_STORE"
+)
 def test_file_store_refused_on_a_newer_client_unless_allowed(monkeypatch):
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     assert not mlflow_compat.file_store_allowed()

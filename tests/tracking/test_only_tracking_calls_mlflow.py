@@ -1,7 +1,8 @@
-"""Only yolo_mlops/tracking/ talks to MLflow: no other module imports mlflow or calls a client method on the
-handle `connection.client()` returns (the flows and library pass that handle to the functions of
-`tracking.writes`, `tracking.queries` and `tracking.run_end`), and none reads MLflow's own run objects
-(`run.data.params`, `run.info.status`, `mlflow.entities`): queries hand out `queries.RunRecord`."""
+"""Only yolo_mlops/tracking/ (and the MLflow seam it calls, compat/mlflow.py) talks to MLflow: no other module
+imports mlflow or calls a client method on the handle `connection.client()` returns (the flows and library pass
+that handle to the functions of `tracking.writes`, `tracking.queries` and `tracking.run_end`), and none reads
+MLflow's own run objects (`run.data.params`, `run.info.status`, `mlflow.entities`): queries hand out
+`queries.RunRecord`."""
 
 from __future__ import annotations
 
@@ -45,7 +46,10 @@ def offenders(files: list[Path], root: Path) -> list[str]:
 
 
 def test_no_module_outside_tracking_calls_mlflow():
-    files = [p for p in (REPO / "yolo_mlops").rglob("*.py") if "tracking" not in p.relative_to(REPO).parts]
+    seam = REPO / "yolo_mlops" / "compat" / "mlflow.py"
+    files = [
+        p for p in (REPO / "yolo_mlops").rglob("*.py") if "tracking" not in p.relative_to(REPO).parts and p != seam
+    ]
     files += list((REPO / "flows").glob("*.py"))
     assert offenders(files, REPO) == []
 

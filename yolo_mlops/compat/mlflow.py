@@ -4,15 +4,15 @@ Checked against MLflow 3.5.0, 3.10.1, 3.11.1, 3.13.0, 3.17.2 and 3.18.0 (run), a
 - `MLFLOW_ALLOW_FILE_STORE` (from 3.13.0 a client refuses a file store unless it is set; older ones use it);
 - `IS NULL` / `IS NOT NULL` on params and tags in `search_runs` filters: accepted from 3.11.1; older tracking
   servers (and older clients on a SQL store, which parse the filter themselves) reject them with
-  INVALID_PARAMETER_VALUE "Invalid clause(s) in filter string". `null_filters_supported` asks the store once
-  per URI; where it rejects them the caller searches without those clauses (`split_null_clauses`) and judges them
-  on the runs it reads.
+  INVALID_PARAMETER_VALUE "Invalid clause(s) in filter string". Where a store refuses them, the caller searches
+  without those clauses (`split_null_clauses`) and judges them on the runs it reads; a store that refused once in
+  a process (`refuses_null_filters`) is not asked again.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ def file_store_allowed() -> bool:
     return bool(MLFLOW_ALLOW_FILE_STORE.get())
 
 
-_NULL_FILTERS: dict[str, bool] = {}  # tracking URI -> whether its store takes IS NULL on params and tags
+_REFUSED: set[str] = set()  # tracking URIs whose store refused IS NULL on params or tags
 _NULL_CLAUSE = re.compile(r"(params|tags)\.`([^`]+)`\s+IS\s+(NOT\s+)?NULL", re.IGNORECASE)
 _REJECTED = re.compile(r"Invalid clause\(s\) in filter string", re.IGNORECASE)
 
@@ -58,18 +58,23 @@ def split_null_clauses(filter_string: str) -> tuple[str, list[NullClause]]:
     return " AND ".join(kept), clauses
 
 
-def null_filters_supported(client: Any, experiment_ids: Sequence[str]) -> bool:
-    """Whether the store behind `client` takes `IS NULL` / `IS NOT NULL` on params and tags (servers and stores
-    before MLflow 3.11 reject them); asked once per tracking URI with a one-row search."""
-    uri = str(getattr(client, "tracking_uri", None) or client._tracking_client.tracking_uri)
-    if uri not in _NULL_FILTERS:
-        from mlflow.exceptions import MlflowException
+def _uri(client: Any) -> str:
+    return str(getattr(client, "tracking_uri", None) or client._tracking_client.tracking_uri)
 
-        try:
-            client.search_runs(list(experiment_ids), "params.`probe` IS NULL AND tags.`probe` IS NULL", max_results=1)
-            _NULL_FILTERS[uri] = True
-        except MlflowException as exc:
-            if exc.error_code != "INVALID_PARAMETER_VALUE" or not _REJECTED.search(str(exc)):
-                raise
-            _NULL_FILTERS[uri] = False
-    return _NULL_FILTERS[uri]
+
+def null_filters_refused(client: Any) -> bool:
+    """Whether the store behind `client` has refused `IS [NOT] NULL` on params or tags in this process."""
+    return _uri(client) in _REFUSED
+
+
+def refuses_null_filters(client: Any, exc: Exception) -> bool:
+    """Whether `exc`, raised by a search with IS [NOT] NULL clauses, is the store's refusal of them (an MLflow
+    before 3.11.1); if so the store is remembered as refusing them."""
+    refused = (
+        getattr(exc, "error_code", None) == "INVALID_PARAMETER_VALUE"
+        and _REJECTED.search(str(exc)) is not None
+        and "NULL" in str(exc).upper()
+    )
+    if refused:
+        _REFUSED.add(_uri(client))
+    return refused

@@ -138,11 +138,31 @@ def search_records(
     page_size: int | None = None,
 ) -> list[RunRecord]:
     """Every run matching the filter, following page tokens until the last page; each page converted to records
-    as it arrives (MLflow's objects are not kept). On a store that rejects `IS [NOT] NULL` on params and tags
+    as it arrives (MLflow's objects are not kept). On a store that refuses `IS [NOT] NULL` on params and tags
     (MLflow before 3.11.1), those clauses are judged here on the runs the rest of the filter finds."""
-    clauses: list[mlflow_compat.NullClause] = []
-    if " NULL" in filter_string.upper() and not mlflow_compat.null_filters_supported(mlflow, experiment_ids):
-        filter_string, clauses = mlflow_compat.split_null_clauses(filter_string)
+    if " NULL" not in filter_string.upper():
+        return _records(mlflow, experiment_ids, filter_string, order_by, page_size)
+    if not mlflow_compat.null_filters_refused(mlflow):
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return _records(mlflow, experiment_ids, filter_string, order_by, page_size)
+        except MlflowException as exc:
+            if not mlflow_compat.refuses_null_filters(mlflow, exc):
+                raise
+    rest, clauses = mlflow_compat.split_null_clauses(filter_string)
+    return _records(mlflow, experiment_ids, rest, order_by, page_size, clauses)
+
+
+def _records(
+    mlflow: MlflowClient,
+    experiment_ids: Sequence[str],
+    filter_string: str,
+    order_by: Sequence[str],
+    page_size: int | None,
+    clauses: Sequence[mlflow_compat.NullClause] = (),
+) -> list[RunRecord]:
+    """The runs of every page of a search, as records; those `clauses` hold for."""
     records: list[RunRecord] = []
     for page in _pages(mlflow, experiment_ids, filter_string, order_by, page_size):
         for run in page:
