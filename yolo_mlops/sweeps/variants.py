@@ -410,6 +410,13 @@ def skip_reason(
     """Why the expression cannot run on `device` (a resolved device string such as 'cpu' or '0') in a job of
     `world_size` ranks, or None."""
     parts = parse(expr, custom)
+    ddp_only = [p.name for p in parts if p.needs_ddp]
+    if ddp_only and world_size < 2:
+        return f"{', '.join(ddp_only)}: {DDP_REASON}"
+    if device == "cpu":
+        reasons = [f"{p.name}: {p.cuda_reason}" for p in parts if p.cuda_reason]
+        if reasons:
+            return "needs a CUDA device (" + "; ".join(reasons) + ")"
     missing = [
         (p.name, *p.needs_release)
         for p in parts
@@ -420,13 +427,7 @@ def skip_reason(
             f"{name}: not available with {package} {versions.installed_version(package)} (needs {package} >= {first})"
             for name, package, first in missing
         )
-    ddp_only = [p.name for p in parts if p.needs_ddp]
-    if ddp_only and world_size < 2:
-        return f"{', '.join(ddp_only)}: {DDP_REASON}"
-    if device == "cpu":
-        reasons = [f"{p.name}: {p.cuda_reason}" for p in parts if p.cuda_reason]
-        return "needs a CUDA device (" + "; ".join(reasons) + ")" if reasons else None
-    if any(p.name == "amp_bf16" for p in parts):
+    if device != "cpu" and any(p.name == "amp_bf16" for p in parts):
         import torch
 
         index = cuda_indices(device)[0]
