@@ -7,7 +7,7 @@
 #   make image      # the same with docker, else with buildah (no daemon), on a Debian base where no
 #                   # image registry is reachable (deploy/build-image.sh, docs/deploy.md)
 #
-# CUDA: the PyPI torch wheels pinned in pyproject.toml are CUDA builds that carry their CUDA runtime
+# CUDA: the PyPI torch wheels pinned in requirements/lock.txt are CUDA builds that carry their CUDA runtime
 # libraries (nvidia-* wheels), so the base only has to provide the Python the project requires (3.11).
 # The host needs the NVIDIA driver and the NVIDIA Container Toolkit; containers get GPUs through a
 # device request (compose `deploy.resources.reservations.devices`, docker pool `device_requests`).
@@ -65,11 +65,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 # Dependencies first (torch, ultralytics, mlflow, prefect ...): the largest layer, cached across code changes.
+# The declared ranges at the exact versions of requirements/lock.txt, the set the suite runs on.
 # Copied rather than bind-mounted: a COPY is keyed by the file's content in every builder (docker, buildah),
-# so this layer is rebuilt exactly when the dependency list changes.
+# so this layer is rebuilt exactly when the dependency list or the lock changes.
 ARG PIP_CERT PIP_FIND_LINKS PIP_EXTRA_INDEX_URL
 COPY --from=requirements /requirements.txt /tmp/requirements.txt
-RUN pip install --no-cache-dir -r /tmp/requirements.txt
+COPY requirements/lock.txt /tmp/lock.txt
+RUN pip install --no-cache-dir -r /tmp/requirements.txt -c /tmp/lock.txt
 
 # Flow entrypoints are file paths (flows/<name>.py:<flow>) resolved against the working directory.
 WORKDIR /opt/yolo-mlops

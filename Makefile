@@ -2,15 +2,18 @@
 # Both create the virtual environment on first use, so a fresh machine needs nothing before them.
 PYTHON ?= python3
 VENV ?= .venv
+# The exact package set installed (pip constraints): the tested lock, or another stack's file, e.g.
+#   make test-fast PYTHON=python3.11 VENV=.venv-oldest LOCK=requirements/oldest.txt
+LOCK ?= requirements/lock.txt
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast install image image-test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c $(LOCK) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,9 +40,9 @@ test-fast: $(STAMP)
 IMAGE ?= yolo-mlops:latest
 
 image:
-	IMAGE=$(IMAGE) deploy/build-image.sh
+	IMAGE='$(IMAGE)' deploy/build-image.sh
 
 # Builds the image, then runs it offline as its non-root user: --help, the demo with its MLflow run read back
 # outside, the flow entrypoints, bootstrap.sh and a worker against a Prefect server in the container.
 image-test: image $(STAMP)
-	YOLO_MLOPS_IMAGE_TEST=$(IMAGE) $(BIN)/python -m pytest -p no:cacheprovider -v -s tests/deploy/test_image.py $(PYTEST_ARGS)
+	YOLO_MLOPS_IMAGE_TEST='$(IMAGE)' $(BIN)/python -m pytest -p no:cacheprovider -v -s tests/deploy/test_image.py $(PYTEST_ARGS)

@@ -4,7 +4,9 @@
 # scipy, matplotlib, opencv-python-headless, nvidia-ml-py, pyarrow, pytest, requests, pyyaml, rich, click,
 # anyio, httpx, jinja2 ...: see docs/gpu.md). Downloaded with pip (no dependencies resolved: the list is
 # explicit and pinned to the versions the project is tested with) into gpu-wheelhouse/ (git-ignored), which
-# a GPU run carries. A run can carry 64 MiB; the wheelhouse must stay under 60 MiB.
+# a GPU run carries. A run can carry 64 MiB; the wheelhouse must stay under 60 MiB. Each package at the version of
+# requirements/lock.txt, the set everything else is tested with; setuptools, which only builds this tree there, at
+# its own pin.
 #
 #   bash benchmarks/gpu_wheelhouse.sh            # download, print count and total size
 #   bash benchmarks/gpu_wheelhouse.sh --prove    # also: a Python 3.12 venv like the GPU machine's, then
@@ -17,30 +19,50 @@ repo=$PWD
 dest=${GPU_WHEELHOUSE:-gpu-wheelhouse}
 limit_mib=60
 
-wheels=(
+names=(
   # the checks' own imports
-  ultralytics==8.4.190 ultralytics-thop==2.2.3 ultralytics-platform==0.1.99
-  msgspec==0.23.0 ijson==3.6.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
-  typing-inspection==0.4.5
+  ultralytics ultralytics-thop ultralytics-platform
+  msgspec ijson pydantic pydantic-core annotated-types
+  typing-inspection
   # MLflow client and its SQLite store (mlflow-skinny: the full mlflow wheel adds the UI and server, 11 MiB)
-  mlflow-skinny==3.17.2 sqlalchemy==2.1.9 greenlet==3.5.6 alembic==1.20.1 mako==1.4.3 sqlparse==0.6.1
-  cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 cachetools==7.3.3 databricks-sdk==0.167.0
-  importlib-metadata==9.1.0 python-dotenv==1.2.4 fastapi==0.150.0 starlette==1.10.0 uvicorn==0.55.0
-  opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2
-  opentelemetry-semantic-conventions==0.66b2
+  mlflow-skinny sqlalchemy greenlet alembic mako sqlparse
+  cryptography cffi pycparser cachetools databricks-sdk
+  importlib-metadata python-dotenv fastapi starlette uvicorn
+  opentelemetry-api opentelemetry-sdk opentelemetry-proto
+  opentelemetry-semantic-conventions
   # Prefect: the sweep flow, its concurrency limit and the temporary server it runs on
-  prefect==3.9.1 aiosqlite==0.22.1 asyncpg==0.32.0 asgi-lifespan==2.1.0 coolname==5.0.0 cronsim==2.8
-  exceptiongroup==1.3.2 graphviz==0.21 griffe==2.4.1 griffecli==2.4.1 griffelib==2.4.1
-  jinja2-humanize-extension==0.4.0 jsonpatch==1.48 jsonpointer==3.12 jsonschema==4.26.0
-  jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 orjson==3.13.0 pendulum==3.3.0
-  whenever==0.11.0 pydantic-extra-types==2.11.1 pydantic-settings==2.16.3 pydocket==0.27.2 redis==8.1.0
-  burner-redis==0.1.7 py-key-value-aio==0.5.0 beartype==0.23.1 uncalled-for==0.6.2 python-json-logger==4.2.0
-  python-slugify==9.1.3 text-unidecode==1.3 pytz==2026.6 tzdata==2026.6 tzlocal==5.4.5
-  rfc3339-validator==0.1.4 ruamel-yaml==0.19.1 semver==3.1.2 sniffio==1.3.1 toml==0.10.2 wcwidth==0.9.4
-  websockets==16.1.1
-  # builds this tree on the GPU machine (pip install --no-build-isolation --target), kept off the checks' path
-  setuptools==84.2.1
+  prefect aiosqlite asyncpg asgi-lifespan coolname cronsim
+  exceptiongroup graphviz griffe griffecli griffelib
+  jinja2-humanize-extension jsonpatch jsonpointer jsonschema
+  jsonschema-specifications referencing rpds-py orjson pendulum
+  whenever pydantic-extra-types pydantic-settings pydocket redis
+  burner-redis py-key-value-aio beartype uncalled-for python-json-logger
+  python-slugify text-unidecode pytz tzdata tzlocal
+  rfc3339-validator ruamel-yaml semver sniffio toml wcwidth
+  websockets
 )
+
+# builds this tree on the GPU machine (pip install --no-build-isolation --target), kept off the checks' path
+builder=setuptools==84.2.1
+lock=$repo/requirements/lock.txt
+mapfile -t wheels < <(python3 - "$lock" "${names[@]}" <<'PY'
+import re, sys
+def key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+pins = {}
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if "==" in line:
+        name, version = line.split("==", 1)
+        pins[key(name)] = version.strip()
+missing = [n for n in sys.argv[2:] if key(n) not in pins]
+if missing:
+    sys.exit(f"gpu_wheelhouse: not in {sys.argv[1]}: {' '.join(missing)}")
+print("\n".join(f"{n}=={pins[key(n)]}" for n in sys.argv[2:]))
+PY
+)
+((${#wheels[@]} == ${#names[@]})) || exit 1
+wheels+=("$builder")
 
 mkdir -p "$dest"
 rm -f "$dest"/*.whl

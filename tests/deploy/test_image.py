@@ -311,6 +311,7 @@ def test_demo_offline_writes_a_run_readable_outside(container: Container, tmp_pa
 # Build-context files: what .dockerignore lets in, plus the Dockerfile and the build script.
 CONTEXT = [
     "pyproject.toml",
+    "requirements/lock.txt",
     "README.md",
     "yolo_mlops",
     "flows",

@@ -85,6 +85,7 @@ def test_build_context_has_what_the_image_copies():
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     for needed in (
         "!pyproject.toml",
+        "!requirements/lock.txt",
         "!README.md",
         "!yolo_mlops/",
         "!flows/",
