@@ -173,4 +173,4 @@ def test_compare_reads_a_job_per_rank(job, no_sync_job, capsys):
         kinds = {row["kind"] for row in diff["contributions"]}
         assert {"operator", "phase"} <= kinds, kinds
     assert cli.main(["compare", a.info.run_id, b.info.run_id, "--rank", "5"]) == 2  # no such rank: one line
-    assert "no key_averages tables" in capsys.readouterr().err
+    assert "has no rank 5" in capsys.readouterr().err

@@ -241,8 +241,8 @@ def test_fleet_command_names_the_slow_machine_from_mlflow(mlflow_client, tmp_pat
     assert slow["moved"]["contributions"] == [] and "moved against" not in slow["explanation"]
 
     plot = tmp_path / "fleet.png"
-    code, out, _ = _main("fleet", "--experiment", experiment, "--plot", str(plot))
-    assert code == 0 and "`node-3` is slower than its peers" in out
+    code, out, err = _main("fleet", "--experiment", experiment, "--plot", str(plot))
+    assert code == 0 and "`node-3` is slower than its peers" in out, err
     assert "Phases and operators of `node-3` against its peers: no attribution: none of node-3's" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # bad input: one line each, exit 2
