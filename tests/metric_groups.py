@@ -19,4 +19,5 @@ METRIC_GROUPS = (
     "compare/",
     "optimize/",
     "comm/",
+    "op/",
 )

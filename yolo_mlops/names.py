@@ -151,6 +151,13 @@ TRAIN_IMAGES_SKIPPED = "data/train_images_skipped"  # dropped by ultralytics: co
 MEMORY = "memory/"  # peak memory of the training device by holder (torch's memory profiler)
 MEMORY_PEAK_TOTAL = "memory/peak_total_mib"
 HEADLINE_PREFIXES = (PERF, TRACE, GPU, VAL, TRAIN)  # what a run summary shows
+# op/*: the operators that make up most of a profiled step (analysis/operators.py), the series trends judge
+OP_PREFIX = "op/"  # the MLflow UI shows them under a section of their own
+OP_HOST_PREFIX = OP_PREFIX + "cpu/"  # + operator: its self CPU time, ms per profiled step (key_averages_self_cpu)
+OP_DEVICE_PREFIX = OP_PREFIX + "device/"  # + operator or kernel: self device time, ms per profiled step (GPU runs)
+OP_STEP_MS = OP_PREFIX + "step_ms"  # the profiled step (the ProfilerStep* row's time per call), ms
+OP_FLOOR_MS = OP_PREFIX + "floor_ms"  # operators below it (ms per profiled step) were not logged by this run
+METRIC_NAME_MAX = 250  # MLflow's limit on a metric name (MAX_ENTITY_KEY_LENGTH)
 
 # artifacts --------------------------------------------------------------------------------------------------
 # Every artifact constant is its path from the run's artifact root. A data-parallel job writes each rank's copy
@@ -233,8 +240,42 @@ def rank_metric(rank: int, metric: str) -> str:
 
 
 def trend_metric_tag(metric: str) -> str:
-    """`yolo_mlops.trend.<short>`: on benchmark runs, the night's verdict for one watched metric `<group>/<short>`."""
-    return TREND_PREFIX + metric.split("/", 1)[1]
+    """`yolo_mlops.trend.<short>`: on benchmark runs, the night's verdict for one watched metric `<group>/<short>`;
+    `yolo_mlops.trend.op/<kind>/<operator>` for an operator series (written only when it is not `stable`)."""
+    return TREND_PREFIX + (metric if metric.startswith(OP_PREFIX) else metric.split("/", 1)[1])
+
+
+def operator_metric(kind: str, operator: str) -> str:
+    """`op/cpu/<operator>` (kind "operator": self CPU time) or `op/device/<operator>` (kind "device": self device
+    time), ms per profiled step. MLflow takes letters, digits, `_ - . / :` and spaces in a name, so every other
+    character becomes `_` (`enumerate(DataLoader)#...` reads `enumerate_DataLoader__...`), a path part `.` or
+    `..` becomes `_`, and a name longer than MLflow's limit keeps its start and gains a hash of the whole name
+    (device kernels' template names). Two names that differ only in such characters share one metric."""
+    prefix = OP_DEVICE_PREFIX if kind == "device" else OP_HOST_PREFIX
+    allowed = "_-.: /"  # besides ASCII letters and digits, what MLflow takes in a metric name
+    clean = "".join(c if (c.isascii() and c.isalnum()) or c in allowed else "_" for c in operator)
+    parts = [("_" if p in (".", "..") else p) for p in clean.split("/") if p]
+    name = "/".join(parts).strip() or "_"
+    room = METRIC_NAME_MAX - len(prefix)
+    if len(name) > room:
+        name = name[: room - 17].rstrip("/ ") + "_" + _fnv1a(operator)
+    return prefix + name
+
+
+def _fnv1a(text: str) -> str:
+    """A stable 64-bit FNV-1a hash of the text, 16 hex digits (names.py imports nothing, hashlib included)."""
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def operator_of_metric(metric: str) -> tuple[str, str] | None:
+    """(kind, operator as the metric names it) of an `op/cpu/...` or `op/device/...` metric; None for others."""
+    for kind, prefix in (("operator", OP_HOST_PREFIX), ("device", OP_DEVICE_PREFIX)):
+        if metric.startswith(prefix):
+            return kind, metric[len(prefix) :]
+    return None
 
 
 def min_detectable_shift_metric(metric: str) -> str:

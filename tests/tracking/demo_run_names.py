@@ -47,12 +47,21 @@ def artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
     return out
 
 
+def normalise_metric(metric: str) -> str:
+    """An operator's metric (`op/cpu/<operator>`, `op/device/<operator>`) names whatever the run's profile held:
+    one placeholder per kind."""
+    for kind in ("op/cpu/", "op/device/"):
+        if metric.startswith(kind):
+            return kind + "operator"
+    return metric
+
+
 def run_names(client, run_id: str) -> dict[str, list[str]]:
     run = client.get_run(run_id)
     return {
         "tags": sorted(run.data.tags),
         "params": sorted(run.data.params),
-        "metrics": sorted(run.data.metrics),
+        "metrics": sorted({normalise_metric(m) for m in run.data.metrics}),
         "artifacts": sorted({normalise_path(p) for p in artifact_paths(client, run_id)}),
     }
 

@@ -24,6 +24,7 @@ from yolo_mlops.analysis import DiagnosisInput, Finding, analyze_traces, diagnos
 from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.analysis.document import Block, Heading, Paragraph, Table
+from yolo_mlops.analysis.operators import operator_metrics
 from yolo_mlops.config import RunSpec, data_home
 from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
@@ -225,6 +226,7 @@ def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
     _count_images(outcome, result)
     _summarise_nvml(prepared, outcome, result)
     _memory_by_holder(outcome, result)
+    _operator_metrics(prepared, outcome, result)
     tags = result.tags
     try:
         _analyze_trace(prepared, outcome, result)
@@ -306,6 +308,22 @@ def _summarise_nvml(prepared: PreparedRun, outcome: TrainingOutcome, result: Run
                 result.histories.setdefault(name, []).append((step, value))
         folder = replace(prepared.plan, rank=rank.rank).rank_path(names.NVML_DIR)
         write_timeline(aligned, folder)
+
+
+def _operator_metrics(prepared: PreparedRun, outcome: TrainingOutcome, result: RunAnalysis) -> None:
+    """op/*: the operators that make up most of the profiled step, ms per step (analysis/operators.py), from the
+    key_averages tables; of the slowest rank in a data-parallel job (its perf/* headline's). None without tables:
+    the run's operator series then have a gap, never a zero."""
+    chosen = next((r for r in outcome.ranks if r.rank == outcome.slowest_rank), outcome) if outcome.ranks else outcome
+    frames = {t.name: t.frame for t in chosen.tables}
+    profiler = prepared.spec.profiler
+    result.metrics.update(
+        operator_metrics(
+            frames.get(names.KEY_AVERAGES_SELF_CPU),
+            frames.get(names.KEY_AVERAGES_SELF_DEVICE),
+            profiler.active * profiler.repeat,
+        )
+    )
 
 
 def _memory_by_holder(outcome: TrainingOutcome, result: RunAnalysis) -> None:
