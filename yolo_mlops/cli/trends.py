@@ -18,11 +18,14 @@ DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops import trends
     from yolo_mlops.tracking import connection
-    from yolo_mlops.trends import bounds, history, power, report
-    from yolo_mlops.trends.trend import WATCHED_BY_NAME
+    from yolo_mlops.trends import bounds, history, operators, power, report
+    from yolo_mlops.trends.trend import WATCHED_BY_NAME, is_operator
 
-    if args.metric and args.metric not in WATCHED_BY_NAME:
-        raise ConfigError(f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
+    if args.metric and args.metric not in WATCHED_BY_NAME and not is_operator(args.metric):
+        raise ConfigError(
+            f"--metric {args.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}, or an operator "
+            f"series {names.OP_HOST_PREFIX}<operator> / {names.OP_DEVICE_PREFIX}<operator>"
+        )
     problem = None if args.plot is None else figure_path_problem(args.plot)
     if problem is not None:
         raise ConfigError(f"--plot {args.plot}: {problem}")
@@ -35,7 +38,8 @@ def cmd_trends(args: argparse.Namespace) -> int:
     mlflow = connection.checked_client()
     if args.series is None:
         grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
-        series = [trends.series_trend(runs, settings) for runs in grouped.values()]
+        # the watched metrics of every series; its operator series are judged with --series (and each night)
+        series = [trends.series_trend(runs, settings, operators=False) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
         detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
         if args.format == "json":
@@ -93,6 +97,25 @@ def cmd_trends(args: argparse.Namespace) -> int:
                         if not wanted or d.metric in wanted
                     ],
                     "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
+                    "operators": [asdict(m) for m in trend.operators if not wanted or m.metric in wanted],
+                    "operator_min_detectable_shift": [
+                        {**asdict(d), "shift_pct": _finite(d.shift_pct)}
+                        for d in power.for_operators(trend, _repeats(trend, args.repeats))
+                        if not wanted or d.metric in wanted
+                    ],
+                    "operator_findings": [
+                        {
+                            **asdict(f),
+                            "factor": _finite(f.factor),
+                            "delta_ms": f.delta_ms,
+                            "share_pct": f.share_pct,
+                            "severity": f.severity,
+                            "below_step_power": f.below_step_power,
+                        }
+                        for f in operators.history_findings(trend, _step_power(detectable))
+                        if not wanted or f.metric in wanted
+                    ],
+                    "renames": [asdict(r) for r in trend.renames],
                     "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()} for k, a in attributions.items()],
                 },
                 indent=2,
@@ -115,6 +138,10 @@ def _repeats(trend, given: int | None) -> int:
     return sum(r.night == night for r in trend.runs) if night is not None else 3
 
 
+def _step_power(detectable) -> float | None:
+    return next((d.shift_pct for d in detectable if d.metric == names.STEP_TIME_P50), None)
+
+
 def _finite(value: float) -> float | None:
     return value if value != float("inf") else None
 
@@ -123,7 +150,9 @@ def register(sub) -> None:
     p = sub.add_parser("trends", help="series of an experiment, change points over their history, what changed")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment (default {DEFAULT_EXPERIMENT})")
     p.add_argument("--series", help="one series' history and change points (key, or a unique prefix of it)")
-    p.add_argument("--metric", help="only this watched metric (e.g. perf/step_time_ms_p50)")
+    p.add_argument(
+        "--metric", help="only this watched metric (e.g. perf/step_time_ms_p50) or operator series (op/cpu/aten::mm)"
+    )
     p.add_argument("--plot", type=Path, help="write the series' picture (PNG) to this file")
     p.add_argument("--max-pvalue", type=float, default=0.001, help="significance of a change point (default 0.001)")
     p.add_argument(

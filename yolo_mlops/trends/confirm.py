@@ -56,6 +56,7 @@ import numpy as np
 from scipy.special import stdtr
 
 from yolo_mlops.trends import changepoint
+from yolo_mlops.trends.multiplicity import holm_adjusted
 from yolo_mlops.trends.trend import (
     STATUS_ORDER,
     DetectionSettings,
@@ -63,6 +64,7 @@ from yolo_mlops.trends.trend import (
     SeriesTrend,
     SeriesVerdict,
     Status,
+    is_operator,
     verdict,
 )
 
@@ -119,17 +121,6 @@ class NightTest:
         return self.pvalue <= self.level and self.adjusted <= alpha
 
 
-def holm_adjusted(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (family-wise error control under any dependence)."""
-    order = sorted(range(len(pvalues)), key=lambda i: (pvalues[i], i))
-    adjusted = [1.0] * len(pvalues)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
-
-
 def night_tests(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str]) -> list[NightTest]:
     """Every test the night ran on the series, Holm-adjusted together: per metric its change-point search (each
     change point new tonight, else one search that found none), its drift test, and each version boundary whose
@@ -178,6 +169,10 @@ def night_family(trend: SeriesTrend, v: SeriesVerdict, tonight: set[str], alpha:
     alpha = family_pvalue(trend) if alpha is None else alpha
     tests = night_tests(trend, v, tonight)
     held = {(t.metric, t.kind, t.run_id) for t in tests if t.holds(alpha)}
+    # operator series were held to their own family by `trend.verdict` (trend.operator_family): kept as they are
+    held |= {(c.metric, "change point", c.run_id) for c in v.new_changes if is_operator(c.metric)}
+    held |= {(c.metric, "version boundary", c.run_id) for c in v.new_candidates if is_operator(c.metric)}
+    held |= {(d.metric, "drift", d.run_id) for d in v.new_drifts if is_operator(d.metric)}
     changes = tuple(c for c in v.new_changes if (c.metric, "change point", c.run_id) in held)
     drifts = tuple(d for d in v.new_drifts if (d.metric, "drift", d.run_id) in held)
     cands = tuple(c for c in v.new_candidates if (c.metric, "version boundary", c.run_id) in held)

@@ -26,11 +26,11 @@ from yolo_mlops import names
 from yolo_mlops.config import BenchmarkSuite, RunSpec
 from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import queries, writes
-from yolo_mlops.trends import attributions, confirm, power, report, series_trend, verdict
+from yolo_mlops.trends import attributions, confirm, operators, power, report, series_trend, verdict
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
 from yolo_mlops.trends.history import HistoryRun, load_series_of
-from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status
+from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status, is_operator
 
 if TYPE_CHECKING:
     from yolo_mlops.tracking.connection import MlflowClient
@@ -174,7 +174,7 @@ def judge_night(
                 status=night_verdict.status,
                 runs_tonight=tonights_runs,
                 history_runs=len(runs),
-                new_changes=_change_lines(trend, night_verdict, found),
+                new_changes=_change_lines(trend, night_verdict, found, detectable),
                 plot_run_id=(tonights_runs + extra)[-1],
                 confirm_metrics=list(pending),
                 confirmation=outcome.summary() if outcome else "",
@@ -189,10 +189,22 @@ def judge_night(
 
 
 def _change_lines(
-    trend: SeriesTrend, night_verdict: SeriesVerdict, found: dict[tuple[str, str], Attribution]
+    trend: SeriesTrend,
+    night_verdict: SeriesVerdict,
+    found: dict[tuple[str, str], Attribution],
+    detectable: list[power.MinDetectable] = (),  # type: ignore[assignment]
 ) -> list[str]:
+    """One line per new event of the night: change points (operators as findings of their own, with their share of
+    the step against the step time's detection power), moved version boundaries, drifts, operator renames."""
+    step_power = next((d.shift_pct for d in detectable if d.metric == names.STEP_TIME_P50), None)
     lines = []
     for change in night_verdict.new_changes:
+        if is_operator(change.metric):
+            line = operators.finding_line(operators.finding(trend, change, step_power))
+            if command := report.bisect_command(change):
+                line += f"; bisect it: `{command}`"
+            lines.append(line)
+            continue
         line = report.change_line(change, _unit(trend, change.metric))
         attribution = found.get((change.metric, change.run_id))
         if attribution is not None:
@@ -200,8 +212,15 @@ def _change_lines(
         if command := report.bisect_command(change):
             line += f"; bisect it: `{command}`"
         lines.append(line)
-    lines += [report.candidate_line(c, _unit(trend, c.metric)) for c in night_verdict.new_candidates]
+    for c in night_verdict.new_candidates:
+        if is_operator(c.metric):
+            line = operators.finding_line(operators.finding(trend, c, step_power))
+            target = candidate_range(c)
+            lines.append(line + (f"; bisect it: `{target.command()}`" if target else ""))
+        else:
+            lines.append(report.candidate_line(c, _unit(trend, c.metric)))
     lines += [report.drift_line(d, _unit(trend, d.metric)) for d in night_verdict.new_drifts]
+    lines += [operators.rename_line(r) for r in night_verdict.new_renames]
     return lines
 
 
@@ -223,7 +242,14 @@ def log_on_runs(
     """The night's verdict tags on every run of `run_ids`, the detection power on tonight's, and the series'
     picture and report as artifacts of each."""
     tags: dict[str, str] = {names.TREND: night_verdict.status}
-    tags.update({names.trend_metric_tag(metric): status for metric, status in night_verdict.per_metric.items()})
+    # an operator series' verdict only when it is not stable: a series judges 20 or more of them
+    tags.update(
+        {
+            names.trend_metric_tag(metric): status
+            for metric, status in night_verdict.per_metric.items()
+            if status != "stable" or not is_operator(metric)
+        }
+    )
     if night_verdict.new_changes:
         tags[names.TREND_CHANGE_RUN] = night_verdict.new_changes[0].run_id
     if outcome is not None:
@@ -260,7 +286,9 @@ def repeats_needed(
     history = [r for r in runs if r.run_id not in tonights_runs]
     if len(history) < 2:
         return cap, f"repeats auto: no step-time history yet, {cap} runs (the cap)"
-    step = series_trend(history, DetectionSettings(max_pvalue=suite.max_pvalue)).metric(names.STEP_TIME_P50)
+    step = series_trend(history, DetectionSettings(max_pvalue=suite.max_pvalue), operators=False).metric(
+        names.STEP_TIME_P50
+    )
     if step is None:
         return cap, f"repeats auto: no step-time history yet, {cap} runs (the cap)"
     recent = power.recent_segment(step)

@@ -14,6 +14,7 @@ A night of k runs cannot show a step at all when k < 2 (a one-run segment is nev
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,13 @@ def min_detectable_shift(
         return float("inf")
     if noise_pct <= 0:
         return 0.0
+    return float(_noncentrality(m, k, float(max_pvalue), float(power)) * noise_pct * np.sqrt(1.0 / m + 1.0 / k))
+
+
+@functools.lru_cache(maxsize=4096)
+def _noncentrality(m: int, k: int, max_pvalue: float, power: float) -> float:
+    """The noncentrality the corrected t test (m runs before, k tonight) reaches `power` at: the same for every
+    metric and operator series of one history length, so it is solved once."""
     df = m + k - 2
     alpha = min(1.0, max_pvalue / (m + k - 1))
     crit = stats.t.isf(alpha / 2, df)
@@ -69,8 +77,7 @@ def min_detectable_shift(
     upper = 2.0 * crit + 10.0
     while miss(upper) < 0:
         upper *= 2
-    ncp = optimize.brentq(miss, 0.0, upper, xtol=1e-6)
-    return float(ncp * noise_pct * np.sqrt(1.0 / m + 1.0 / k))
+    return float(optimize.brentq(miss, 0.0, upper, xtol=1e-6))
 
 
 def for_values(
@@ -90,6 +97,12 @@ def for_trend(trend, repeats: int, max_pvalue: float | None = None) -> list[MinD
     """Per watched metric of a SeriesTrend: its minimum detectable shift with `repeats` runs a night."""
     p = trend.settings.max_pvalue if max_pvalue is None else max_pvalue
     return [for_values(m.metric, recent_segment(m), repeats, p) for m in trend.metrics]
+
+
+def for_operators(trend, repeats: int, max_pvalue: float | None = None) -> list[MinDetectable]:
+    """Per operator series of a SeriesTrend: its minimum detectable shift with `repeats` runs a night."""
+    p = trend.settings.max_pvalue if max_pvalue is None else max_pvalue
+    return [for_values(m.metric, recent_segment(m), repeats, p) for m in trend.operators]
 
 
 def recent_segment(m) -> np.ndarray:

@@ -7,9 +7,18 @@ from pathlib import Path
 
 from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
+from yolo_mlops.trends import operators, power
 from yolo_mlops.trends.attribution import Attribution, Contribution
 from yolo_mlops.trends.commit_range import bisect_range, candidate_range
-from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, DriftEvent, MetricTrend, SeriesTrend, latest_status
+from yolo_mlops.trends.trend import (
+    CandidateEvent,
+    ChangeEvent,
+    DriftEvent,
+    MetricTrend,
+    SeriesTrend,
+    is_operator,
+    latest_status,
+)
 
 
 def when(ms: int) -> str:
@@ -125,6 +134,35 @@ def series_report(
             blocks.append("- " + drift_line(m.drift, m.unit))
         blocks += ["- version boundary: " + candidate_line(c, m.unit) for c in m.candidates]
         blocks += ["- detection power: " + detectable_line(d) for d in detectable if d.metric == m.metric]
+    if trend.operators and (not metric_names or any(is_operator(n) for n in metric_names)):
+        blocks.append(operator_section(trend, detectable, metric_names))
+    return "\n".join(blocks)
+
+
+def operator_section(trend: SeriesTrend, detectable=(), metric_names: list[str] | None = None) -> str:
+    """The series' operator series: a table of each (level, share of the step, noise, smallest step found in one
+    night, change points), then every operator change point and moved version boundary that holds against the
+    operator series together (`operators.history_findings`) as a finding, with its share of the step against
+    the step time's detection power, and the rename candidates."""
+    repeats = next((d.repeats for d in detectable), 3)
+    step_power = next((d.shift_pct for d in detectable if d.metric == names.STEP_TIME_P50), None)
+    shown = [m for m in trend.operators if not metric_names or m.metric in metric_names]
+    blocks = [
+        f"\n## Operator series ({len(trend.operators)} operators: each at 1% of the step or more, and at least the "
+        "top 20; self time, ms per profiled step, lower is better)",
+        operators.operator_table(trend, power.for_operators(trend, repeats)),
+    ]
+    wanted = {m.metric for m in shown}
+    changes = {(c.metric, c.run_id): c for m in shown for c in m.changes}
+    for f in operators.history_findings(trend, step_power):
+        if f.metric not in wanted:
+            continue
+        change = changes.get((f.metric, f.run_id))
+        prefix = "- " if f.test == "change point" else "- version boundary: "
+        blocks.append(prefix + operators.finding_line(f))
+        if change is not None and (command := bisect_command(change)):
+            blocks.append(f"    bisect it: {command}")
+    blocks += ["- " + operators.rename_line(r) for r in trend.renames]
     return "\n".join(blocks)
 
 
@@ -161,7 +199,8 @@ def attribution_text(a: Attribution, indent: str = "    ") -> str:
 def plot_series(trend: SeriesTrend, path: Path, metric_names: list[str] | None = None) -> Path:
     """Per metric: values over time, segment means with +-1 std noise bands, change points marked and
     labelled with what changed."""
-    metrics = [m for m in trend.metrics if not metric_names or m.metric in metric_names] or list(trend.metrics)
+    pool = (*trend.metrics, *trend.operators)  # an operator series is drawn when asked for by name
+    metrics = [m for m in pool if metric_names and m.metric in metric_names] or list(trend.metrics)
     fig = new_figure(11, 2.8 * max(len(metrics), 1) + 0.6)
     axes = fig.subplots(len(metrics), 1, squeeze=False)[:, 0]
     for ax, m in zip(axes, metrics, strict=False):

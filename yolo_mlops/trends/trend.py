@@ -13,17 +13,18 @@ change point fires on the night it appears, not on every night after it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 
 from yolo_mlops import names
-from yolo_mlops.trends import candidates, changepoint, drift
+from yolo_mlops.trends import candidates, changepoint, drift, op_series
 from yolo_mlops.trends.candidates import Candidate
 from yolo_mlops.trends.changepoint import Segment
 from yolo_mlops.trends.drift import Drift
 from yolo_mlops.trends.history import HistoryRun
+from yolo_mlops.trends.multiplicity import holm_adjusted
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,17 @@ WATCHED = (
     Watched(names.GPU_ENERGY_PER_IMAGE, False, "J"),
 )
 WATCHED_BY_NAME = {w.metric: w for w in WATCHED}
+
+
+def operator_watched(metric: str) -> Watched:
+    """An operator series (`op/cpu/<operator>`, `op/device/<operator>`): ms per profiled step, lower is better."""
+    return Watched(metric, False, "ms/step")
+
+
+def is_operator(metric: str) -> bool:
+    return metric.startswith(names.OP_PREFIX)
+
+
 Direction = Literal["regression", "improvement"]  # the way a metric moved, judged by its higher_is_better
 # a series' (or one metric's) verdict for a night; the tag values of names.TREND and names.TREND_PREFIX
 Status = Literal["regression", "suspected", "drift", "improvement", "stable", "insufficient_history"]
@@ -142,6 +154,25 @@ class MetricTrend:
     runs_without_metric: int  # runs of the series that did not log this metric
     drift: DriftEvent | None = None  # a significant drift since the last level change (or over several)
     candidates: tuple[CandidateEvent, ...] = ()  # every version boundary, tested directly
+    renamed_from: str | None = None  # an operator series joined across a rename: the old operator's metric
+
+
+@dataclass(frozen=True)
+class RenameEvent:
+    """One operator vanished and another appeared at the same run: a rename candidate (a torch release renaming
+    an operator), judged as one series joined across the run (the old operator's values before it, the new
+    one's from it), not as one operator gone and another new at full size."""
+
+    old: str  # the operator metric that vanished
+    new: str  # the one that appeared
+    run_id: str  # the first run with the new operator
+    start_time_ms: int
+    what_changed: tuple[VersionChange, ...]
+    before_ms: float  # the old operator's mean over its segment before the run
+    after_ms: float  # the new operator's mean over its segment from the run
+
+    def what_changed_text(self) -> str:
+        return ", ".join(c.text() for c in self.what_changed) or "no recorded version changed"
 
 
 @dataclass(frozen=True)
@@ -151,9 +182,11 @@ class SeriesTrend:
     runs: tuple[HistoryRun, ...]
     metrics: tuple[MetricTrend, ...]
     settings: DetectionSettings = DetectionSettings()
+    operators: tuple[MetricTrend, ...] = ()  # operator series (op/*: op_series.select), judged as one family
+    renames: tuple[RenameEvent, ...] = ()  # operators joined across a rename (their series is the new one's)
 
     def metric(self, name: str) -> MetricTrend | None:
-        return next((m for m in self.metrics if m.metric == name), None)
+        return next((m for m in (*self.metrics, *self.operators) if m.metric == name), None)
 
 
 @dataclass(frozen=True)
@@ -165,7 +198,8 @@ class SeriesVerdict:
     new_drifts: tuple[DriftEvent, ...] = ()  # drifts that became significant (or changed slope) tonight
     new_candidates: tuple[CandidateEvent, ...] = ()  # version boundaries among tonight's runs that moved a metric
     reason: str = ""
-    per_metric: dict[str, Status] = field(default_factory=dict)
+    per_metric: dict[str, Status] = field(default_factory=dict)  # watched metrics, then operator series
+    new_renames: tuple[RenameEvent, ...] = ()  # operator rename candidates among tonight's runs
 
 
 def what_changed(before: list[HistoryRun], after: list[HistoryRun]) -> tuple[VersionChange, ...]:
@@ -267,10 +301,86 @@ def _direction(went_up: bool, watched: Watched | MetricTrend) -> Direction:
 
 
 def series_trend(
-    runs: list[HistoryRun], settings: DetectionSettings = DetectionSettings(), metrics: tuple[Watched, ...] = WATCHED
+    runs: list[HistoryRun],
+    settings: DetectionSettings = DetectionSettings(),
+    metrics: tuple[Watched, ...] = WATCHED,
+    operators: bool = True,
 ) -> SeriesTrend:
+    """Every watched metric's trend and, with `operators`, the operator series the runs logged (op_series)."""
     trends = [t for t in (metric_trend(runs, w, settings) for w in metrics) if t is not None]
-    return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends), settings)
+    ops: list[MetricTrend] = []
+    renames: list[RenameEvent] = []
+    if operators:
+        chosen = op_series.select(runs)
+        filled = op_series.with_values(runs, chosen)
+        ops = [t for t in (metric_trend(filled, operator_watched(m), settings) for m in chosen) if t is not None]
+        ops, renames = _join_renames(filled, ops, settings)
+    return SeriesTrend(runs[0].series, runs[0].label, tuple(runs), tuple(trends), settings, tuple(ops), tuple(renames))
+
+
+GONE = 0.1  # an operator whose level falls below this fraction of the level before vanished (and rises: appeared)
+
+
+def _vanish_appear(m: MetricTrend) -> tuple[dict[str, ChangeEvent], dict[str, ChangeEvent]]:
+    """The operator's change points where it vanished and where it appeared, by first run."""
+    gone = {c.run_id: c for c in m.changes if c.mean_after <= GONE * c.mean_before}
+    new = {c.run_id: c for c in m.changes if c.mean_before <= GONE * c.mean_after}
+    return gone, new
+
+
+def _join_renames(
+    runs: list[HistoryRun], ops: list[MetricTrend], settings: DetectionSettings
+) -> tuple[list[MetricTrend], list[RenameEvent]]:
+    """Operators that vanished at the run where others appeared, paired (the closest levels first) and each pair
+    judged as one series: the old operator's values before that run, the new one's from it."""
+    found = {m.metric: _vanish_appear(m) for m in ops}
+    by_metric = {m.metric: m for m in ops}
+    pairs: list[tuple[str, str, ChangeEvent, ChangeEvent]] = []
+    used: set[str] = set()
+    appearing = sorted(
+        ((c, m) for m, (_, new) in found.items() for c in new.values()), key=lambda cm: (-cm[0].mean_after, cm[1])
+    )
+    for change, new_metric in appearing:
+        if new_metric in used:
+            continue
+        olds = [
+            (abs(np.log(change.mean_after / gone[change.run_id].mean_before)), old, gone[change.run_id])
+            for old, (gone, _) in found.items()
+            if old not in used and old != new_metric and change.run_id in gone and gone[change.run_id].mean_before > 0
+        ]
+        if not olds or not change.mean_after > 0:
+            continue
+        _, old, vanished = min(olds)
+        used |= {old, new_metric}
+        pairs.append((old, new_metric, vanished, change))
+    if not pairs:
+        return ops, []
+    by_id = {r.run_id: r for r in runs}
+    joined, renames = [], []
+    for old, new_metric, vanished, appeared in pairs:
+        start = by_id[appeared.run_id].start_time_ms
+        values = [
+            replace(r, metrics={**r.metrics, new_metric: r.metrics[old if r.start_time_ms < start else new_metric]})
+            if old in r.metrics and new_metric in r.metrics
+            else r
+            for r in runs
+        ]
+        trend = metric_trend(values, operator_watched(new_metric), settings)
+        if trend is not None:
+            joined.append(replace(trend, renamed_from=old))
+        renames.append(
+            RenameEvent(
+                old,
+                new_metric,
+                appeared.run_id,
+                start,
+                appeared.what_changed,
+                vanished.mean_before,
+                appeared.mean_after,
+            )
+        )
+        del by_metric[old], by_metric[new_metric]
+    return [*by_metric.values(), *joined], renames
 
 
 def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
@@ -280,7 +390,11 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
     it drifts when its drift became significant tonight (or its slope changed materially: the new slope's
     95% interval excludes yesterday's). Older events were reported on their own night, except a regression
     whose night was dismissed by its confirmation runs (`suspected`): while tonight's runs still sit at its
-    level and none was alerted since, it counts as tonight's again, so a lasting regression is never lost."""
+    level and none was alerted since, it counts as tonight's again, so a lasting regression is never lost.
+
+    Operator series are judged by the same rule, and their events held together to Holm's step-down over
+    every test the night ran on them (`operator_family`), so however many operators a series judges, a
+    night without any change opens a false operator event with probability at most `candidate_pvalue`."""
     earlier = [r for r in trend.runs if r.run_id not in tonight]
     if len(earlier) < MIN_HISTORY:
         return SeriesVerdict(
@@ -291,35 +405,21 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         )
     first_tonight = min((i for i, r in enumerate(trend.runs) if r.run_id in tonight), default=len(trend.runs))
     first_tonight_ms = trend.runs[first_tonight].start_time_ms if first_tonight < len(trend.runs) else None
-    new, drifts, cands = [], [], []
-    per_metric: dict[str, Status] = {}
     by_id = {r.run_id: r for r in trend.runs}
-    for m in trend.metrics:
-        if first_tonight_ms is None:
-            per_metric[m.metric] = "stable"
-            continue
-        changed_tonight = [c for c in m.changes if _new_tonight(m, c, by_id, first_tonight_ms, trend.settings)]
-        if not changed_tonight and (open_level := _suspected_level(m, by_id, first_tonight_ms)) is not None:
-            changed_tonight = [open_level]  # a dismissed regression's level still holds: judged again tonight
-        moved = [
-            c for c in m.candidates if c.test.moved and not c.at_change_point and c.start_time_ms >= first_tonight_ms
-        ]
-        cands += moved
-        status: Status = "stable"
-        if changed_tonight:
-            # the newest alone would call a night that went +370% and then -9% an improvement; confirmation
-            # runs, where the suite asks for them, tell a lasting regression from a blip
-            new += changed_tonight
-            status = min((c.direction for c in changed_tonight), key=STATUS_ORDER.index)
-        elif any(c.direction == "regression" for c in moved):
-            status = "regression"
-        if m.drift is not None and _drift_is_new(m, first_tonight_ms, trend.settings):
-            drifts.append(m.drift)
-            status = min(status, "drift", key=STATUS_ORDER.index)
-        if status == "stable" and moved:
-            status = "improvement"
-        per_metric[m.metric] = status
+    judged = [_night_events(m, by_id, first_tonight_ms, trend.settings) for m in trend.metrics]
+    ops = [_night_events(m, by_id, first_tonight_ms, trend.settings) for m in trend.operators]
+    ops, reason = operator_family(ops, trend.settings)
+    new: list[ChangeEvent] = []
+    drifts: list[DriftEvent] = []
+    cands: list[CandidateEvent] = []
+    per_metric: dict[str, Status] = {}
+    for night in (*judged, *ops):
+        new += night.changes
+        drifts += night.drifts
+        cands += night.moved
+        per_metric[night.metric] = night.status
     overall: Status = min(per_metric.values(), key=STATUS_ORDER.index, default="stable")
+    renames = tuple(r for r in trend.renames if first_tonight_ms is not None and r.start_time_ms >= first_tonight_ms)
     return SeriesVerdict(
         trend.series,
         trend.label,
@@ -328,7 +428,95 @@ def verdict(trend: SeriesTrend, tonight: set[str]) -> SeriesVerdict:
         per_metric=per_metric,
         new_drifts=tuple(drifts),
         new_candidates=tuple(cands),
+        reason=reason,
+        new_renames=renames,
     )
+
+
+@dataclass(frozen=True)
+class NightEvents:
+    """One metric's (or operator's) events of a night, and its status by `verdict`'s rule."""
+
+    metric: str
+    changes: tuple[ChangeEvent, ...]  # change points new tonight (or a dismissed level re-opened)
+    moved: tuple[CandidateEvent, ...]  # version boundaries among tonight's runs that moved it (no change point)
+    drifts: tuple[DriftEvent, ...]  # a drift new tonight
+    boundaries: tuple[CandidateEvent, ...]  # every version boundary among tonight's runs, moved or not
+    status: Status
+
+
+def _night_events(
+    m: MetricTrend, by_id: dict[str, HistoryRun], first_tonight_ms: int | None, settings: DetectionSettings
+) -> NightEvents:
+    if first_tonight_ms is None:
+        return NightEvents(m.metric, (), (), (), (), "stable")
+    changed_tonight = [c for c in m.changes if _new_tonight(m, c, by_id, first_tonight_ms, settings)]
+    if not changed_tonight and (open_level := _suspected_level(m, by_id, first_tonight_ms)) is not None:
+        changed_tonight = [open_level]  # a dismissed regression's level still holds: judged again tonight
+    boundaries = [c for c in m.candidates if not c.at_change_point and c.start_time_ms >= first_tonight_ms]
+    moved = [c for c in boundaries if c.test.moved]
+    drifts = [m.drift] if m.drift is not None and _drift_is_new(m, first_tonight_ms, settings) else []
+    return NightEvents(
+        m.metric,
+        tuple(changed_tonight),
+        tuple(moved),
+        tuple(drifts),
+        tuple(boundaries),
+        _status(changed_tonight, moved, drifts),
+    )
+
+
+def _status(changes, moved, drifts) -> Status:
+    """A metric's status from its events of the night: the worst change point's direction (the newest alone
+    would call a night that went +370% and then -9% an improvement; confirmation runs, where the suite asks for
+    them, tell a lasting regression from a blip), else a boundary that moved it the bad way, a new drift, or a
+    boundary that moved it the good way."""
+    status: Status = "stable"
+    if changes:
+        status = min((c.direction for c in changes), key=STATUS_ORDER.index)
+    elif any(c.direction == "regression" for c in moved):
+        status = "regression"
+    if drifts:
+        status = min(status, "drift", key=STATUS_ORDER.index)
+    if status == "stable" and moved:
+        status = "improvement"
+    return status
+
+
+def operator_family(nights: list[NightEvents], settings: DetectionSettings) -> tuple[list[NightEvents], str]:
+    """The operator series' events of a night held to Holm's step-down over every test the night ran on them, at
+    the family-wise rate `candidate_pvalue` (0.01 by default): per operator its change-point search (each change
+    point new tonight, else one search that found none, p = 1), its drift test (likewise) and the Welch test of
+    each version boundary among tonight's runs. An event stays when its test passes its own level and Holm's; the
+    statuses are rebuilt from the events that stay. Returns the nights and a reason naming the events dropped."""
+    tests: list[tuple[int, str, object, float, float]] = []  # (night index, kind, event, p, own level)
+    for i, n in enumerate(nights):
+        tests += [(i, "change point", c, c.pvalue, settings.max_pvalue) for c in n.changes] or [
+            (i, "change point", None, 1.0, settings.max_pvalue)
+        ]
+        tests += [(i, "drift", d, d.fit.pvalue, settings.drift_pvalue) for d in n.drifts] or [
+            (i, "drift", None, 1.0, settings.drift_pvalue)
+        ]
+        tests += [(i, "version boundary", c, c.test.pvalue, settings.candidate_pvalue) for c in n.boundaries]
+    if not tests:
+        return nights, ""
+    adjusted = holm_adjusted([t[3] for t in tests])
+    alpha = settings.candidate_pvalue
+    kept = {id(t[2]) for t, a in zip(tests, adjusted, strict=True) if t[2] is not None and t[3] <= t[4] and a <= alpha}
+    dropped = [t for t in tests if t[2] is not None and t[3] <= t[4] and id(t[2]) not in kept]
+    out = []
+    for n in nights:
+        changes = tuple(c for c in n.changes if id(c) in kept)
+        moved = tuple(c for c in n.moved if id(c) in kept)
+        drifts = tuple(d for d in n.drifts if id(d) in kept)
+        out.append(replace(n, changes=changes, moved=moved, drifts=drifts, status=_status(changes, moved, drifts)))
+    reason = ""
+    if dropped:
+        reason = (
+            f"operator events not beyond noise over the night's {len(tests)} operator tests (Holm at {alpha:g}): "
+            + ", ".join(f"{nights[t[0]].metric} {t[1]} p={t[3]:.2g}" for t in dropped)
+        )
+    return out, reason
 
 
 EARLY_SPLIT_RUNS = 5  # a change point this few runs before tonight, into tonight's runs, may be tonight's own

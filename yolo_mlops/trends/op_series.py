@@ -1,0 +1,87 @@
+"""Which operators of a series are judged, and their values run by run.
+
+Every profiled run logs the operators that make up its profiled step as `op/cpu/<operator>` (self CPU time)
+and, on GPUs, `op/device/<operator>` (self device time), ms per profiled step, with `op/step_ms` and
+`op/floor_ms` (analysis/operators.py). A series judges, per kind, the operators that make up most of its step:
+each at JUDGED_SHARE (1%) of the profiled step or more, and at least the JUDGED_TOP (20) largest, by their
+mean over the newest night's runs or over the SELECTION_RUNS runs before it (so an operator that vanished
+tonight is judged as well as one that appeared).
+
+Values: a run that logged operators (it has `op/floor_ms`) gives each judged operator its logged value, or 0
+when it did not log it (it took at most `op/floor_ms`, below the floor the run cut at). A run without
+`op/floor_ms` (no key_averages tables: logged before operators were, or a profiler window that failed) gives
+none: the operator series have a gap there, never a zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from yolo_mlops import names
+from yolo_mlops.trends.history import HistoryRun
+
+JUDGED_SHARE = 0.01  # an operator at 1% of the profiled step or more is judged
+JUDGED_TOP = 20  # and at least this many of each kind (the largest)
+SELECTION_RUNS = 12  # the runs before the newest night whose means also pick operators
+
+
+def logged(run: HistoryRun) -> bool:
+    """The run logged its operators (it had key_averages tables)."""
+    return names.OP_FLOOR_MS in run.metrics
+
+
+def newest_night(runs: list[HistoryRun]) -> set[str]:
+    """The run ids of the newest run's night (its benchmark night), or the newest run alone."""
+    last = runs[-1]
+    if last.night is None:
+        return {last.run_id}
+    return {r.run_id for r in runs if r.night == last.night}
+
+
+def select(runs: list[HistoryRun], newest: set[str] | None = None) -> list[str]:
+    """The operator metrics judged over these runs (module doc), largest first within each kind."""
+    with_ops = [r for r in runs if logged(r)]
+    if not with_ops:
+        return []
+    newest = newest_night(with_ops) if newest is None else newest
+    tonight = [r for r in with_ops if r.run_id in newest] or with_ops[-1:]
+    first = min(i for i, r in enumerate(with_ops) if r.run_id in {t.run_id for t in tonight})
+    before = with_ops[max(0, first - SELECTION_RUNS) : first]
+    chosen: dict[str, float] = {}
+    for window in (tonight, before):
+        if not window:
+            continue
+        step = float(np.mean([r.metrics.get(names.OP_STEP_MS, np.nan) for r in window]))
+        for prefix in (names.OP_HOST_PREFIX, names.OP_DEVICE_PREFIX):
+            means: dict[str, float] = {}
+            for r in window:
+                for metric, value in r.metrics.items():
+                    if metric.startswith(prefix):
+                        means[metric] = means.get(metric, 0.0) + value / len(window)
+            ranked = sorted(means.items(), key=lambda kv: (-kv[1], kv[0]))
+            for i, (metric, mean) in enumerate(ranked):
+                if i < JUDGED_TOP or (step == step and mean >= JUDGED_SHARE * step):
+                    chosen[metric] = max(chosen.get(metric, 0.0), mean)
+    return sorted(chosen, key=lambda m: (not m.startswith(names.OP_HOST_PREFIX), -chosen[m], m))
+
+
+def with_values(runs: list[HistoryRun], metrics: list[str]) -> list[HistoryRun]:
+    """The runs, each run that logged operators given a value for every metric of `metrics`: its own, else 0
+    (below its floor); runs that logged none are left as they are (a gap in every operator series)."""
+    out = []
+    for r in runs:
+        missing = [m for m in metrics if m not in r.metrics]
+        if missing and logged(r):
+            r = replace(r, metrics={**r.metrics, **dict.fromkeys(missing, 0.0)})
+        out.append(r)
+    return out
+
+
+def step_ms(runs: list[HistoryRun]) -> float | None:
+    """The mean profiled step (op/step_ms) of the runs that logged it, else their step time p50; None if neither."""
+    values = [r.metrics[names.OP_STEP_MS] for r in runs if names.OP_STEP_MS in r.metrics]
+    if not values:
+        values = [r.step_time_ms for r in runs if r.step_time_ms is not None]
+    return float(np.mean(values)) if values else None
