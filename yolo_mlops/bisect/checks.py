@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from yolo_mlops import names
 from yolo_mlops.bisect import git
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import BisectPlan, BisectRequest
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> BisectPlan:
     """Every check before a run is made; each failure is one ConfigError line."""
     from yolo_mlops.trends import bounds
-    from yolo_mlops.trends.trend import WATCHED_BY_NAME
+    from yolo_mlops.trends.trend import WATCHED_BY_NAME, is_operator, operator_watched
 
     if request.repeats < 2:
         raise ConfigError(f"--repeats {request.repeats}: at least 2 runs a side are needed to see the noise")
@@ -33,8 +34,13 @@ def prepare(request: BisectRequest, mlflow: MlflowClient | None = None) -> Bisec
     if not request.run_timeout_s > 0:
         raise ConfigError(f"--run-timeout {request.run_timeout_s:g}: must be > 0 seconds")
     watched = WATCHED_BY_NAME.get(request.metric)
+    if watched is None and is_operator(request.metric):
+        watched = operator_watched(request.metric)  # an operator series (trends' op/* metrics), lower is better
     if watched is None:
-        raise ConfigError(f"--metric {request.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}")
+        raise ConfigError(
+            f"--metric {request.metric!r} is not watched; one of: {', '.join(WATCHED_BY_NAME)}, or an operator "
+            f"series {names.OP_HOST_PREFIX}<operator> / {names.OP_DEVICE_PREFIX}<operator>"
+        )
     if (request.series is None) == (request.run_id is None):
         raise ConfigError(
             "bisect needs one workload: --run RUN_ID (its run_spec.yaml) or --series KEY (the "

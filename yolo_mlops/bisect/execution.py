@@ -28,6 +28,8 @@ from yolo_mlops.bisect.decide import Key
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import RUN_TIMEOUT_S, BisectPlan, ProfiledRun, Role
 from yolo_mlops.tracking import queries, run_end
+from yolo_mlops.trends.operators import LOG_FLOOR_MS as OP_LOG_FLOOR_MS
+from yolo_mlops.trends.trend import is_operator
 
 if TYPE_CHECKING:
     from yolo_mlops.tracking.connection import MlflowClient
@@ -120,10 +122,16 @@ class Runner:
                 f"the {role} run of commit {commit.short} (step {step}) failed (exit code {code}): {_tail(output)}"
             )
         stored = queries.find_run(self.mlflow, run_id)
-        value = stored.metrics.get(self.plan.request.metric) if stored is not None else None
-        if stored is None or value is None or not value > 0:
-            raise RunFailed(f"run {run_id} of commit {commit.short} logged no positive {self.plan.request.metric}")
-        slowness = -math.log(value) if self.plan.higher_is_better else math.log(value)
+        metric = self.plan.request.metric
+        value = stored.metrics.get(metric) if stored is not None else None
+        if stored is not None and value is None and is_operator(metric) and names.OP_FLOOR_MS in stored.metrics:
+            value = 0.0  # the run logged its operators and this one took less than its floor (or did not run)
+        if stored is None or value is None or not (value > 0 or is_operator(metric)):
+            raise RunFailed(f"run {run_id} of commit {commit.short} logged no positive {metric}")
+        if is_operator(metric):  # an operator series: its log time, an operator absent at OP_LOG_FLOOR_MS
+            slowness = math.log(max(value, OP_LOG_FLOOR_MS))
+        else:
+            slowness = -math.log(value) if self.plan.higher_is_better else math.log(value)
         self.log(
             f"  step {step} {role:<9} {commit.short}  {self.plan.request.metric} {value:.4g}  "
             f"({time.perf_counter() - t0:.0f} s, run {run_id})"

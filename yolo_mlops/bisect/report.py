@@ -9,6 +9,7 @@ import numpy as np
 
 from yolo_mlops.bisect.models import INCONCLUSIVE, NO_REGRESSION, NO_REGRESSION_LINE, BisectPlan, BisectResult
 from yolo_mlops.bisect.search import figure_label
+from yolo_mlops.trends.trend import is_operator
 
 
 def report(plan: BisectPlan, result: BisectResult) -> str:
@@ -107,6 +108,9 @@ def decided_on_text(plan: BisectPlan, result: BisectResult) -> str:
         f"{s.alpha_look:.2g} each when one test decides)"
     )
     figure = result.figure
+    if figure is None and is_operator(plan.request.metric):
+        why = "--metric names an operator series: every step decides on its own time, log ms per profiled step"
+        return f"decided on: {figure_label(None, plan.request.metric)} ({why}); {rate}"
     if figure is None:
         premise = result.steps[0]
         profiled = all(r.entries is not None for r in premise.good_runs + premise.candidate_runs)

@@ -73,7 +73,7 @@ def run(
         if result.first_bad is not None:
             result.attribution = _attribute(mlflow, result.steps, result.first_bad)
         result.report = report(plan, result)
-        _log_parent(mlflow, parent_id, result)
+        _log_parent(mlflow, parent_id, result, plan.request.metric)
     return result
 
 
@@ -92,11 +92,11 @@ def _attribute(mlflow: MlflowClient, steps: list[StepRecord], first_bad: Commit)
     return attribute_runs(mlflow, records(where.good_runs), records(where.candidate_runs))
 
 
-def _log_parent(mlflow: MlflowClient, parent_id: str, result: BisectResult) -> None:
+def _log_parent(mlflow: MlflowClient, parent_id: str, result: BisectResult, metric: str) -> None:
     tags = {
         names.BISECT_RESULT: result.result,
         names.BISECT_STEPS: str(len(result.steps)),
-        DECIDED_ON_TAG: search.figure_label(result.figure)[:5000],
+        DECIDED_ON_TAG: search.figure_label(result.figure, metric)[:5000],
     }
     metrics = {names.BISECT_RUNS_METRIC: float(result.runs), names.BISECT_STEPS_METRIC: float(len(result.steps))}
     if result.first_bad is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from yolo_mlops import names
 from yolo_mlops.bisect import decide
 from yolo_mlops.bisect.decide import Decision, Figure, Observation, Sides
 from yolo_mlops.bisect.execution import Runner
@@ -27,17 +28,25 @@ from yolo_mlops.bisect.models import (
     ProfiledRun,
     StepRecord,
 )
+from yolo_mlops.trends.trend import is_operator
 
 
 def observation(run: ProfiledRun) -> Observation:
     return Observation(run.slowness, run.step_ms, run.entries)
 
 
+def _operator_observation(run: ProfiledRun) -> Observation:
+    return Observation(run.slowness, run.step_ms, None)
+
+
 def bisect(plan: BisectPlan, runner: Runner, parent_id: str) -> BisectResult:
     settings = plan.settings
     commits = [plan.good, *plan.commits]  # index 0 known good, last known bad (once the premise holds)
     premise_runs: dict[int, tuple[ProfiledRun, ProfiledRun]] = {}
-    premise = decide.run_premise_named(runner.pairs(0, plan.bad, premise_runs, observation), settings)
+    # --metric naming an operator series: every step decides on that operator's own time, as asked, never on a
+    # figure the premise would name from the profiles
+    observe = observation if not is_operator(plan.request.metric) else _operator_observation
+    premise = decide.run_premise_named(runner.pairs(0, plan.bad, premise_runs, observe), settings)
     figure = premise.figure
     steps = [record(0, plan.bad, premise.decision, premise_runs, premise.step_time if figure is not None else None)]
     result = BisectResult(
@@ -150,5 +159,9 @@ def slowness(runs: list[ProfiledRun]) -> list[float]:
     return [r.slowness for r in runs]
 
 
-def figure_label(figure: Figure | None) -> str:
-    return "step time" if figure is None else f"{figure.kind} {figure.label()}"
+def figure_label(figure: Figure | None, metric: str = names.STEP_TIME_P50) -> str:
+    """What the steps decided on: the named figure, an operator series the bisection was asked for, or step time
+    (the metric asked for, step time by default)."""
+    if figure is not None:
+        return f"{figure.kind} {figure.label()}"
+    return f"operator series {metric}" if is_operator(metric) else "step time"

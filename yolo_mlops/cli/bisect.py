@@ -76,7 +76,12 @@ def register(sub) -> None:
     p.add_argument(
         "--max-repeats", type=int, default=6, help="runs a side before a step is called inconclusive (default 6)"
     )
-    p.add_argument("--metric", default=names.STEP_TIME_P50, help=f"watched metric (default {names.STEP_TIME_P50})")
+    p.add_argument(
+        "--metric",
+        default=names.STEP_TIME_P50,
+        help=f"watched metric (default {names.STEP_TIME_P50}), or an operator series (op/cpu/<operator>): every "
+        "step then decides on that operator's own time",
+    )
     p.add_argument("--alpha", type=float, default=0.01, help="error bound of each decision (default 0.01)")
     p.add_argument(
         "--min-effect",
