@@ -68,7 +68,8 @@ setattr(socket.socket, "connect_ex", _connect_ex)  # noqa: B010
 # server died); the TIMING modules judge wall-clock step times against a planted slowdown (0.5-2 s per step:
 # bisect must find the slow commit and call an unchanged one unchanged, the fleet reports must name the slow
 # machine, a lost machine must be noticed within its bound, a real two-night history must show its planted shift
-# above the runs' noise), so each of their tests runs on a core of its own
+# above the runs' noise, a night of real runs without a change must open no operator event), so each of their
+# tests runs on a core of its own
 # (tests/quiet_core.py) while the other workers go on beside it on the other cores.
 # tests/test_quiet_core.py splits the cores itself: in the same unit, no other split runs beside it.
 TIMING = (
@@ -77,6 +78,7 @@ TIMING = (
     "tests/trends/test_fleet.py",
     "tests/trends/test_fleet_moved.py",
     "tests/trends/test_real_history.py",
+    "tests/trends/test_operator_planted.py",
 )
 QUIET = "quiet-core"
 SAME_WORKER = {
