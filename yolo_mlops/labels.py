@@ -11,3 +11,9 @@ from __future__ import annotations
 PHASE_LABEL_PREFIX = "yolo_mlops/"
 # The phases in the order they happen within a training step.
 PHASE_ORDER = ("data_wait", "preprocess", "forward_loss", "backward", "optimizer_step")
+# The work between two epochs (ultralytics' epoch end, in the step of the next epoch's first batch): all of it
+# under EPOCH_END_LABEL, and inside it BOUNDARY_LABELS around validation and the checkpoint.
+EPOCH_END_LABEL = "epoch_end"
+VALIDATION_LABEL = "validation"
+CHECKPOINT_LABEL = "checkpoint"
+BOUNDARY_LABELS = (VALIDATION_LABEL, CHECKPOINT_LABEL)

@@ -114,6 +114,9 @@ TRACE_STEP_TIME_MEAN = "trace/step_time_ms_mean"
 TRACE_STEP_TIME_MEDIAN = "trace/step_time_ms_median"
 TRACE_STEP_TIME_MAX = "trace/step_time_ms_max"  # slowest profiled step of any rank
 TRACE_PROFILED_STEPS = "trace/profiled_steps_count"  # fewest profiled steps of any rank
+# profiled steps that held an epoch boundary (the work between two epochs falls in the step of the next one's first
+# batch), most of any rank; 0 when the window lies inside an epoch
+TRACE_EPOCH_BOUNDARY_STEPS = "trace/epoch_boundary_steps_count"
 TRACE_STEP_TIME_SPREAD_MS = "trace/step_time_spread_ms"  # slowest minus fastest rank's step time
 TRACE_STEP_TIME_SPREAD_PCT = "trace/step_time_spread_pct"
 TRACE_GPU_IDLE = "trace/gpu_idle_pct"
@@ -206,12 +209,23 @@ COMPARE_TABLE = "compare/diff.json"  # run B of `yolo-mlops compare A B`: per-st
 COMM_COLLECTIVE_PCT = "comm/collective_pct"  # collective time, % of step time
 COMM_EXPOSED_PCT = "comm/exposed_pct"  # collective time not overlapped with the rank's compute, % of step time
 COMM_WAIT_PCT = "comm/wait_pct"  # time waiting inside collectives for the other ranks, % of step time
-COMM_CALLS_PER_OPTIMIZER_STEP = "comm/calls_per_optimizer_step"  # collectives per optimizer step
-COMM_CALLS_PER_STEP = "comm/calls_per_step"  # collectives per profiled step
+# gradient all-reduces (DDP's buckets, issued in the backward phase) per optimizer step
+COMM_CALLS_PER_OPTIMIZER_STEP = "comm/calls_per_optimizer_step"
+COMM_CALLS_PER_STEP = "comm/calls_per_step"  # collectives per profiled step, every kind
+COMM_OTHER_CALLS_PER_STEP = "comm/other_calls_per_step"  # collectives that are not gradient all-reduces, per step
 # input-message MiB of the step's collectives (record_param_comms: elements x dtype size), every collective
 COMM_MESSAGE_MIB_PER_STEP = "comm/message_mib_per_step"
-COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank, % of the mean step
-COMM_WAITED_FOR_RANK = "comm/waited_for_rank"  # the rank the others wait for (logged only when there is one)
+COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank over steady steps, % of the mean step
+# the straggler, judged step by step (analysis/communication.judge_steps; logged only when there is one): its rank,
+# its median lead over the steady steps (how much longer the others waited for it, per step) and the share of
+# steady steps in which the others waited for it
+COMM_WAITED_FOR_RANK = "comm/waited_for_rank"
+COMM_STRAGGLER_LEAD_MS = "comm/straggler_lead_ms"
+COMM_STRAGGLER_STEPS_PCT = "comm/straggler_steps_pct"
+# steps of the window the others waited for one rank once (and boundary steps so held), reported apart from a
+# straggler: how many, and the longest such wait
+COMM_STALLS = "comm/stalls"
+COMM_STALL_LEAD_MS_MAX = "comm/stall_lead_ms_max"
 COMM_GRADIENT_MIB = "comm/gradient_mib"  # what one synchronised backward all-reduces: every gradient once
 # comm/gradient_mib x the window's steps that all-reduced / its optimizer steps (rank 0's; every rank's is the same)
 COMM_ALLREDUCE_MIB_PER_OPTIMIZER_STEP = "comm/allreduce_mib_per_optimizer_step"

@@ -86,7 +86,10 @@ def test_a_one_rank_nccl_job_has_calls_and_bytes_but_no_time():
     assert (rank.steps, rank.collective_calls, rank.calls_per_step) == (2, 10, 5.0)
     # every step: DDP's two gradient buckets and its unused-parameter map, then the BatchNorm buffers' broadcast
     assert rank.calls_by_collective == {"allreduce": 6, "broadcast": 4}
-    assert rank.optimizer_steps == 1 and rank.calls_per_optimizer_step == 10.0
+    # by kind: the all-reduces issued in the backward phase are the gradient sync, the broadcasts apart; calls
+    # per optimizer step count the gradient all-reduces only
+    assert rank.calls_by_kind == {"gradient_all_reduce": 6, "broadcast": 4} and rank.other_calls_per_step == 2.0
+    assert rank.optimizer_steps == 1 and rank.calls_per_optimizer_step == 6.0
     assert rank.bytes_by_collective["allreduce"] == 2 * (4 * (2_326_633 + 263_776) + 4 * 255)
     assert rank.bytes_by_collective["broadcast"] == 2 * (4 * 15_376 + 8 * 81)
     # what one synchronised backward all-reduces is every gradient once (+ the 255-int map)
@@ -97,7 +100,7 @@ def test_a_one_rank_nccl_job_has_calls_and_bytes_but_no_time():
     metrics = headline_metrics(analysis)
     assert rank.collective_bytes is not None
     assert metrics["rank0/comm/calls_per_step"] == metrics["comm/calls_per_step"] == 5.0
-    assert metrics["rank0/comm/calls_per_optimizer_step"] == 10.0
+    assert metrics["rank0/comm/calls_per_optimizer_step"] == 6.0
     assert metrics["rank0/comm/message_mib_per_step"] == pytest.approx(rank.collective_bytes / 2 / 2**20)
     for unmeasured in ("collective_pct", "exposed_pct", "wait_pct", "wait_spread_pct"):
         assert not [k for k in metrics if k.endswith(f"comm/{unmeasured}")], unmeasured

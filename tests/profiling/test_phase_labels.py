@@ -3,7 +3,8 @@ in ultralytics' call order by a stub trainer, with a real torch.profiler window 
 
 Ultralytics' loop per step: on_train_batch_start -> preprocess_batch -> model forward (+loss) -> backward
 -> optimizer_step -> on_train_batch_end; per epoch on_train_epoch_start / on_train_epoch_end, with
-validation forwards after the epoch's last step. The subclass's parents (DetectionTrainer's
+validation forwards after the epoch's last step (inside the `epoch_end` label, open from an epoch's end to the
+next one's start, so the trace shows which step held the boundary). The subclass's parents (DetectionTrainer's
 preprocess_batch and optimizer_step) are replaced by no-ops: only the label logic is under test here;
 tests/run/test_profile_flow.py checks the labels in a real ultralytics run's trace.
 """
@@ -87,7 +88,8 @@ def run_loop(trainer, inst: training._Instrumentation, epochs: int, batches: int
             if trainer.stop:
                 break
         inst.on_train_epoch_end(trainer)
-        assert inst._open == []  # nothing may span validation
+        # only the epoch's end spans validation (while labels are on): no step phase does
+        assert [label.name for label in inst._open] in ([], [PHASE_LABEL_PREFIX + "epoch_end"])
         if validation_forward:
             with torch.no_grad():
                 trainer.model(x)  # validation: outside a step, so no label
@@ -106,8 +108,9 @@ def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeyp
     assert per_step[0] == [] and per_step[4] == [] and per_step[5] == []
     assert per_step[1] == STEP_LABELS and per_step[2] == STEP_LABELS
     # step 3 opens an epoch: the data_wait opened after step 2 is closed at the epoch's end (validation
-    # must not count as waiting for data) and a new one opens at the next epoch's start
-    assert per_step[3] == ["data_wait", *STEP_LABELS]
+    # must not count as waiting for data), the epoch_end label covers the work until the next epoch's start, and
+    # a new data_wait opens there
+    assert per_step[3] == ["data_wait", "epoch_end", *STEP_LABELS]
     assert all(still_open == 0 for _, _, still_open in opened.events)  # labels never nest
     assert inst.timer.result().profiled.tolist() == [False, True, True, True, False, False]
     assert len(inst.step_losses["train/box_loss"]) == 6
@@ -115,7 +118,7 @@ def test_labels_open_only_inside_the_window_in_step_order(trainer_class, monkeyp
     traces = profiler.trace_files()
     assert len(traces) == 1
     names = {e.get("name", "") for e in json.loads(gzip.decompress(traces[0].read_bytes()))["traceEvents"]}
-    assert {f"{PHASE_LABEL_PREFIX}{label}" for label in STEP_LABELS} <= names
+    assert {f"{PHASE_LABEL_PREFIX}{label}" for label in [*STEP_LABELS, "epoch_end"]} <= names
     assert {n for n in names if n.startswith("ProfilerStep#")} == {"ProfilerStep#2", "ProfilerStep#3"}
 
 
@@ -142,4 +145,4 @@ def test_model_forward_outside_a_step_opens_nothing_even_while_recording(trainer
     with torch.no_grad():
         trainer.model(torch.randn(2, 8))  # e.g. a validation forward between epochs
     inst.on_train_end(trainer)
-    assert [name for _, name, _ in opened.events] == ["data_wait"]
+    assert [name for _, name, _ in opened.events] == ["data_wait", "epoch_end"]

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from yolo_mlops.analysis import idle_attribution
-from yolo_mlops.analysis.communication import CommunicationAnalysis
+from yolo_mlops.analysis.communication import CommunicationAnalysis, stall_text
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY
 from yolo_mlops.analysis.model import GpuSummary, RankAnalysis, TraceAnalysis, to_builtins
+from yolo_mlops.analysis.step_activity import ACTIVITY_TEXT, DATA_WAIT
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 HIGH, MEDIUM, LOW = "high", "medium", "low"
@@ -491,30 +492,34 @@ def ddp_exposed_communication(diagnosis_input: DiagnosisInput) -> Finding | None
 
 
 def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
-    """The rank the others wait for, with the evidence of its own trace: its data wait against its peers'."""
+    """The rank the others wait for step after step (communication.judge_steps), with the evidence of its own
+    trace: what it did more than its peers in the steady steps it held back (its data wait, its compute), and on
+    GPUs its clocks against its peers'. Stalls (a step held back once, an epoch boundary) are named apart."""
     comm = _communication(diagnosis_input)
-    if comm is None or comm.waited_for_rank is None:
+    if comm is None or comm.straggler is None:
         return None
-    waits = {r.rank: (r.wait_time_us or 0.0) / max(r.steps, 1) / 1000 for r in comm.ranks}
-    slow = comm.waited_for_rank
-    others_ms = [w for rank, w in waits.items() if rank != slow]
-    lost_ms = (sum(others_ms) / len(others_ms) - waits[slow]) if others_ms else 0.0
+    straggler = comm.straggler
+    slow, lost_ms = straggler.rank, straggler.median_lead_ms
     by_rank = {r.rank: r for r in _ranks(diagnosis_input)}
     evidence: dict[str, float | str] = {
         "rank": str(slow),
         "others_wait_ms_per_step": round(lost_ms, 2),
+        "steps_held": f"{straggler.steps_held} of {straggler.steady_steps} steady steps",
         "wait_spread_pct": round(comm.wait_spread_pct or 0.0, 2),
     }
-    data_wait = {rank: _data_wait_ms(analysis) for rank, analysis in by_rank.items()}
-    slow_data, other_data = data_wait.get(slow), [v for r, v in data_wait.items() if r != slow and v is not None]
-    cause, variants = "its own compute (compare its operators and clocks with its peers')", []
-    if slow_data is not None and other_data:
-        extra = slow_data - sum(other_data) / len(other_data)
-        evidence["data_wait_ms_per_step"] = round(slow_data, 2)
-        evidence["peers_data_wait_ms_per_step"] = round(sum(other_data) / len(other_data), 2)
-        if extra >= 0.5 * lost_ms:
-            cause = f"its data loading ({extra:.0f} ms/step more data wait than its peers)"
+    extra = straggler.extra_ms
+    top = max((name for name in extra if name != DATA_WAIT), key=extra.__getitem__, default=None)
+    own = ""
+    if top is not None and extra[top] > 0:
+        own = f"{ACTIVITY_TEXT.get(top, top)}: {extra[top]:+.0f} ms/step against its peers; "
+    cause, variants = f"its own compute ({own}compare its operators and clocks with its peers')", []
+    if DATA_WAIT in extra:
+        evidence["extra_data_wait_ms_per_step"] = round(extra[DATA_WAIT], 2)
+        if extra[DATA_WAIT] >= 0.5 * lost_ms:
+            cause = f"its data loading ({extra[DATA_WAIT]:.0f} ms/step more data wait than its peers)"
             variants = [f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"]
+    if top is not None:
+        evidence[f"extra_{top}_ms_per_step"] = round(extra[top], 2)
     clocks = diagnosis_input.rank_sm_clock_mhz
     peer_clocks = [mhz for rank, mhz in clocks.items() if rank != slow]
     if slow in clocks and peer_clocks:
@@ -527,18 +532,20 @@ def ddp_straggler(diagnosis_input: DiagnosisInput) -> Finding | None:
                 f"{peers_mhz:.0f}; rank{slow}/gpu/clocks_event_* says why)"
             )
     evidence["cause"] = cause
+    if comm.stalls:
+        evidence["stalls_apart"] = "; ".join(stall_text(s) for s in comm.stalls)
     step_ms = _step_ms(diagnosis_input, by_rank.get(slow))
+    lost_pct = 100.0 * lost_ms / step_ms if step_ms else 0.0
     return Finding(
         rule="ddp_straggler",
-        severity=HIGH if (comm.wait_spread_pct or 0.0) >= 20.0 else MEDIUM,
-        title=f"The other ranks wait for rank {slow} ({lost_ms:.0f} ms/step inside collectives); cause: {cause}",
+        severity=HIGH if lost_pct >= 20.0 else MEDIUM,
+        title=(
+            f"The other ranks wait for rank {slow} in {straggler.steps_held} of {straggler.steady_steps} steady steps "
+            f"({lost_ms:.0f} ms/step inside collectives); cause: {cause}"
+        ),
         evidence=evidence,
         recommended_variants=variants,
-        saving=Saving(
-            lost_ms, 100.0 * lost_ms / step_ms if step_ms else 0.0, f"if rank {slow} kept pace with the others"
-        )
-        if lost_ms > 0
-        else None,
+        saving=Saving(lost_ms, lost_pct, f"if rank {slow} kept pace with the others") if lost_ms > 0 else None,
     )
 
 
@@ -568,13 +575,6 @@ def ddp_unbalanced_data(diagnosis_input: DiagnosisInput) -> Finding | None:
         recommended_variants=[f"workers_{DEFAULT_WORKERS_SUGGESTION}", "cache_ram"],
         no_saving_reason="the job's cost of it is the slowest rank's: see ddp_straggler",
     )
-
-
-def _data_wait_ms(rank: RankAnalysis) -> float | None:
-    pct = _trace_data_wait_pct(rank)
-    if pct is None or rank.step_time is None:
-        return None
-    return pct / 100 * rank.step_time.mean_us / 1000
 
 
 def memory_growth(diagnosis_input: DiagnosisInput) -> Finding | None:

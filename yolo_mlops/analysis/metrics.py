@@ -32,6 +32,7 @@ def headline_metrics(analysis: TraceAnalysis) -> dict[str, float]:
     if step_times:
         metrics[names.TRACE_STEP_TIME_MAX] = max(t.max_us for t in step_times) / 1000
         metrics[names.TRACE_PROFILED_STEPS] = float(min(t.count for t in step_times))
+        metrics[names.TRACE_EPOCH_BOUNDARY_STEPS] = float(max(len(r.boundary_steps) for r in ranks))
     if analysis.spread is not None:
         metrics[names.TRACE_STEP_TIME_SPREAD_MS] = analysis.spread.spread_us / 1000
         metrics[names.TRACE_STEP_TIME_SPREAD_PCT] = analysis.spread.spread_pct
@@ -91,6 +92,7 @@ def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float
         names.COMM_WAIT_PCT: lambda r: r.wait_pct,
         names.COMM_CALLS_PER_OPTIMIZER_STEP: lambda r: r.calls_per_optimizer_step,
         names.COMM_CALLS_PER_STEP: lambda r: r.calls_per_step,
+        names.COMM_OTHER_CALLS_PER_STEP: lambda r: r.other_calls_per_step,
         names.COMM_MESSAGE_MIB_PER_STEP: lambda r: (
             None if r.collective_bytes is None or not r.steps else r.collective_bytes / 2**20 / r.steps
         ),
@@ -106,8 +108,15 @@ def communication_metrics(comm: CommunicationAnalysis | None) -> dict[str, float
             metrics[name] = max(values)
     if comm.wait_spread_pct is not None:
         metrics[names.COMM_WAIT_SPREAD_PCT] = comm.wait_spread_pct
-    if comm.waited_for_rank is not None:
-        metrics[names.COMM_WAITED_FOR_RANK] = float(comm.waited_for_rank)
+    straggler = comm.straggler
+    if straggler is not None:
+        metrics[names.COMM_WAITED_FOR_RANK] = float(straggler.rank)
+        metrics[names.COMM_STRAGGLER_LEAD_MS] = straggler.median_lead_ms
+        metrics[names.COMM_STRAGGLER_STEPS_PCT] = 100.0 * straggler.steps_held / max(straggler.steady_steps, 1)
+    if comm.matched_collectives:  # waits were measured: no stall is a measured 0
+        metrics[names.COMM_STALLS] = float(len(comm.stalls))
+        if comm.stalls:
+            metrics[names.COMM_STALL_LEAD_MS_MAX] = max(s.lead_ms for s in comm.stalls)
     return metrics
 
 

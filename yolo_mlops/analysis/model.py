@@ -104,6 +104,9 @@ class RankAnalysis:
     # the profiled steps the GPU window covers (HTA drops the last of two or more) and their total time
     window_steps: int = 0
     window_step_us: float = 0.0
+    # profiled steps (ProfilerStep numbers) that held an epoch boundary: the work between two epochs (validation,
+    # the checkpoint, the next epoch's start) is inside them (analysis/step_activity.py)
+    boundary_steps: list[int] = field(default_factory=list)
 
     def idle_cause(self, cause: str) -> CauseTime | None:
         return next((c for c in self.gpu_idle_by_cause if c.cause == cause), None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from yolo_mlops.analysis.communication import RankCommunication
+from yolo_mlops.analysis.communication import RankCommunication, who_waits_text
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
+from yolo_mlops.analysis.step_activity import boundary_text
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.render import fmt
 
@@ -21,6 +22,11 @@ def render_text(analysis: TraceAnalysis) -> str:
             f"Communication ({comm.backend}, world size {comm.world_size})" + (f": {comm.note}" if comm.note else ""),
         ]
         lines += [f"  {_collectives_line(r)}" for r in comm.ranks]
+        if comm.matched_collectives:
+            lines.append(f"  who waits for whom: {who_waits_text(comm)}")
+    boundaries = sorted({step for r in analysis.ranks for step in r.boundary_steps})
+    if boundaries:
+        lines += ["", boundary_text(boundaries)]
     if analysis.spread is not None:
         s = analysis.spread
         lines += [
@@ -94,7 +100,7 @@ def _render_rank(r: RankAnalysis) -> list[str]:
 
 
 def _collectives_line(r: RankCommunication) -> str:
-    calls = ", ".join(f"{name} {n}" for name, n in r.calls_by_collective.items())
+    calls = ", ".join(f"{name} {n}" for name, n in (r.calls_by_kind or r.calls_by_collective).items())
     mib = "" if r.collective_bytes is None or not r.steps else f", {r.collective_bytes / 2**20 / r.steps:.2f} MiB/step"
     timed = (
         f"collective {_pct_text(r.collective_pct)}, exposed {_pct_text(r.exposed_pct)}, wait {_pct_text(r.wait_pct)} "

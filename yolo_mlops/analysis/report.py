@@ -7,12 +7,14 @@ import shutil
 from pathlib import Path
 
 from yolo_mlops import names
+from yolo_mlops.analysis.communication import who_waits_text
 from yolo_mlops.analysis.diagnosis import Finding, headline
 from yolo_mlops.analysis.document import Block, Heading, Image, Paragraph, Table, render_html, render_markdown
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY
 from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES
 from yolo_mlops.analysis.metrics import category_token
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
+from yolo_mlops.analysis.step_activity import boundary_text
 from yolo_mlops.labels import PHASE_LABEL_PREFIX, PHASE_ORDER
 from yolo_mlops.render import fmt, new_figure, save_figure
 
@@ -93,6 +95,9 @@ def _step_blocks(analysis: TraceAnalysis) -> list[Block]:
         Heading("Step time"),
         Table(["rank", "steps", "mean ms", "median ms", "min ms", "max ms"], rows),
     ]
+    boundaries = sorted({step for r in analysis.ranks for step in r.boundary_steps})
+    if boundaries:
+        blocks.append(Paragraph(boundary_text(boundaries)))
     if analysis.spread is not None:
         s = analysis.spread
         blocks.append(
@@ -195,7 +200,7 @@ def _communication_blocks(analysis: TraceAnalysis) -> list[Block]:
             r.found_from or "-",
             fmt(r.calls_per_step, ".2f"),
             fmt(r.calls_per_optimizer_step, ".2f"),
-            ", ".join(f"{name} {n}" for name, n in r.calls_by_collective.items()) or "-",
+            ", ".join(f"{name} {n}" for name, n in (r.calls_by_kind or r.calls_by_collective).items()) or "-",
             "-" if r.collective_bytes is None or not r.steps else f"{r.collective_bytes / 2**20 / r.steps:.2f}",
             _pct_cell(r.collective_pct),
             _pct_cell(r.exposed_pct),
@@ -206,6 +211,25 @@ def _communication_blocks(analysis: TraceAnalysis) -> list[Block]:
     text = f"Backend {comm.backend}, world size {comm.world_size}." + (
         f" {comm.note[0].upper()}{comm.note[1:]}." if comm.note else ""
     )
+    waits: list[Block] = []
+    if comm.matched_collectives:
+        waits = [Heading("Who waits for whom", 3), Paragraph(who_waits_text(comm))]
+        if comm.stalls:
+            waits.append(
+                Table(
+                    ["step", "epoch boundary", "rank waited for", "lead ms", "what it was doing"],
+                    [
+                        [
+                            str(s.step),
+                            "yes" if s.boundary else "no",
+                            str(s.rank),
+                            f"{s.lead_ms:.1f}",
+                            s.doing + (f" (+{s.activity_ms:.0f} ms)" if s.activity else ""),
+                        ]
+                        for s in comm.stalls
+                    ],
+                )
+            )
     return [
         Heading("Communication"),
         Paragraph(text),
@@ -223,6 +247,7 @@ def _communication_blocks(analysis: TraceAnalysis) -> list[Block]:
             ],
             rows,
         ),
+        *waits,
     ]
 
 

@@ -32,6 +32,7 @@ from yolo_mlops.analysis.model import (
     StepTimeStats,
     TraceAnalysis,
 )
+from yolo_mlops.analysis.step_activity import boundary_steps, step_activities
 from yolo_mlops.analysis.trace_loader import (
     RankTrace,
     TraceError,
@@ -112,6 +113,7 @@ def analyze_rank(trace: RankTrace) -> RankAnalysis:
         step_by_phase=step_time_by_phase(trace, host, steps, category_by_name),
         window_steps=window_steps,
         window_step_us=window_step_us,
+        boundary_steps=boundary_steps(step_activities(trace, host, steps)),
     )
 
 

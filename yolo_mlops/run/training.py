@@ -8,6 +8,7 @@ hooks are off the model.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from yolo_mlops import names
 from yolo_mlops.compat import torch as torch_compat
 from yolo_mlops.compat import ultralytics as ultralytics_compat
 from yolo_mlops.config import AppliedSettings, DdpSettings, RunSpec, TorchSettings, device_list
+from yolo_mlops.labels import CHECKPOINT_LABEL, EPOCH_END_LABEL, VALIDATION_LABEL
 from yolo_mlops.nvml import NullNvmlBackend, NvmlSampler, Timeline, make_backend
 from yolo_mlops.profiling.cuda_memory import CudaMemorySnapshot
 from yolo_mlops.profiling.memory_holders import MemoryByHolder
@@ -127,6 +129,10 @@ class _Instrumentation:
             label.__enter__()
             self._open.append(label)
 
+    def label(self, name: str) -> contextlib.AbstractContextManager:
+        """A phase label around one piece of work (validation, a checkpoint) while labels are on; else nothing."""
+        return phase(name) if self._labels else contextlib.nullcontext()
+
     def close_all(self) -> None:
         while self._open:
             self._open.pop().__exit__(None, None, None)
@@ -209,6 +215,9 @@ class _Instrumentation:
 
     def on_train_epoch_end(self, trainer) -> None:
         self.close_all()  # the data_wait opened after the epoch's last step would otherwise span validation
+        # the work up to the next epoch's start (EMA, validation, the checkpoint, DDP's stop broadcast) falls in the
+        # profiler step of the next epoch's first batch: labelled so the analysis sees that step held a boundary
+        self.open(EPOCH_END_LABEL)
         if self.steps_csv is not None:  # step times so far survive a kill (SIGKILL, OOM) of a later epoch
             self.timer.flush_csv(self.steps_csv)
 
@@ -323,8 +332,13 @@ def _make_trainer_class():
         # measure. ultralytics takes a None fitness as "no validation" (its EarlyStopping says so).
         def validate(self):
             if self.args.val:
-                return super().validate()
+                with self.instrumentation.label(VALIDATION_LABEL):
+                    return super().validate()
             return {}, None
+
+        def save_model(self):
+            with self.instrumentation.label(CHECKPOINT_LABEL):
+                return super().save_model()
 
         def final_eval(self):
             from ultralytics.utils import RANK
