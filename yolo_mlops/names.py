@@ -27,6 +27,9 @@ SERIES = TAG_PREFIX + "series"  # series key: workload + hardware, no software v
 SERIES_KEY = TAG_PREFIX + "series_key"  # older runs only (hash included versions); read, never written
 DEVICE_TYPE = TAG_PREFIX + "device_type"
 PROFILER_ACTIVITIES = TAG_PREFIX + "profiler_activities"
+# where the profiler window lies against the epochs: inside one (moved later than asked when that was needed), or
+# the steps that hold an epoch boundary when no placement fits the run (run/pipeline.place_window)
+PROFILER_WINDOW = TAG_PREFIX + "profiler_window"
 DATASET = TAG_PREFIX + "dataset"
 APPLIED_PREFIX = TAG_PREFIX + "applied."  # + setting name: effective settings after ultralytics resolved them
 ERROR = TAG_PREFIX + "error"

@@ -24,7 +24,7 @@ from yolo_mlops.config.run_spec import (
     one_line_validation_error,
     yaml_error_line,
 )
-from yolo_mlops.config.steps import resolve_steps, steps_per_epoch
+from yolo_mlops.config.steps import boundary_steps, resolve_steps, steps_per_epoch, window_inside_epoch
 
 __all__ = [
     "DEFAULT_EXPERIMENT",
@@ -41,7 +41,9 @@ __all__ = [
     "device_list",
     "load_run_spec",
     "one_line_validation_error",
+    "boundary_steps",
     "resolve_steps",
     "steps_per_epoch",
+    "window_inside_epoch",
     "yaml_error_line",
 ]

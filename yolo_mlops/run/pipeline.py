@@ -25,7 +25,7 @@ from yolo_mlops.analysis.communication import CommunicationAnalysis
 from yolo_mlops.analysis.diagnosis import headline as findings_headline
 from yolo_mlops.analysis.document import Block, Heading, Paragraph, Table
 from yolo_mlops.analysis.operators import operator_metrics
-from yolo_mlops.config import RunSpec, data_home
+from yolo_mlops.config import RunSpec, boundary_steps, data_home, steps_per_epoch, window_inside_epoch
 from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
 from yolo_mlops.profiling import memory_holders
@@ -97,6 +97,7 @@ def resolve_dataset(spec: RunSpec, checked: Preflight) -> DatasetInfo:
 
 def prepare(spec: RunSpec) -> PreparedRun:
     checked = preflight.check(spec)
+    spec, window = place_window(spec, checked)
     dataset, device, steps = resolve_dataset(spec, checked), checked.device, checked.steps
     env = capture_environment(device)
     key = series_key(spec, env, data_identity(dataset.yaml_path, dataset.synthetic), device)
@@ -120,6 +121,7 @@ def prepare(spec: RunSpec) -> PreparedRun:
         names.DATASET: "synthetic" if dataset.synthetic else "user",
         **spec.tags,
     }
+    tags[names.PROFILER_WINDOW] = window[: names.TAG_MAX_CHARS]
     if env.git_commit:
         tags[names.GIT_COMMIT_TAG] = env.git_commit
     if spec.parent_run_id:
@@ -138,6 +140,45 @@ def prepare(spec: RunSpec) -> PreparedRun:
     (output_dir / names.ENV_JSON).write_text(env.to_json())
     (output_dir / names.RUN_SPEC_YAML).write_text(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
     return PreparedRun(spec, plan, dataset, env, key, run_id, experiment_id)
+
+
+def place_window(spec: RunSpec, checked: Preflight) -> tuple[RunSpec, str]:
+    """The spec with its profiler window inside one epoch where the run allows it, and where the window lies.
+
+    The profiler step of an epoch's first batch also holds the work between the epochs (validation, the
+    checkpoint, the next epoch's start, a data-parallel job's closing collectives): a window holding it measures
+    that too, and on a data-parallel job one rank's epoch-end work there reads as a stall. The window moves later
+    (`profiler.skip_first`) until none of its recorded steps is such a step, as long as it still ends within the
+    run; the placement depends only on the spec and the dataset, so a run made again from its run_spec.yaml is
+    placed alike. When no placement fits, the window stays where it was asked and the line says which steps hold
+    a boundary (the trace analysis names them too)."""
+    world = spec.world_size
+    per_epoch = steps_per_epoch(-(-checked.train_images // world), spec.batch // world)
+    p = spec.profiler
+    window = (p.wait, p.warmup, p.active, p.repeat)
+    first = window_inside_epoch(p.skip_first, *window, per_epoch, checked.steps)
+
+    def recorded(skip_first: int) -> str:
+        start = skip_first + p.wait + p.warmup
+        return f"steps {start}-{start + p.active - 1}" if p.repeat == 1 else f"{p.repeat} cycles from step {start}"
+
+    if first is None:
+        held = boundary_steps(p.skip_first, *window, per_epoch, checked.steps)
+        return spec, (
+            f"{recorded(p.skip_first)} hold the epoch boundary at step(s) {', '.join(map(str, held))}: epochs of "
+            f"{per_epoch} steps leave no room for the window inside one epoch within {checked.steps} steps"
+        )
+    if first == p.skip_first:
+        return spec, f"{recorded(first)}, inside one epoch (epochs of {per_epoch} steps)"
+    print(
+        f"profiler window moved {first - p.skip_first} step(s) later (skip_first {p.skip_first} -> {first}) to lie "
+        f"inside one epoch (epochs of {per_epoch} steps)"
+    )
+    placed = spec.model_copy(update={"profiler": p.model_copy(update={"skip_first": first})})
+    return placed, (
+        f"{recorded(first)}, inside one epoch (epochs of {per_epoch} steps): moved {first - p.skip_first} step(s) "
+        f"later than asked ({recorded(p.skip_first)} held the epoch boundary)"
+    )
 
 
 def run_params(spec: RunSpec, plan: TrainingPlan, env: Environment) -> dict[str, str]:
