@@ -322,6 +322,16 @@ REFUSALS = [
         setup=_plot_file,
     ),
     Refusal(
+        "sweep-ddp-variants-single-process",
+        "sweep --variants ddp_no_sync_accumulate --device cpu (no --ranks)",
+        (
+            "ddp_no_sync_accumulate: DistributedDataParallel switches, and the base is a single process: the sweep "
+            "would measure only the baseline; give the base ranks (--ranks 2 on CPU, several GPUs in --device)",
+        ),
+        ("sweep", "--variants", "ddp_no_sync_accumulate", "--repeats", "1", *TINY),
+        kept="nothing: no MLflow run, no run folder (was: the variant skipped, the baseline trained, exit 0)",
+    ),
+    Refusal(
         "profile-config-is-a-folder",
         "profile --config DIR (a folder)",
         ("config file {DIR} is a directory: give the run YAML file inside it",),

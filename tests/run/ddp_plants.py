@@ -45,3 +45,38 @@ def kill_rank1(rank: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     callbacks_base.default_callbacks["on_train_batch_end"].append(die)
+
+
+SLOW_FORWARD_S = 0.6  # the slow rank's every forward pass: its own compute, more than its step's other work
+CHECKPOINT_RANK = 0
+SLOW_CHECKPOINT_S = 4.0  # rank 0's first checkpoint: longer than the slow forwards of the whole window together
+
+
+def slow_forward_on_rank1_slow_checkpoint_on_rank0(rank: int) -> None:
+    """Rank 1's model forward sleeps before it runs (a pre-hook on the module DDP wraps): a compute straggler,
+    its data loading untouched. Rank 0's first checkpoint (the end of epoch 0) sleeps: a one-off stall at the
+    epoch boundary, in which rank 1 waits for rank 0 in the collectives that close the epoch."""
+    import ultralytics.utils.callbacks.base as callbacks_base
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    if rank == SLOW_RANK:
+
+        def slow(module, args) -> None:
+            time.sleep(SLOW_FORWARD_S)
+
+        def hook(trainer) -> None:
+            model = getattr(trainer.model, "module", trainer.model)  # the module inside DDP's wrapper
+            model.register_forward_pre_hook(slow)
+
+        callbacks_base.default_callbacks["on_train_start"].append(hook)
+    if rank == CHECKPOINT_RANK:
+        original = DetectionTrainer.save_model
+        saved: list[int] = []
+
+        def slow_save(self):
+            if not saved:
+                saved.append(1)
+                time.sleep(SLOW_CHECKPOINT_S)
+            return original(self)
+
+        setattr(DetectionTrainer, "save_model", slow_save)  # noqa: B010  (a method replaced on purpose)

@@ -234,3 +234,70 @@ def test_over_lanes_the_comparison_is_paired_within_blocks():
     assert "## Per lane" in text and "`slow/cpu`" not in text and "slow/cpu" in text
     assert "sweep/comparison" not in text and "lanes `fast/cpu, slow/cpu` of work pool `gpus`" in text
     assert "lanes" not in sweeps.prefect_table(report)[0] and "method" in sweeps.prefect_table(report)[0]
+
+
+def test_a_sweep_of_ddp_only_variants_on_a_single_process_is_refused():
+    """Every requested variant a DistributedDataParallel switch and one process: only the baseline would train."""
+    with pytest.raises(ConfigError, match="ddp_no_sync_accumulate: DistributedDataParallel switches, and the base"):
+        sweeps.plan_sweep(CPU, ["ddp_no_sync_accumulate"])
+    plan = sweeps.plan_sweep(CPU, ["ddp_no_sync_accumulate", "workers_1"])  # something else runs: skipped, said why
+    assert "ddp_no_sync_accumulate" in plan.skipped
+    ddp = RunSpec.model_validate({"device": "cpu", "max_steps": 5, "ddp": {"ranks": 2}})
+    assert sweeps.plan_sweep(ddp, ["ddp_no_sync_accumulate"]).skipped == {}
+
+
+def test_no_best_is_named_when_nothing_was_measured():
+    plan = sweeps.plan_sweep(CPU, ["workers_1"], repeats=1)
+    unread = "failed: no step times: MlflowException: Failed to download artifacts from path 'step_times.csv'"
+    records = [
+        _record("baseline", 1, status="failed", problem=unread),
+        _record("workers_1", 1, status="failed", problem=unread),
+    ]
+    report = sweeps.compare(plan, records)
+    assert report.best == "none" and report.best_evidence.startswith("no best: the baseline measured nothing")
+    assert report.failed_children == 2 and [r.repeats_failed for r in report.rows] == [1, 1]
+    records = [_record("baseline", 1, [100, 101, 99]), _record("workers_1", 1, status="failed", problem=unread)]
+    report = sweeps.compare(plan, records)
+    assert report.best == "none" and "no variant was measured" in report.best_evidence
+
+
+def _steps_csv(path, step_ms: list[int], images: int = 2):
+    from yolo_mlops.profiling.step_timer import StepTimes
+
+    end = np.cumsum(np.asarray(step_ms) * 1e6).astype(np.int64)
+    start = np.concatenate([[0], end[:-1]]).astype(np.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(step_ms)
+    return StepTimes(start, start, end, np.zeros(n, dtype=bool), np.full(n, images)).save_csv(path)
+
+
+def test_children_are_read_at_a_data_parallel_jobs_pace_and_unreadable_ones_fail(mlflow_client, tmp_path):
+    """A FINISHED child without step times failed (it measured nothing); a 2-rank child logged with only its
+    ranks' step times is read at its pace: each step its slowest rank's, every rank's images."""
+    from yolo_mlops import names
+
+    experiment = mlflow_client.create_experiment("collect-ddp-pace")
+    parent = mlflow_client.create_run(experiment).info.run_id
+    plan = sweeps.plan_sweep(
+        RunSpec.model_validate({"device": "cpu", "max_steps": 5, "ddp": {"ranks": 2}}), ["workers_1"], repeats=1
+    )
+    outcomes = []
+    for child, folder in zip(plan.children, ("baseline", "workers_1"), strict=True):
+        tags = {names.PARENT_RUN_TAG: parent, names.VARIANT: child.variant, names.SWEEP_REPEAT: str(child.repeat)}
+        run_id = mlflow_client.create_run(experiment, tags=tags).info.run_id
+        mlflow_client.log_param(run_id, names.DDP_WORLD_SIZE, "2")
+        if folder == "baseline":
+            for rank, times in ((0, [50, 100, 100, 130]), (1, [60, 120, 90, 140])):
+                local = _steps_csv(tmp_path / folder / f"rank{rank}" / "step_times.csv", times)
+                mlflow_client.log_artifact(run_id, str(local), f"analysis/rank{rank}")
+        mlflow_client.set_terminated(run_id, "FINISHED")
+        outcomes.append(sweeps.ChildOutcome(child, "ok"))
+    records = sweeps.collect(mlflow_client, plan, parent, outcomes)
+    mlflow_client.set_terminated(parent, "FINISHED")
+    base, variant = records
+    assert base.repeat is not None and base.problem is None
+    assert base.repeat.step_ms.tolist() == [120.0, 100.0, 140.0] and base.repeat.images.tolist() == [4, 4, 4]
+    assert variant.repeat is None and variant.outcome.status == "failed"
+    assert variant.problem is not None and variant.problem.startswith("failed: no step times")
+    report = sweeps.compare(plan, records)
+    assert report.failed_children == 1 and report.best == "none"

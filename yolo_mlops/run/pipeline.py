@@ -29,6 +29,7 @@ from yolo_mlops.config import RunSpec, boundary_steps, data_home, steps_per_epoc
 from yolo_mlops.config.params import spec_params
 from yolo_mlops.nvml import NvmlSummary, align, step_history, summarise, write_timeline
 from yolo_mlops.profiling import memory_holders
+from yolo_mlops.profiling.job_pace import job_pace
 from yolo_mlops.profiling.memory_holders import MemoryByHolder
 from yolo_mlops.profiling.step_timer import PerfSummary, StepTimes, perf_summary
 from yolo_mlops.run import preflight
@@ -199,6 +200,8 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
     else:
         outcome = training.train(plan)
     _analysis_dir(prepared)  # the folder the step times go to
+    if outcome.ranks:  # the job's pace: what sweeps, the nightly and compare read of a data-parallel job
+        outcome.steps.save_csv(plan.output_dir / names.STEP_TIMES_CSV)
     for rank in outcome.ranks or [outcome]:
         rank_plan = replace(plan, rank=rank.rank)
         rank.steps.save_csv(rank_plan.rank_path(names.ANALYSIS_DIR) / names.file_name(names.STEP_TIMES_CSV))
@@ -211,8 +214,9 @@ def train(prepared: PreparedRun) -> TrainingOutcome:
 
 def job_outcome(ranks: list[TrainingOutcome]) -> TrainingOutcome:
     """A data-parallel job as one outcome: rank 0's losses, validation, settings and memory (rank 0 logs them in
-    ultralytics too), the step times of the slowest rank (DDP moves at its pace: the slowest median steady step
-    decides), every rank's traces; `ranks` keeps each rank's own."""
+    ultralytics too), the job's pace as its step times (each step its slowest rank's, with every rank's images:
+    profiling/job_pace.py), every rank's traces; `ranks` keeps each rank's own. `slowest_rank` is the rank with
+    the largest median steady step (its GPU's figures are the job's gpu/*)."""
 
     def median_step(outcome: TrainingOutcome) -> float:
         summary = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
@@ -222,7 +226,7 @@ def job_outcome(ranks: list[TrainingOutcome]) -> TrainingOutcome:
     first = ranks[0]
     return replace(
         first,
-        steps=slowest.steps,
+        steps=job_pace([r.steps for r in ranks]),
         trace_files=[f for r in ranks for f in r.trace_files],
         tables=[],
         profiler_export_s=max(r.profiler_export_s for r in ranks),
@@ -242,15 +246,8 @@ def _analysis_dir(prepared: PreparedRun) -> Path:
 
 
 def analyze(prepared: PreparedRun, outcome: TrainingOutcome) -> RunAnalysis:
-    perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)
+    perf = perf_summary(outcome.steps, DISCARD_FIRST_STEPS)  # a data-parallel job's: its pace, all its images
     rank_metrics, rank_histories = _per_rank_perf(outcome)
-    if perf is not None and outcome.ranks:  # the job's throughput: every rank's images, at the job's pace
-        perf = replace(
-            perf,
-            images_per_s=sum(
-                p.images_per_s for r in outcome.ranks if (p := perf_summary(r.steps, DISCARD_FIRST_STEPS)) is not None
-            ),
-        )
     metrics = perf.as_metrics() if perf is not None else {}
     metrics.update(rank_metrics)
     metrics[names.PROFILER_EXPORT_S] = outcome.profiler_export_s

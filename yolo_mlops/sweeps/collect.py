@@ -2,7 +2,10 @@
 
 Children are found by their parent tag (`queries.child_runs`), so collection works for any store and any
 process that ran them. A child counts only when it FINISHED, ran as its variant (ultralytics falls back
-silently) and has steady steps: outside the profiler window and after the first `warmup_steps`.
+silently) and has steady steps: outside the profiler window and after the first `warmup_steps`. A data-parallel
+child's steps are the job's pace (each step its slowest rank's: `analysis/step_times.csv`, or for a job logged
+before that file, its ranks' `analysis/rank<r>/step_times.csv` combined alike). A FINISHED child whose step
+times cannot be read, or hold no steady step, failed: it measured nothing, and is never counted as measured.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from yolo_mlops import names
 from yolo_mlops.config import AppliedSettings
+from yolo_mlops.profiling.job_pace import job_pace
 from yolo_mlops.profiling.step_timer import StepTimes
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.plan import Child, SweepPlan
@@ -78,6 +82,10 @@ def collect(
             repeat = None
             if problem is None:
                 repeat, problem = _steady_steps(mlflow, run, plan.warmup_steps, Path(tmp))
+                if repeat is None:  # nothing measured: a failed child, not one that ran and was compared
+                    outcome.status = "failed"
+                    outcome.error = problem
+                    problem = f"failed: {problem}"
             records.append(ChildRecord(outcome, repeat, problem))
     return records
 
@@ -101,10 +109,9 @@ def _steady_steps(
     mlflow: MlflowClient, run: RunRecord, warmup_steps: int, tmp: Path
 ) -> tuple[stats.Repeat | None, str | None]:
     try:
-        local = queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp / run.run_id)
+        steps = _step_times(mlflow, run, tmp / run.run_id)
     except Exception as exc:  # noqa: BLE001 - a child without step times cannot be compared, say why
         return None, f"no step times: {type(exc).__name__}: {exc}"
-    steps = StepTimes.load_csv(local)
     mask = steps.steady(warmup_steps)
     if not mask.any():
         return None, (
@@ -116,3 +123,18 @@ def _steady_steps(
     if len(parts) == len(names.LOSS_PARTS):
         metrics[LOSS_TOTAL] = float(sum(parts))
     return stats.Repeat(step_ms=steps.step_ms[mask], images=steps.images[mask], metrics=metrics), None
+
+
+def _step_times(mlflow: MlflowClient, run: RunRecord, tmp: Path) -> StepTimes:
+    """The child's step times: a data-parallel job's pace (its own file, else its ranks' combined)."""
+    world_size = int(run.params.get(names.DDP_WORLD_SIZE, "1") or 1)
+    try:
+        return StepTimes.load_csv(queries.download_artifact(mlflow, run.run_id, names.STEP_TIMES_CSV, tmp))
+    except Exception:
+        if world_size < 2:
+            raise
+    ranks = [
+        StepTimes.load_csv(queries.download_artifact(mlflow, run.run_id, names.rank_path(names.STEP_TIMES_CSV, r), tmp))
+        for r in range(world_size)
+    ]
+    return job_pace(ranks)

@@ -16,6 +16,8 @@ from yolo_mlops.sweeps.plan import SweepPlan
 NAN = math.nan
 
 
+NO_BEST = "none"  # SweepReport.best when nothing was measured to name a best from
+
 RowStatus = Literal["", "ok", "partial", "failed", "skipped"]  # "": not judged yet; partial: some repeats did not count
 # the speed-up's verdict, or why the row has none: reference (the baseline itself), no baseline, no paired block
 RowVerdict = stats.Verdict | Literal["", "reference", "no baseline to compare with", "no paired block"]
@@ -176,7 +178,18 @@ def _gpu_deltas(row: VariantRow, base: list[stats.Repeat], reps: list[stats.Repe
 
 
 def pick_best(rows: list[VariantRow]) -> tuple[str, str]:
-    """The fastest variant measurably faster than the baseline with accuracy inside the baseline's spread."""
+    """The fastest variant measurably faster than the baseline with accuracy inside the baseline's spread; the
+    baseline when the variants were measured and none was; NO_BEST when there is nothing to name one from (the
+    baseline, or every variant, measured nothing)."""
+    base = next((r for r in rows if r.variant == variants.BASELINE), None)
+    if base is None or not base.repeats_ok:
+        why = base.reason if base is not None and base.reason else "no child finished"
+        return NO_BEST, f"no best: the baseline measured nothing ({why})"
+    compared = [
+        r for r in rows if r.variant != variants.BASELINE and r.verdict in (stats.FASTER, stats.SLOWER, stats.SAME)
+    ]
+    if not compared:
+        return NO_BEST, "no best: no variant was measured against the baseline"
     candidates = [r for r in rows if r.verdict == stats.FASTER and not r.loss_flag and not r.map_flag]
     if not candidates:
         slower = ", ".join(r.variant for r in rows if r.verdict == stats.SLOWER) or "none"

@@ -147,6 +147,12 @@ def plan_sweep(
         name = variants.canonical(expr, custom)
         if name not in planned:
             planned.append(name)
+    ddp_only = [n for n in planned[1:] if variants.needs_ddp(n, custom)]
+    if ddp_only and len(ddp_only) == len(planned) - 1 and base.world_size < 2:
+        raise ConfigError(
+            f"{', '.join(ddp_only)}: DistributedDataParallel switches, and the base is a single process: the sweep "
+            "would measure only the baseline; give the base ranks (--ranks 2 on CPU, several GPUs in --device)"
+        )
     skipped: dict[str, str] = {}
     for name in planned:
         reason = variants.skip_reason(name, device, custom, base.world_size)

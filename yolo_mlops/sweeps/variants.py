@@ -400,6 +400,12 @@ def apply_variant(spec: RunSpec, expr: str, custom: dict[str, dict[str, Any]] | 
     return build_run_spec(fields)
 
 
+def needs_ddp(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> bool:
+    """Every part of the expression a DistributedDataParallel switch: nothing of it runs in a single process."""
+    parts = parse(expr, custom)
+    return bool(parts) and all(p.needs_ddp for p in parts)
+
+
 def requires_cuda(expr: str, custom: dict[str, dict[str, Any]] | None = None) -> bool:
     return any(p.requires_cuda for p in parse(expr, custom))
 
