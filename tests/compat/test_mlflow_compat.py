@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 import types
+from typing import Any
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_history_queries_find_the_same_runs_on_a_store_without_null_filters(mlfl
         "no_tag": _run(mlflow_client, experiment_id, None, "m1"),
         "no_machine": _run(mlflow_client, experiment_id, "abc123", None),
     }
-    old = OldStore(mlflow_client)
+    old: Any = OldStore(mlflow_client)
     found = queries.series_records(mlflow_client, [experiment_id], ["abc123"])
     found_old = queries.series_records(old, [experiment_id], ["abc123"])
     assert found is not None and found_old is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from yolo_mlops.compat import ultralytics as ultralytics_compat
 
@@ -22,7 +23,9 @@ class _Trainer:
 
 
 def test_set_up_hooks_run_around_ultralytics_own():
-    class Trainer(ultralytics_compat.seam_trainer(_Trainer)):
+    base: Any = ultralytics_compat.seam_trainer(_Trainer)
+
+    class Trainer(base):
         joined = False
 
         def join_cpu_process_group(self):
@@ -76,7 +79,8 @@ def test_pin_memory_passed_to_build_dataloader():
     original = detect_train.build_dataloader
     assert "pin_memory" in inspect.signature(original).parameters
     with ultralytics_compat.train_loader_pin_memory(False):
-        assert detect_train.build_dataloader.keywords == {"pin_memory": False}
+        patched: Any = detect_train.build_dataloader
+        assert patched.keywords == {"pin_memory": False}
     assert detect_train.build_dataloader is original
 
 

@@ -173,4 +173,4 @@ def test_a_variant_an_older_release_lacks_says_so_instead_of_running(monkeypatch
     )
     assert skip_reason("cudnn_benchmark", "0") is None
     monkeypatch.setattr(versions, "installed_version", {"ultralytics": "8.4.190"}.get)
-    assert skip_reason("amp_bf16", "cpu").startswith("needs a CUDA device")
+    assert (skip_reason("amp_bf16", "cpu") or "").startswith("needs a CUDA device")
