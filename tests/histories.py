@@ -49,6 +49,21 @@ def operator_levels(ops: int = 30, step_ms: float = 100.0, decay: float = 0.85) 
     return {names.operator_metric("operator", f"aten::sim_op_{i:02d}"): float(w) for i, w in enumerate(weights)}
 
 
+def logged_operators(ops: dict[str, float], step_ms: float) -> dict[str, float]:
+    """What a run logs of these operators (analysis/operators.py's rule): every one at 1% of the step or more, at
+    least the 20 largest and at most 30, with op/step_ms and op/floor_ms (the largest left out, 0 if none)."""
+    from yolo_mlops.analysis import operators
+
+    ranked = sorted(ops.items(), key=lambda kv: -kv[1])
+    kept = [
+        kv
+        for i, kv in enumerate(ranked)
+        if i < operators.MAX_LOGGED and (i < operators.MIN_LOGGED or kv[1] >= operators.FLOOR_SHARE * step_ms)
+    ]
+    floor = ranked[len(kept)][1] if len(ranked) > len(kept) else 0.0
+    return dict(kept) | {names.OP_STEP_MS: step_ms, names.OP_FLOOR_MS: floor}
+
+
 def operator_history(
     nights: int,
     per_night: int = 3,
@@ -69,8 +84,9 @@ def operator_history(
     night_noise: float = 0.0,
     night_seed: int | None = None,
 ) -> list[HistoryRun]:
-    """A series of `nights` nights of `per_night` runs with operator metrics as a run logs them (op/cpu/*,
-    op/step_ms, op/floor_ms) and the step time they add up to, a new commit every night.
+    """A series of `nights` nights of `per_night` runs with operator metrics as a run logs them (op/cpu/* of the
+    20 largest and any other at 1% of the step, op/step_ms, op/floor_ms: `logged_operators`) and the step time
+    they add up to, a new commit every night.
 
     Noise: each operator `op_noise` (relative, independent), the step's rest `step_noise`, and a run-wide factor
     of sd `load_noise` (the machine's load) on everything. `slowed` = (metric, night, factor): that operator's
@@ -99,7 +115,7 @@ def operator_history(
                 ops[renamed[1]] = ops.pop(renamed[0])
             metrics = {names.STEP_TIME_P50: step}
             if i not in without_tables:
-                metrics |= ops | {names.OP_STEP_MS: step, names.OP_FLOOR_MS: 0.1}
+                metrics |= logged_operators(ops, step)
             n = night + night_offset
             torch = "2.15.0" if torch_from is not None and n >= torch_from else "2.14.1"
             if torch_every:

@@ -101,9 +101,19 @@ def test_runs_without_tables_are_gaps_in_every_operator_series():
     assert trend.verdict(t, _night(runs, 7)).status == "stable"
 
 
-def test_an_operator_below_a_runs_floor_reads_zero_not_a_gap():
-    runs = op_series.with_values(operator_history(2, seed=5), ["op/cpu/aten::not_logged"])
-    assert all(r.metrics["op/cpu/aten::not_logged"] == 0.0 for r in runs)
+def test_an_operator_a_run_did_not_log_reads_zero_far_above_its_floor_and_a_gap_near_it():
+    from histories import history_run
+
+    big, edge = names.operator_metric("operator", "aten::big"), names.operator_metric("operator", "aten::edge")
+    runs = []
+    for i in range(6):  # the floor (the largest operator left out) is 0.3 ms
+        ops = {big: 5.0} if i < 3 else {}  # vanished from run 3 on: far above the floor
+        ops |= {edge: 0.35} if i % 2 else {}  # at the 20th place, in and out of the runs' cut
+        metrics = {names.STEP_TIME_P50: 100.0, names.OP_STEP_MS: 100.0, names.OP_FLOOR_MS: 0.3, **ops}
+        runs.append(history_run(i, metrics, {"commit": "c"}, "n0"))
+    filled = op_series.with_values(runs, [big, edge])
+    assert [r.metrics.get(big) for r in filled] == [5.0, 5.0, 5.0, 0.0, 0.0, 0.0]
+    assert [r.metrics.get(edge) for r in filled] == [None, 0.35, None, 0.35, None, 0.35]  # gaps, never a false 0
 
 
 def test_a_renamed_operator_is_a_rename_candidate_not_a_vanish_and_a_new_regression():

@@ -4,11 +4,13 @@ From a run's key_averages tables (pandas frames, `profiling.torch_profiler._fram
 time (`key_averages_self_cpu`) and, on GPUs, self device time (`key_averages_self_device`), summed over its
 rows, divided by the profiled steps (the `ProfilerStep*` row's calls) and given in ms per profiled step.
 
-Which operators a run logs: every one whose self time is at least FLOOR_SHARE of the profiled step, at least
-the MIN_LOGGED largest of each table and at most MAX_LOGGED of each. `op/floor_ms` says where the run cut (the
-largest self time left out; 0 when nothing was): an operator a run with `op/floor_ms` did not log took at most
-that (it is not a gap); a run without `op/floor_ms` logged no operator (no tables: a gap). The series judged
-(trends/op_series.py) are the operators above 1% of the step and at least the top 20, well above the floor.
+Which operators a run logs: every one whose self time is at least FLOOR_SHARE (1%) of the profiled step, at
+least the MIN_LOGGED (20) largest of each table and at most MAX_LOGGED (30) of each: the operators a series judges
+(trends/op_series.py), and no more, since every metric a run logs is read back with every run of a series'
+history. `op/floor_ms` says where the run cut (the largest self time left out; 0 when nothing was): an operator
+a run with `op/floor_ms` did not log took at most that, which a series reads as 0 where its level is well above
+the cut and as a gap where it is not (an operator near the 20th place moves in and out); a run without
+`op/floor_ms` logged no operator (no tables): a gap in every operator series.
 
 Pure functions over frames: no torch, no MLflow.
 """
@@ -23,9 +25,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PROFILER_STEP_ROW = "ProfilerStep*"
-FLOOR_SHARE = 0.001  # operators at 0.1% of the profiled step or more are logged
+FLOOR_SHARE = 0.01  # operators at 1% of the profiled step or more are logged
 MIN_LOGGED = 20  # and at least this many of each table (the largest)
-MAX_LOGGED = 50  # and at most this many of each table: the cost in MLflow metrics per run is bounded
+MAX_LOGGED = 30  # and at most this many of each table: the cost in MLflow metrics per run is bounded
 
 TABLE_COLUMNS = (("operator", "self_cpu_time_us"), ("device", "self_device_time_us"))
 

@@ -7,10 +7,12 @@ each at JUDGED_SHARE (1%) of the profiled step or more, and at least the JUDGED_
 mean over the newest night's runs or over the SELECTION_RUNS runs before it (so an operator that vanished
 tonight is judged as well as one that appeared).
 
-Values: a run that logged operators (it has `op/floor_ms`) gives each judged operator its logged value, or 0
-when it did not log it (it took at most `op/floor_ms`, below the floor the run cut at). A run without
-`op/floor_ms` (no key_averages tables: logged before operators were, or a profiler window that failed) gives
-none: the operator series have a gap there, never a zero.
+Values: a run that logged operators (it has `op/floor_ms`) gives each judged operator its logged value; one it
+did not log took at most the run's `op/floor_ms`, read as 0 where that floor is below CENSORED (half) of the
+operator's level (its median over the runs that logged it: a vanished operator is gone) and as a gap where it is
+not (an operator near the 20th place moves in and out of the runs' cut: a 0 there would be a false step). A run
+without `op/floor_ms` (no key_averages tables: logged before operators were, or a profiler window that failed)
+gives none: the operator series have a gap there, never a zero.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from yolo_mlops.trends.history import HistoryRun
 JUDGED_SHARE = 0.01  # an operator at 1% of the profiled step or more is judged
 JUDGED_TOP = 20  # and at least this many of each kind (the largest)
 SELECTION_RUNS = 12  # the runs before the newest night whose means also pick operators
+CENSORED = 0.5  # an operator a run did not log reads 0 only where the run's floor is below this part of its level
 
 
 def logged(run: HistoryRun) -> bool:
@@ -68,13 +71,17 @@ def select(runs: list[HistoryRun], newest: set[str] | None = None) -> list[str]:
 
 
 def with_values(runs: list[HistoryRun], metrics: list[str]) -> list[HistoryRun]:
-    """The runs, each run that logged operators given a value for every metric of `metrics`: its own, else 0
-    (below its floor); runs that logged none are left as they are (a gap in every operator series)."""
+    """The runs, each run that logged operators given a value for the operators of `metrics` it did not log: 0
+    where its floor lies below CENSORED of the operator's level, else none (module doc); runs that logged no
+    operator are left as they are (a gap in every operator series)."""
+    levels = {m: float(np.median(v)) for m in metrics if (v := [r.metrics[m] for r in runs if m in r.metrics])}
     out = []
     for r in runs:
-        missing = [m for m in metrics if m not in r.metrics]
-        if missing and logged(r):
-            r = replace(r, metrics={**r.metrics, **dict.fromkeys(missing, 0.0)})
+        if logged(r):
+            floor = r.metrics[names.OP_FLOOR_MS]
+            zeros = [m for m in metrics if m not in r.metrics and floor < CENSORED * levels.get(m, 0.0)]
+            if zeros:
+                r = replace(r, metrics={**r.metrics, **dict.fromkeys(zeros, 0.0)})
         out.append(r)
     return out
 
