@@ -328,15 +328,22 @@ def compare_operators(
 
 
 def history_noise(trend_operators: tuple[MetricTrend, ...]) -> dict[str, tuple[float, int]]:
-    """Each operator series' run-to-run sd of log time over its recent level (the runs since its last change
-    point, at most 200) with its degrees of freedom, by op/* metric: the noise `compare` of two single runs
-    judges them against. Series whose recent values touch 0 (below the runs' floor) or that have fewer than 3 runs
-    are left out."""
+    """Each operator series' run-to-run sd of log time, pooled within the levels of its history (each segment
+    between change points around its own mean, the newest 200 runs), with its degrees of freedom (runs minus
+    levels), by op/* metric: the noise `compare` of two single runs judges them against. Levels that touch 0
+    (below the runs' floor) are left out, and a series with fewer than 2 degrees of freedom."""
     out: dict[str, tuple[float, int]] = {}
     for m in trend_operators:
-        recent = np.asarray(power.recent_segment(m), dtype=float)[-power.MAX_RECENT :]
-        if len(recent) < 3 or not np.all(recent > 0):
-            continue
-        logs = np.log(recent)
-        out[m.metric] = (float(np.std(logs, ddof=1)), len(logs) - 1)
+        values = np.asarray(m.values, dtype=float)
+        first = max(0, len(values) - power.MAX_RECENT)
+        squares, df = 0.0, 0
+        for seg in m.segments:
+            part = values[max(seg.start, first) : seg.end]
+            if len(part) < 2 or not np.all(part > 0):
+                continue
+            logs = np.log(part)
+            squares += float(((logs - logs.mean()) ** 2).sum())
+            df += len(part) - 1
+        if df >= 2:
+            out[m.metric] = (math.sqrt(squares / df), df)
     return out
