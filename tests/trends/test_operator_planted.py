@@ -1,16 +1,17 @@
 """An operator made slower from outside the project, found by its own series where step time cannot see it.
 
 Real runs: 9 tiny CPU trainings (YOLO11n, 64 px, batch 4, 6 steps, 3 profiled), run in-process through the
-pipeline's steps (prepare, train, analyze, track: what the nightly flow's `profile_training` runs, without
-Prefect) into the session's SQLite MLflow store, as three benchmark nights of 3 runs. Every run has an operator
-planted from this test's code: a forward hook on the model's first layer that spends a fixed time in
-`record_function("test_planted::postprocess")`: it spins on the clock until a fixed wall time has passed (a
-sleep would wake late whenever another process holds the core; a spin overshoots only when preempted at its very
-end, so the machine's CPU contention hardly moves it). Nights 1 and 2 plant 1 ms a forward pass; night 3 plants
-6 ms: about +5 ms a profiled step, a few % of a step whose run-to-run noise on this shared machine is 10% and
-more (the night's judging says how far below the step time's detection power). Night 2 runs another commit than night 1 (a version boundary with no change); night 3 another commit
-and, from this test, a torch version string of its own (`+planted`: the upgrade that made the operator slower).
-Nothing else is planted, copied or edited: every number is what the runs measured and logged.
+pipeline's steps (prepare, train, analyze, track: what the nightly flow's `profile_training` runs, without Prefect)
+into the session's SQLite MLflow store, as three benchmark nights of 3 runs. Every run has an operator planted from
+this test's code: a forward hook on the model's first layer that spends a fixed time in
+`record_function("test_planted::postprocess")`: it spins on the clock until a fixed wall time has passed (a sleep
+would wake late whenever another process holds the core; a spin overshoots only when preempted at its very end, so
+the machine's CPU contention hardly moves it). Nights 1 and 2 plant 1 ms a forward pass; night 3 plants 1.3 ms: +0.3
+ms a profiled step, about half a percent of the step, below what step time can show in one night even on a core of
+its own (the finding says how far below the step time's detection power), while the operator's own series moves by
+many times its noise. Night 2 runs another commit than night 1 (a version boundary with no change); night 3 another
+commit and, from this test, a torch version string of its own (`+planted`: the upgrade that made the operator
+slower). Nothing else is planted, copied or edited: every number is what the runs measured and logged.
 
 The nights are judged by `nightly.judge_night` (the nightly flow's judging, at its defaults) over the store:
 night 2 must open no operator event (the no-change history, its version boundary included); night 3 must find the
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.slow
 EXPERIMENT = f"operator-planted-{time.time_ns()}"
 PLANTED = "test_planted::postprocess"
 PLANTED_METRIC = names.operator_metric("operator", PLANTED)
-SPIN_S = {1: 0.001, 2: 0.001, 3: 0.006}  # per forward pass, by night
+SPIN_S = {1: 0.001, 2: 0.001, 3: 0.0013}  # per forward pass, by night
 COMMITS = {1: "1" * 40, 2: "2" * 40, 3: "3" * 40}
 RUNS_A_NIGHT = 3
 
@@ -126,8 +127,8 @@ def test_every_run_logged_its_operators_with_the_planted_one(nights, mlflow_clie
             assert 22 <= len(ops) <= 2 * 30 + 2, len(ops)  # the top 20 at least, 30 a table at most, step and floor
             assert metrics[names.OP_STEP_MS] > 0 and names.OP_FLOOR_MS in metrics
             planted_ms = metrics[PLANTED_METRIC]
-            # one forward pass a step: the sleep, plus the range's own cost and a late wake-up on a loaded machine
-            assert SPIN_S[night] * 1000 <= planted_ms < SPIN_S[night] * 1000 + 10, (night, planted_ms)
+            # one forward pass a step: the spin, plus the range's own cost (and a preemption on a loaded machine)
+            assert SPIN_S[night] * 1000 <= planted_ms < SPIN_S[night] * 1000 + 5, (night, planted_ms)
 
 
 def test_a_night_without_change_opens_no_operator_event(nights, mlflow_client):
@@ -156,11 +157,12 @@ def test_the_slower_operator_is_found_at_its_night_with_its_version_boundary(nig
     first = nights.runs[3][0]
     assert f"(run {first}; " in line and "torch " in line and "+planted" in line, line
     assert "commit 22222222..33333333" in line, line  # the last commit before .. the first after
-    assert "[regression; " in line and " of step, " in line and "the step time's detection power of" in line
+    assert "[regression; " in line and " of step, " in line
     assert f"--metric {PLANTED_METRIC}" in line  # bisect can start from it, deciding on the operator's series
     assert PLANTED_METRIC in judged.confirm_metrics  # held back for confirmation runs like a step-time regression
+    assert "(below the step time's detection power of" in line, line  # step time alone cannot find it
     factor = float(line.split(" self time x", 1)[1].split(" ", 1)[0])
-    assert 2.5 <= factor <= 7, line
+    assert 1.15 <= factor <= 1.6, line
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
@@ -192,7 +194,7 @@ def test_compare_names_the_planted_operator_beyond_its_own_noise(nights, mlflow_
     beyond = [t["name"] for t in data["operators"] if t["beyond_noise"]]
     assert rc == 0 and PLANTED in beyond, data["operators"][:5]
     planted = next(t for t in data["operators"] if t["name"] == PLANTED)
-    assert planted["noise_from"] == "the runs" and 2.5 <= planted["factor"] <= 7
+    assert planted["noise_from"] == "the runs" and 1.15 <= planted["factor"] <= 1.6
     # two single runs: each operator's noise from the series' history
     rc, text = _cli(["compare", nights.runs[2][-1], nights.runs[3][-1]])
     assert rc == 0 and "operators beyond their own noise:" in text
