@@ -26,6 +26,7 @@ from yolo_mlops.errors import ConfigError
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.tracking import connection, queries
 from yolo_mlops.trends import nightly
+from yolo_mlops.trends.commit_range import BisectRange
 from yolo_mlops.trends.nightly import JudgedSeries
 
 __all__ = ["RegressionDetected", "benchmark", "judge_series"]
@@ -113,7 +114,10 @@ def _start_bisections(regressions: list[JudgedSeries], deployment: str) -> None:
     """One run of the bisect deployment per confirmed regression with a commit range; a missing deployment is a
     note on the series, never a reason to lose the night's verdict."""
     for j in regressions:
-        for target in {(t.good, t.bad): t for t in j.bisect}.values():  # one bisection per commit range
+        targets: dict[tuple[str, str], BisectRange] = {}
+        for t in j.bisect:  # one bisection per commit range, on the first metric that found it: a watched metric
+            targets.setdefault((t.good, t.bad), t)  # before an operator series (its premise names the operator)
+        for target in targets.values():
             try:
                 flow_run_id, where = trigger.start(target, deployment, j.machine)
                 j.notes.append(
