@@ -39,6 +39,19 @@ as a user meets it, the commands interleaved, `--repeats` rounds; the figure is 
 timed cold: its one series' cache is rebuilt on each call (`YOLO_MLOPS_HISTORY_CACHE=0`), as a user's first
 look at a series meets it.
 
+**Operator series.** With `--operators N` (default 20) every run also carries what a profiled run logs of its
+operators (analysis/operators.py; a CPU run of the tiny workload logs 20): N `op/cpu/<operator>` metrics (ms per
+profiled step, falling off as a real CPU profile does, each with its own noise) plus `op/step_ms` and
+`op/floor_ms`, so `trends --series` and the judging read, type and judge their operator series.
+`--baseline-src PATH` times the code of another source tree (a `git worktree` of the commit before operator
+series) beside this one, in the same rounds: the baseline's commands run with `PYTHONPATH=PATH` over an
+experiment filled the same way without operator metrics (what its runs logged), this tree's (or
+`--after-src`'s) over the experiment with them. Only `trends --series`, the warm judging and the judging without a
+history cache are timed then:
+
+    .venv/bin/python benchmarks/bench_history_scale.py --sizes 60000 --repeats 3 --no-fleet \
+        --baseline-src /tmp/before --after-src /tmp/after
+
     .venv/bin/python benchmarks/bench_history_scale.py --sizes 10000 30000 60000 --repeats 3
 """
 
@@ -80,7 +93,8 @@ sys.path.insert(0, str(REPO / "tests"))  # processes.py (ports, polls, stop), po
 from postgres_cluster import pg_bindir, running_cluster  # noqa: E402
 from processes import base_env, free_port, http_ok, poll_until, start, stop  # noqa: E402
 
-EXPERIMENT = "bench-scale"
+EXPERIMENT = os.environ.get("BENCH_EXPERIMENT", "bench-scale")  # --judge: the experiment judged
+EXPERIMENT_OPS = "bench-scale-ops"  # the same runs with their operator metrics (--baseline-src)
 WORKLOADS, MACHINES = 20, 8
 SERIES = WORKLOADS * MACHINES
 BATCH_RUNS = 2000
@@ -160,7 +174,9 @@ class Servers:
 class Filler:
     """Run rows for the 160 series, inserted through MLflow's table models in batches."""
 
-    def __init__(self, db_url: str, experiment_id: str, artifact_location: str, home: Path) -> None:
+    def __init__(
+        self, db_url: str, experiment_id: str, artifact_location: str, home: Path, operators: int = 0, tag: str = ""
+    ) -> None:
         import dataclasses
 
         from machines import benchmark_run, cpu_node  # tests/machines.py
@@ -171,6 +187,13 @@ class Filler:
 
         self.engine = create_engine(db_url)
         self.experiment_id, self.artifact_location = experiment_id, artifact_location
+        self.tag = tag  # run ids of another experiment's filler differ
+        # a run's operators as a CPU profile falls off (each 0.85 of the one before, 95% of the step)
+        weights = [0.85**i for i in range(operators)]
+        self.operators = {
+            names.operator_metric("operator", f"aten::bench_op_{i:02d}"): 0.95 * w / sum(weights)
+            for i, w in enumerate(weights)
+        }
         yaml_path = home / "datasets" / "synthetic-0123456789" / "data.yaml"
         env = cpu_node(hostname="node-0", machine="node-0", git_commit="0" * 40)
         self.series: list[tuple[str, dict[str, str], dict[str, str], str]] = []  # key, params, tags, machine
@@ -199,7 +222,7 @@ class Filler:
                 night, s = self.run_at(index)
                 key, p, t, machine = self.series[s]
                 rng = np.random.default_rng(index)
-                run_id = _run_id(index)
+                run_id = _run_id(index, self.tag)
                 begin = T0_MS + night * DAY_MS + s * 60_000
                 runs.append(
                     dict(
@@ -235,6 +258,13 @@ class Filler:
                     names.IMAGES_PER_S: 1000.0 / step,
                     names.DATA_WAIT_PCT: 2.0 + 0.1 * rng.standard_normal(),
                 }
+                if self.operators:
+                    noise = 1 + 0.06 * rng.standard_normal(len(self.operators))
+                    values.update(
+                        {m: step * share * f for (m, share), f in zip(self.operators.items(), noise, strict=True)}
+                    )
+                    values[names.OP_STEP_MS] = step
+                    values[names.OP_FLOOR_MS] = 0.001 * step
                 metrics += [
                     dict(key=k, value=float(v), timestamp=begin + 50_000, step=0, is_nan=False, run_uuid=run_id)
                     for k, v in values.items()
@@ -259,12 +289,12 @@ class Filler:
         ids = []
         for s, (_key, _p, _t, m) in enumerate(self.series):
             if m == machine:
-                ids.append(_run_id(night * SERIES + s))
+                ids.append(_run_id(night * SERIES + s, self.tag))
         return ids
 
 
-def _run_id(index: int) -> str:
-    return uuid.uuid5(uuid.NAMESPACE_OID, f"bench-history-scale-{index}").hex
+def _run_id(index: int, tag: str = "") -> str:
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"bench-history-scale-{tag}{index}").hex
 
 
 # ---- timing ---------------------------------------------------------------------------------------------------
@@ -331,6 +361,18 @@ def main() -> int:
         type=Path,
         help="after the timed rounds at each size, one more `fleet` (cache warm) under cProfile: PATH.<size>.prof",
     )
+    parser.add_argument(
+        "--operators",
+        type=int,
+        default=20,
+        help="operator metrics a run carries (op/cpu/*, besides op/step_ms and op/floor_ms; 0: none)",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="a source tree (git worktree) of the code before operator series, timed beside this one",
+    )
+    parser.add_argument("--after-src", type=Path, help="the source tree compared with the baseline (default: this)")
     parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.judge:
@@ -361,40 +403,62 @@ def main() -> int:
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient(servers.url)
-        experiment_id = client.create_experiment(EXPERIMENT)
-        location = client.get_experiment(experiment_id).artifact_location
-        filler = Filler(servers.db_url, experiment_id, location, home)
-        key = filler.series[0][0]
+        # arms: (label suffix, experiment, operator metrics a run, source tree on PYTHONPATH or None for this one)
+        arms = [("", EXPERIMENT, args.operators, args.after_src)]
+        if args.baseline_src is not None:
+            arms = [
+                (" [before]", EXPERIMENT, 0, args.baseline_src),
+                (" [after]", EXPERIMENT_OPS, args.operators, args.after_src),
+            ]
+        fillers = []
+        for label, experiment, operators, _src in arms:
+            experiment_id = client.create_experiment(experiment)
+            location = client.get_experiment(experiment_id).artifact_location
+            fillers.append(Filler(servers.db_url, experiment_id, location, home, operators, tag=label.strip(" []")))
         cli = [sys.executable, "-m", "yolo_mlops.cli"]
+        judge = [sys.executable, str(Path(__file__).resolve()), "--judge"]
         filled = 0
         results = []
         for size in args.sizes:
-            filler.fill(filled, size)
+            for filler in fillers:
+                filler.fill(filled, size)
             filled = size
-            suite = filler.night_runs(size, "node-0")[:SUITE]
-            commands = {  # name -> (command, environment)
-                "trends --series": (
-                    cli + ["trends", "--experiment", EXPERIMENT, "--series", key[:10]],
-                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                ),
-                "nightly judging": ([sys.executable, str(Path(__file__).resolve()), "--judge", *suite], env),
-                "nightly judging, no history cache": (
-                    [sys.executable, str(Path(__file__).resolve()), "--judge", *suite],
-                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                ),
-                "nightly judging, auth cache off": (
-                    [sys.executable, str(Path(__file__).resolve()), "--judge", *suite],
-                    env | {"MLFLOW_TRACKING_URI": uncached_url},
-                ),
-                "fleet, no cache": (
-                    cli + ["fleet", "--experiment", EXPERIMENT],
-                    env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                ),
-                "fleet, cache": (cli + ["fleet", "--experiment", EXPERIMENT], env),
-            }
-            if size > args.no_cache_up_to or args.no_fleet:
+            commands: dict[str, tuple[list[str], dict[str, str]]] = {}  # name -> (command, environment)
+            for (label, experiment, _ops, src), filler in zip(arms, fillers, strict=True):
+                key = filler.series[0][0]
+                suite = filler.night_runs(size, "node-0")[:SUITE]
+                arm_env = env | {"BENCH_EXPERIMENT": experiment}
+                if src is not None:  # that tree's yolo_mlops first (the editable install's finder comes after)
+                    arm_env["PYTHONPATH"] = str(src.resolve())
+                commands |= {
+                    "trends --series" + label: (
+                        cli + ["trends", "--experiment", experiment, "--series", key[:10]],
+                        arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                    ),
+                    "nightly judging" + label: ([*judge, *suite], arm_env),
+                    "nightly judging, no history cache" + label: (
+                        [*judge, *suite],
+                        arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                    ),
+                }
+                if args.baseline_src is None:
+                    commands |= {
+                        "nightly judging, auth cache off": (
+                            [*judge, *suite],
+                            arm_env | {"MLFLOW_TRACKING_URI": uncached_url},
+                        ),
+                        "fleet, no cache": (
+                            cli + ["fleet", "--experiment", experiment],
+                            arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                        ),
+                        "fleet, cache": (cli + ["fleet", "--experiment", experiment], arm_env),
+                    }
+            if args.baseline_src is not None:  # the warm judgings' caches, once each, untimed
+                for label, *_ in arms:
+                    timed(*commands["nightly judging" + label])
+            if (size > args.no_cache_up_to or args.no_fleet) and "fleet, no cache" in commands:
                 del commands["fleet, no cache"]  # reads every run each time: timed at the small sizes only
-            if args.no_fleet:
+            if args.no_fleet and "fleet, cache" in commands:
                 del commands["fleet, cache"]
             for name in ("fleet, cache", "nightly judging", "nightly judging, auth cache off"):
                 if name in commands:  # each cache brought up to this size once, untimed: later reads refresh it
@@ -408,7 +472,7 @@ def main() -> int:
                     rss.setdefault(name, []).append(peak)
             if args.profile_judge:
                 stats = f"{args.profile_judge}.{size}.prof"
-                judge_cmd, judge_env = commands["nightly judging"]
+                judge_cmd, judge_env = commands["nightly judging" + arms[-1][0]]
                 timed(judge_cmd, judge_env | {"BENCH_JUDGE_PROFILE": stats})
                 print(f"  cProfile of one judging: {stats}", flush=True)
             if args.profile_fleet and "fleet, cache" in commands:
@@ -420,7 +484,7 @@ def main() -> int:
                 row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
                 results.append(row)
                 print(
-                    f"{size:>6} runs  {name:<33}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+                    f"{size:>6} runs  {name:<44}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
                     f"({', '.join(f'{v:.2f}' for v in values)})",
                     flush=True,
                 )
