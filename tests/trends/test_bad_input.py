@@ -53,6 +53,16 @@ REFUSALS = [
     _case("fleet-max-pvalue-zero", ("fleet", "--max-pvalue", "0"), "--max-pvalue 0: must be a probability in (0, 1)"),
     _case("trends-max-pvalue-one", ("trends", "--max-pvalue", "1"), "--max-pvalue 1: must be a probability in (0, 1)"),
     _case("compare-one-run-with-itself", ("compare", "0123abcd", "0123abcd"), "A and B are the same run (0123abcd)"),
+    _case(
+        "compare-a-set-naming-a-run-twice",
+        ("compare", "0123abcd,0123abcd", "4567ef01"),
+        "compare: '0123abcd,0123abcd' names a run twice",
+    ),
+    _case(
+        "compare-sets-sharing-a-run",
+        ("compare", "0123abcd,4567ef01", "4567ef01,89abcdef"),
+        "compare: run 4567ef01 is in both A and B",
+    ),
 ]
 
 
