@@ -51,7 +51,19 @@ def test_a_run_logs_its_operators_per_step_above_the_floor_and_at_least_the_top_
     assert run_operators.operator_metrics(None, None) == {}  # no tables: nothing, so a gap, never a zero
 
 
-def test_at_most_50_operators_a_table_and_every_name_one_mlflow_takes():
+def test_a_gpu_run_logs_its_kernels_self_device_time_beside_the_host_operators():
+    host = _frame([("aten::conv2d", 1, 4000.0), ("cudaLaunchKernel", 50, 2000.0)], step_us=10_000.0, steps=1)
+    device = host.copy()
+    device["self_device_time_us"] = [0.0, 3000.0, 0.0]  # the step row, a kernel, the launches (no device time)
+    device.loc[1, "name"] = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)"
+    metrics = run_operators.operator_metrics(host, device)
+    kernel = names.operator_metric("device", "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)")
+    assert metrics[kernel] == pytest.approx(3.0) and kernel.startswith(names.OP_DEVICE_PREFIX)
+    assert metrics[names.operator_metric("operator", "cudaLaunchKernel")] == pytest.approx(2.0)
+    assert not [m for m in metrics if m.startswith(names.OP_DEVICE_PREFIX + "aten")]  # no device time: not logged
+
+
+def test_at_most_30_operators_a_table_and_every_name_one_mlflow_takes():
     from mlflow.utils.validation import _validate_metric_name
 
     rows = [(f"void at::native::kernel<{i}, float>(" + "x" * 300 + ")", 1, 1000.0) for i in range(80)]
