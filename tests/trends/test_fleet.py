@@ -51,7 +51,10 @@ def test_power_to_find_one_machine_20pct_slower_by_simulation(runs, max_pvalue, 
 
 
 def test_holm_adjusts_step_down():
-    assert fleet.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    from yolo_mlops.trends.multiplicity import holm_adjusted
+
+    assert holm_adjusted([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm_adjusted([0.2, float("nan")]) == pytest.approx([0.4, 1.0])  # nan counts as 1
 
 
 def _record(i: int, machine: str, step_ms: float, host: dict | None = None, **metrics) -> HistoryRun:

@@ -29,6 +29,7 @@ from scipy import stats as sps
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.fleet_evidence import NOT_EXPLAINED, Evidence, evidence
 from yolo_mlops.trends.history import HistoryRun
+from yolo_mlops.trends.multiplicity import holm_adjusted
 
 ALPHA = 0.01  # default family-wise false-alarm rate per workload
 MIN_EFFECT = 0.03
@@ -110,18 +111,6 @@ class FleetReport:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (family-wise error control, any dependence)."""
-    order = np.argsort(pvalues, kind="stable")
-    n = len(pvalues)
-    adjusted = [1.0] * n
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (n - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
-
-
 def pooled_noise(logs: dict[str, np.ndarray]) -> tuple[float, int]:
     """The sd of log step time within machines, pooled, and its degrees of freedom (runs - machines)."""
     df = sum(len(v) for v in logs.values()) - len(logs)
@@ -144,7 +133,7 @@ def machine_tests(logs: dict[str, np.ndarray]) -> dict[str, tuple[float, float, 
         else:  # noise-free runs: any difference is beyond noise
             p = 0.0 if own.mean() > peers.mean() else 1.0
         tests[machine] = (ratio, p)
-    adjusted = holm([p for _, p in tests.values()])
+    adjusted = holm_adjusted([p for _, p in tests.values()])
     return {machine: (ratio, p, adj) for (machine, (ratio, p)), adj in zip(tests.items(), adjusted, strict=True)}
 
 
