@@ -50,6 +50,8 @@ def test_configure_keeps_the_users_settings(tmp_path, monkeypatch):
 
     for name in _PREFECT_VARS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(prefect_server, "_slots", {})  # this process's slot, put back when the test ends
+    monkeypatch.setattr(prefect_server, "_held", [])
     prefix = tmp_path / "prefect" / f"server-{version('prefect')}"
     prefix.parent.mkdir()
     with open(f"{prefix}-0.lock", "a") as other:  # slot 0 held by another running command

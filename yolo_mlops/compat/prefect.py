@@ -1,10 +1,11 @@
 """Prefect: its temporary server's process and the process pool of a sweep's lanes, both reached through private
 attributes.
 
-Checked against Prefect 3.9.1 (run) and the sources of the releases in the declared range:
+Checked against Prefect 3.5.0 and 3.9.1 (run) and the sources of the releases in the declared range:
 - `prefect.server.api.server.SubprocessASGIServer`: one object per port in `_instances` (private); its
   `_run_uvicorn_command` (private) starts uvicorn. `own_session_server` registers a subclass that starts it in a
-  session of its own with its output in a log file;
+  session of its own with its output in a log file, and that leaves the registry when stopped (before 3.6.26
+  Prefect's own `stop()` left it registered under the port asked for);
 - `prefect.task_runners.ProcessPoolTaskRunner`: hands submitted tasks to its pool from `_resolver_executor`
   (private, absent in some releases) and holds the pool as `_executor`, whose `_processes` (private to
   `concurrent.futures`) are the worker processes `end_pool_processes` ends.
@@ -49,17 +50,25 @@ def own_session_server(server_log: Callable[[], Path | None]) -> bool:
     return True
 
 
-def own_session_server_class(base: type, server_log: Callable[[], Path | None]) -> type:
+def own_session_server_class(base: Any, server_log: Callable[[], Path | None]) -> type:
     import prefect
     from prefect.settings import get_current_settings
 
     class OwnSessionServer(base):
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             log_path = server_log()
-            if log_path is None:
+            if log_path is None or not log_path.parent.is_dir():
                 return self.start_server(None)
             with open(log_path, "wb") as log:  # the server process keeps a descriptor of its own
                 return self.start_server(log)
+
+        def stop(self) -> None:
+            super().stop()
+            # before Prefect 3.6.26 a stopped server stayed registered under the port it was asked for (None): the
+            # next client in the process got it back, stopped, instead of a new one
+            for key, server in list(base._instances.items()):
+                if server is self:
+                    del base._instances[key]
 
         def start_server(self, log: IO[bytes] | None) -> subprocess.Popen[Any]:
             # Prefect's command (prefect 3.x), started with start_new_session=True and its output in `log`
