@@ -120,6 +120,7 @@ PYTHON=$venv/bin/python OUT=$prove/dry-run GPU_WHEELHOUSE=$dest bash benchmarks/
 tail -n 12 "$prove/dry-run.txt"
 PYTHON=$venv/bin/python OUT=$prove/rehearsal GPU_WHEELHOUSE=$dest GPU_CHECKS_TOTAL_S=1500 \
   bash benchmarks/run_gpu_checks.sh --rehearse-on-cpu > "$prove/rehearsal.txt" 2>&1 || status=1
-sed -n '/^# GPU checks/,$p' "$prove/rehearsal.txt" | head -n 30
+# the summary's first 30 lines, read by one process: `sed | head` would end sed with SIGPIPE (exit 141 under pipefail)
+awk '/^# GPU checks/ { shown = 1 } shown && printed++ < 30' "$prove/rehearsal.txt"
 echo "gpu_wheelhouse: proof outputs in $prove (dry-run/, rehearsal/, *.txt); exit $status"
 exit $status
