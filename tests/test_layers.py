@@ -26,7 +26,14 @@ ROOTS = {ROOT_PACKAGE: REPO / "yolo_mlops", "yolo_mlops.flows": REPO / "flows"}
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "contracts",
-        ("yolo_mlops.errors", "yolo_mlops.config", "yolo_mlops.labels", "yolo_mlops.names", "yolo_mlops.render"),
+        (
+            "yolo_mlops.errors",
+            "yolo_mlops.config",
+            "yolo_mlops.labels",
+            "yolo_mlops.names",
+            "yolo_mlops.render",
+            "yolo_mlops.stats",
+        ),
     ),
     ("seams", ("yolo_mlops.compat",)),
     ("measurement", ("yolo_mlops.nvml", "yolo_mlops.profiling")),
@@ -317,6 +324,20 @@ def test_names_is_a_leaf():
         node for node in _imports(tree) if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
     ]
     assert not imports, [ast.unparse(node) for node in imports]
+
+
+def test_stats_imports_nothing_of_the_project():
+    """The statistics import numpy and scipy only, so every layer can use them and they pull in nothing with them."""
+    tree = ast.parse((REPO / "yolo_mlops" / "stats.py").read_text())
+    roots = {
+        alias.name.split(".")[0] if isinstance(node, ast.Import) else (node.module or "").split(".")[0]
+        for node in _imports(tree)
+        for alias in node.names
+    }
+    assert roots <= {"__future__", "collections", "dataclasses", "itertools", "math", "statistics", "typing"} | {
+        "numpy",
+        "scipy",
+    }, sorted(roots)
 
 
 def test_exceptions_are_still_needed():
