@@ -34,6 +34,7 @@ import numpy as np
 
 from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table
+from yolo_mlops.stats import nights_t_test, student_t
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
 from yolo_mlops.trends.history import HistoryRun
 
@@ -361,7 +362,7 @@ def bench_confirmation(seeds: int) -> str:
     calibration = []
     for before in (30, 60):  # the run-level test alone, confirmation runs drawn from the baseline level
         held = sum(
-            confirm.t_test([rng.standard_normal(before), rng.standard_normal(CONFIRM)], 0, 1, sides=1) <= alpha
+            student_t(rng.standard_normal(before), rng.standard_normal(CONFIRM), "greater") <= alpha
             for _ in range(draws)
         )
         calibration.append(f"runs as the unit, {before} runs before: {100 * held / draws:.3f}%")
@@ -370,7 +371,7 @@ def bench_confirmation(seeds: int) -> str:
         for _ in range(draws):
             base = [rng.standard_normal(NIGHT) + night_sd * rng.standard_normal() for _ in range(HISTORY // NIGHT)]
             again = rng.standard_normal(CONFIRM) + night_sd * rng.standard_normal()
-            held += confirm.nights_t_test(base, again).pvalue <= alpha
+            held += nights_t_test(base, again).pvalue <= alpha
         calibration.append(f"nights as the unit, a night effect of {night_sd:g} run sd: {100 * held / draws:.3f}%")
     return table + f"\n\nThe one-sided test at {100 * alpha:g}% on {draws:,} fresh draws: " + "; ".join(calibration)
 

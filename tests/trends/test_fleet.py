@@ -14,7 +14,6 @@ from machines import benchmark_tags, gpu_node
 from mlflow.entities import Metric
 
 from yolo_mlops.trends import fleet
-from yolo_mlops.trends.fleet_stats import bootstrap_medians
 from yolo_mlops.trends.history import HistoryRun
 
 NOISE = 0.08  # run-to-run noise of the simulations: 8% (sd of log step time)
@@ -48,13 +47,6 @@ def test_power_to_find_one_machine_20pct_slower_by_simulation(runs, max_pvalue, 
         for _ in range(seeds)
     )
     assert found / seeds >= power, found
-
-
-def test_holm_adjusts_step_down():
-    from yolo_mlops.trends.multiplicity import holm_adjusted
-
-    assert holm_adjusted([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert holm_adjusted([0.2, float("nan")]) == pytest.approx([0.4, 1.0])  # nan counts as 1
 
 
 def _record(i: int, machine: str, step_ms: float, host: dict | None = None, **metrics) -> HistoryRun:
@@ -331,14 +323,3 @@ def test_nightly_artifact_fleet_section_names_the_slow_machine(prefect_server, m
     assert "Phases and operators of `fleet-slow` against its peers (its newest 3 runs vs 3 of its peers'" in fleet_part
     assert "`fleet-fast` is slower" not in fleet_part
     assert "| `fleet-fast` | 3 |" in fleet_part and "| `fleet-slow` | 3 |" in fleet_part
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 47, 374, 375])
-def test_bootstrap_medians_are_the_plain_medians_of_the_same_draws(n):
-    # the fast bootstrap selects ranks, not values: with ties, odd and even sizes it must give exactly what
-    # the plain median of the same seeded resamples gives, so the fleet's confidence intervals do not move
-    values = 100.0 + np.random.default_rng(n).standard_normal(n)
-    values[: n // 3] = values[-1]  # ties
-    plain = np.median(values[np.random.default_rng(7).integers(0, n, size=(500, n))], axis=1)
-    fast = bootstrap_medians(values, np.random.default_rng(7), 500)
-    assert np.array_equal(fast, plain)

@@ -14,6 +14,7 @@ import workloads
 from histories import HOUR_MS, history_run
 
 from yolo_mlops import names
+from yolo_mlops.stats import nights_t_test, student_t
 from yolo_mlops.trends import candidates, changepoint, confirm, drift, power, trend
 from yolo_mlops.trends.history import HistoryRun
 
@@ -412,8 +413,8 @@ def test_the_confirmation_test_allows_for_slow_nights(night_sd):
     for _ in range(4000):
         base = [rng.standard_normal(3) + night_sd * rng.standard_normal() for _ in range(20)]
         again = rng.standard_normal(3) + night_sd * rng.standard_normal()
-        by_nights += confirm.nights_t_test(base, again).pvalue <= 0.01
-        by_runs += confirm.t_test([np.concatenate(base), again], 0, 1, sides=1) <= 0.01
+        by_nights += nights_t_test(base, again).pvalue <= 0.01
+        by_runs += student_t(np.concatenate(base), again, "greater") <= 0.01
     assert by_nights / 4000 <= 0.016
     if night_sd >= 1.0:
         assert by_runs / 4000 >= 0.03
@@ -446,11 +447,11 @@ def test_several_metrics_re_measured_are_held_to_holm():
     def level(p: float, shift: float = 5.0) -> confirm.LevelTest:
         return confirm.LevelTest((), (), (), False, float("nan"), p, shift, p <= 0.01 and shift >= 0)
 
-    assert confirm.holm_holds({"a": level(0.004), "b": level(0.2)}, 0.01) == ["a"]  # 0.004 <= 0.01 / 2
-    assert confirm.holm_holds({"a": level(0.006), "b": level(0.2)}, 0.01) == []  # 0.006 > 0.005
-    assert confirm.holm_holds({"a": level(0.004), "b": level(0.008)}, 0.01) == ["a", "b"]  # then 0.008 <= 0.01
-    assert confirm.holm_holds({"a": level(0.001, shift=-1.0), "b": level(0.008)}, 0.01) == ["b"]  # a went the
-    assert confirm.holm_holds({"a": level(float("nan"))}, 0.01) == []  # good way; nan: no degrees of freedom
+    assert confirm.metrics_that_hold({"a": level(0.004), "b": level(0.2)}, 0.01) == ["a"]  # 0.004 <= 0.01 / 2
+    assert confirm.metrics_that_hold({"a": level(0.006), "b": level(0.2)}, 0.01) == []  # 0.006 > 0.005
+    assert confirm.metrics_that_hold({"a": level(0.004), "b": level(0.008)}, 0.01) == ["a", "b"]  # then 0.008 <= 0.01
+    assert confirm.metrics_that_hold({"a": level(0.001, shift=-1.0), "b": level(0.008)}, 0.01) == ["b"]  # a went the
+    assert confirm.metrics_that_hold({"a": level(float("nan"))}, 0.01) == []  # good way; nan: no degrees of freedom
 
 
 def test_a_dismissed_level_is_judged_again_on_the_next_nights():

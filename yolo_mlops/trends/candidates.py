@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import stdtr
+
+from yolo_mlops.stats import welch_t
 
 DEFAULT_CANDIDATE_PVALUE = 0.01
 
@@ -61,20 +62,6 @@ def boundaries(labels: list[dict[str, str]]) -> list[tuple[int, tuple[tuple[str,
     return out
 
 
-def welch(left: np.ndarray, right: np.ndarray) -> float:
-    """Two-sided p of Welch's t test; nan when a side has fewer than 2 points."""
-    n1, n2 = len(left), len(right)
-    if n1 < 2 or n2 < 2:
-        return float("nan")
-    diff = float(right.mean() - left.mean())
-    a, b = float(left.var(ddof=1)) / n1, float(right.var(ddof=1)) / n2
-    if a + b <= 0:
-        return 0.0 if diff else 1.0  # two noise-free levels
-    t = abs(diff) / np.sqrt(a + b)
-    df = (a + b) ** 2 / ((a * a / (n1 - 1) if a else 0.0) + (b * b / (n2 - 1) if b else 0.0))
-    return float(2.0 * stdtr(df, -t))
-
-
 def check_boundaries(
     values,
     labels: list[dict[str, str]],
@@ -96,7 +83,7 @@ def check_boundaries(
     for k, changed in found:
         position = bounds.index(k)
         left, right = z[bounds[position - 1] : k], z[k : bounds[position + 1]]
-        p = welch(left, right)
+        p = welch_t(left, right)
         out.append(
             Candidate(
                 index=k,

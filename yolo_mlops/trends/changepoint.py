@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
-from scipy.special import stdtr
+
+from yolo_mlops.stats import student_t_of
 
 DEFAULT_WINDOW = 50  # Otava's default sliding window
 DEFAULT_MAX_PVALUE = 0.001  # Otava's default significance
@@ -110,24 +111,13 @@ class _Test:
         return float("inf") if m2 != m1 else 0.0
 
 
-def _ttest(left: np.ndarray, right: np.ndarray, ddof: int) -> _Test:
+def _split_test(left: np.ndarray, right: np.ndarray, ddof: int) -> _Test:
     """Two-sided Student's t test (pooled variance) of two non-empty samples; std with `ddof`."""
     n1, n2 = len(left), len(right)
     m1, m2 = float(left.mean()), float(right.mean())
     v1 = float(left.var(ddof=ddof)) if n1 > ddof else 0.0
     v2 = float(right.var(ddof=ddof)) if n2 > ddof else 0.0
-    df = n1 + n2 - 2
-    diff = m2 - m1
-    if df <= 0 or abs(diff) <= 1e-12 * max(abs(m1), abs(m2)):
-        p = 1.0  # no degrees of freedom, or equal means up to rounding
-    else:
-        pooled = ((n1 - 1) * v1 + (n2 - 1) * v2) / df
-        if pooled <= 0.0:
-            p = 0.0  # two noise-free levels: a certain change
-        else:
-            t = abs(diff) / np.sqrt(pooled * (1.0 / n1 + 1.0 / n2))
-            p = float(2.0 * stdtr(df, -t))
-    return _Test(p, m1, m2, float(np.sqrt(v1)), float(np.sqrt(v2)), n1, n2)
+    return _Test(student_t_of(m1, v1, n1, m2, v2, n2), m1, m2, float(np.sqrt(v1)), float(np.sqrt(v2)), n1, n2)
 
 
 class _Window:
@@ -182,7 +172,7 @@ class _Window:
             if best is None:
                 return cps
             tau, _, a, b = best
-            if not _ttest(self.z[a:tau], self.z[tau:b], ddof).pvalue <= max_pvalue:
+            if not _split_test(self.z[a:tau], self.z[tau:b], ddof).pvalue <= max_pvalue:
                 return cps
             cps = sorted([*cps, tau])
 
@@ -220,7 +210,7 @@ def _merge(z: np.ndarray, cps: list[int], rules: _Rules) -> list[tuple[int, _Tes
     def test(k: int) -> _Test:
         lo = cps[k - 1] if k > 0 else 0
         hi = cps[k + 1] if k + 1 < len(cps) else n
-        t = _ttest(z[lo : cps[k]], z[cps[k] : hi], rules.ddof)
+        t = _split_test(z[lo : cps[k]], z[cps[k] : hi], rules.ddof)
         if rules.correct_split:
             t = _Test(
                 min(1.0, t.pvalue * (hi - lo - 1)),

@@ -8,7 +8,7 @@ tests them directly against the level before the regression:
   the history before it shows (the last 200 runs at most);
 - a one-sided t test of the *confirmation runs* against the baseline asks whether they sit the bad way of
   it; the regression holds when p <= `confirm_pvalue` (DetectionSettings, default 0.001) and the shift is at
-  least `min_magnitude`; with several metrics re-measured, Holm's step-down over them (`holm_holds`), so the
+  least `min_magnitude`; with several metrics re-measured, Holm's step-down over them (`metrics_that_hold`), so the
   night's confirmation errs at most `confirm_pvalue` however many metrics regressed;
 - the night is the unit of the machine's state: the confirmation runs share tonight's offset (load, clocks,
   cache), so the test allows for the night-to-night spread the baseline's nights show (`nights_t_test`, a
@@ -49,14 +49,12 @@ Pure functions over trends; the runs themselves are the flow's business.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.special import stdtr
 
+from yolo_mlops.stats import holm_adjusted, nights_t_test, student_t
 from yolo_mlops.trends import changepoint
-from yolo_mlops.trends.multiplicity import holm_adjusted
 from yolo_mlops.trends.trend import (
     STATUS_ORDER,
     DetectionSettings,
@@ -222,64 +220,6 @@ def needs_confirmation(v: SeriesVerdict) -> tuple[str, ...]:
     return tuple(sorted(bad))
 
 
-def t_test(groups: list[np.ndarray], a: int, b: int, sides: int) -> float:
-    """p of Student's t test of mean(groups[b]) - mean(groups[a]) (one-sided: > 0), the variance pooled within
-    all `groups` (sum(n_i - 1) degrees of freedom); nan without degrees of freedom."""
-    x, y = groups[a], groups[b]
-    df = sum(len(g) - 1 for g in groups if len(g))
-    if not len(x) or not len(y) or df < 1:
-        return float("nan")
-    var = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g)) / df
-    diff = float(y.mean() - x.mean())
-    if var <= 0:
-        return (0.0 if diff > 0 else 1.0) if sides == 1 else (0.0 if diff else 1.0)
-    t = diff / math.sqrt(var * (1 / len(x) + 1 / len(y)))
-    return float(stdtr(df, -t)) if sides == 1 else float(2 * stdtr(df, -abs(t)))
-
-
-@dataclass(frozen=True)
-class NightsTest:
-    pvalue: float  # one-sided: the confirmation night's mean above the baseline's
-    night_sd: float  # the night-to-night sd estimated from the baseline (0 when its nights agree within noise)
-    df: float
-
-
-def nights_t_test(baseline_nights: list[np.ndarray], confirmation: np.ndarray) -> NightsTest:
-    """Are the confirmation runs (one night's) above the baseline, whose runs come in nights?
-
-    A night shares one offset among its runs (the machine's load, its clocks, the data's cache): the runs of one
-    night are not independent draws, and a test that takes them as such calls a slow night a regression. The
-    model is a one-way random effect, value = level + night offset (sd sb) + run noise (sd sw). sw comes from
-    the spread within nights (the baseline's and the confirmation night's), sb from the spread of the baseline's
-    night means beyond that (moments, truncated at 0). The difference of the means has variance
-    sb^2 (1 + sum n_i^2 / N^2) + sw^2 (1 / n_c + 1 / N) (the confirmation night's offset, the baseline's
-    nights' offsets, the runs' noise), tested with Satterthwaite's degrees of freedom; where no night offset
-    shows (sb = 0) this is the pooled t test of the runs."""
-    groups = [np.asarray(g, dtype=float) for g in baseline_nights if len(g)]
-    again = np.asarray(confirmation, dtype=float)
-    total, k, n_c = sum(len(g) for g in groups), len(groups), len(again)
-    df_w = sum(len(g) - 1 for g in [*groups, again] if len(g))
-    if not total or not n_c or df_w < 1:
-        return NightsTest(float("nan"), 0.0, 0.0)
-    msw = sum(float(((g - g.mean()) ** 2).sum()) for g in [*groups, again] if len(g)) / df_w
-    base = np.concatenate(groups)
-    diff = float(again.mean() - base.mean())
-    squares = sum(len(g) ** 2 for g in groups)
-    c_b, c_w = 1 + squares / total**2, 1 / n_c + 1 / total
-    sb2, var, df = 0.0, c_w * msw, float(df_w)
-    if k >= 2 and total > k:
-        msb = sum(len(g) * (float(g.mean()) - float(base.mean())) ** 2 for g in groups) / (k - 1)
-        n0 = (total - squares / total) / (k - 1)
-        if msb > msw:
-            sb2 = (msb - msw) / n0
-            a, b = c_b / n0, c_w - c_b / n0
-            var = a * msb + b * msw
-            df = var**2 / ((a * msb) ** 2 / (k - 1) + (b * msw) ** 2 / df_w)
-    if var <= 0:
-        return NightsTest(0.0 if diff > 0 else 1.0, 0.0, df)
-    return NightsTest(float(stdtr(df, -diff / math.sqrt(var))), math.sqrt(sb2), df)
-
-
 def level_test(
     baseline: np.ndarray,
     regressed: np.ndarray,
@@ -295,14 +235,14 @@ def level_test(
     for the night-to-night spread (`nights_t_test`); else the runs are the unit."""
     sign = -1.0 if higher_is_better else 1.0  # tested as "went up" = the bad way
     base, night, again = (sign * np.asarray(v, dtype=float) for v in (baseline, regressed, confirmation))
-    agree = t_test([night, again], 0, 1, sides=2) if len(night) and len(again) else float("nan")
+    agree = student_t(night, again) if len(night) and len(again) else float("nan")
     pooled = bool(len(night)) and not agree <= AGREE_PVALUE  # nan (too few runs to tell): pooled
     nights = _night_groups(base, baseline_nights)
     if nights is not None:
         by_night = nights_t_test(nights, again)
         p, night_sd = by_night.pvalue, by_night.night_sd
     else:
-        p, night_sd = t_test([base, again], 0, 1, sides=1), 0.0
+        p, night_sd = student_t(base, again, "greater"), 0.0
     group = np.r_[night, again] if pooled else again
     level = float(np.mean(base)) if len(base) else float("nan")
     shift = 100 * (float(np.mean(group)) - level) / abs(level) if len(group) and level else float("nan")
@@ -346,7 +286,7 @@ def judge(
         series_metric = trend.metric(name)
         if series_metric is not None:
             tests[name] = _test_metric(series_metric, v, tonight, confirmation, trend.settings, nights)
-    holds = holm_holds({k: t for k, t in tests.items() if t is not None}, trend.settings.confirm_pvalue)
+    holds = metrics_that_hold({k: t for k, t in tests.items() if t is not None}, trend.settings.confirm_pvalue)
     lines = []
     for name, test in tests.items():
         series_metric = trend.metric(name)
@@ -374,19 +314,16 @@ def judge(
     ), result
 
 
-def holm_holds(tests: dict[str, LevelTest], alpha: float) -> list[str]:
-    """The metrics whose regression holds, Holm's step-down over the metrics re-measured tonight: the k-th
-    smallest p is held to alpha / (m - k + 1), and a metric holds only when it and every smaller p pass (and its
-    shift reaches min_magnitude). So the chance that confirmation runs back at the old level confirm any metric
-    is at most alpha per night, however many metrics were re-measured."""
-    ranked = sorted(tests.items(), key=lambda kv: (kv[1].pvalue if kv[1].pvalue == kv[1].pvalue else 2.0, kv[0]))
-    holds = []
-    for k, (name, test) in enumerate(ranked):
-        if not test.pvalue <= alpha / (len(ranked) - k):
-            break
-        if test.holds:
-            holds.append(name)
-    return holds
+def metrics_that_hold(tests: dict[str, LevelTest], alpha: float) -> list[str]:
+    """The metrics whose regression holds, Holm's step-down over the metrics re-measured tonight (`holm_adjusted`
+    at most alpha), each with its shift reaching min_magnitude; smallest p first. So the chance that
+    confirmation runs back at the old level confirm any metric is at most alpha per night, however many metrics
+    were re-measured."""
+    adjusted = holm_adjusted([t.pvalue for t in tests.values()])
+    held = [
+        (t.pvalue, name) for (name, t), adj in zip(tests.items(), adjusted, strict=True) if adj <= alpha and t.holds
+    ]
+    return [name for _, name in sorted(held)]
 
 
 def regression_start(

@@ -1,6 +1,6 @@
 """A slow drift as one drift, not a staircase of change points: Theil-Sen slope with Mann-Kendall significance.
 
-Pure functions over numpy arrays (scipy for Kendall's tau and the normal distribution); no I/O, no randomness.
+Pure functions over numpy arrays (the tests themselves are `yolo_mlops.stats`'); no I/O, no randomness.
 
 The change-point detector models a series as flat levels. A slow drift breaks that model: the detector
 answers it with a staircase of change points, all in the drift's direction. `analyze` keeps the two apart:
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
-from scipy import stats
 
+from yolo_mlops.stats import mann_kendall, mann_kendall_block, mann_kendall_pvalue, pair_slopes, theil_sen
 from yolo_mlops.trends import changepoint
 from yolo_mlops.trends.changepoint import ChangePoint
 
@@ -86,74 +86,16 @@ class Analysis:
     raw_steps: int  # change points of the raw values (the staircase when a drift absorbed it)
 
 
-def _block_s(block: np.ndarray) -> tuple[float, float]:
-    """(S, Var S) of the Mann-Kendall statistic of one block (ties corrected); (0, 0) below 3 distinct points."""
-    n = len(block)
-    if n < 3:
-        return 0.0, 0.0
-    _, counts = np.unique(block, return_counts=True)
-    n0 = n * (n - 1) / 2
-    ties = float(np.sum(counts * (counts - 1) / 2))
-    if ties >= n0:
-        return 0.0, 0.0  # a constant block
-    var = (n * (n - 1) * (2 * n + 5) - float(np.sum(counts * (counts - 1) * (2 * counts + 5)))) / 18
-    if n <= 256:  # the sign of every pair: cheaper than scipy's call below this size
-        i, j = np.triu_indices(n, 1)
-        return float(np.sign(block[j] - block[i]).sum()), var
-    tau = stats.kendalltau(np.arange(n), block).statistic  # tau-b; the index has no ties
-    return float(tau) * float(np.sqrt(n0 * (n0 - ties))), var
-
-
-def _mk_p(s: float, var: float) -> float:
-    if var <= 0:
-        return 1.0
-    zscore = (abs(s) - 1.0) / np.sqrt(var) if abs(s) > 1 else 0.0  # continuity corrected
-    return float(2 * stats.norm.sf(zscore))
-
-
-def mann_kendall(z: np.ndarray, bounds: list[int]) -> tuple[float, float, float]:
-    """(S, Var S, two-sided p) of the Mann-Kendall test summed over the blocks z[bounds[i]:bounds[i+1]]
-    (ties and continuity corrected). p = 1 when no block has two distinct values."""
-    parts = [_block_s(z[lo:hi]) for lo, hi in pairwise(bounds)]
-    s_total, var_total = sum(p[0] for p in parts), sum(p[1] for p in parts)
-    return s_total, var_total, _mk_p(s_total, var_total)
-
-
-def _pair_slopes(y: np.ndarray, x: np.ndarray, bounds: list[int]) -> np.ndarray:
-    out = []
-    for lo, hi in pairwise(bounds):
-        if hi - lo < 2:
-            continue
-        yy, xx = y[lo:hi], x[lo:hi]
-        i, j = np.triu_indices(hi - lo, 1)
-        dx = xx[j] - xx[i]
-        keep = dx != 0
-        out.append((yy[j] - yy[i])[keep] / dx[keep])
-    return np.concatenate(out) if out else np.empty(0)
-
-
-def sen_slope(z: np.ndarray, bounds: list[int], var_s: float) -> tuple[float, float, float]:
-    """Theil-Sen slope per index over the pairs inside each block, with Sen's 95% interval."""
-    slopes = np.sort(_pair_slopes(z, np.arange(len(z), dtype=float), bounds))
-    if not slopes.size:
-        return 0.0, 0.0, 0.0
-    slope = float(np.median(slopes))
-    c = stats.norm.ppf(0.975) * np.sqrt(max(var_s, 0.0))
-    m1 = int(np.clip(np.round((slopes.size - c) / 2) - 1, 0, slopes.size - 1))
-    m2 = int(np.clip(np.round((slopes.size + c) / 2), 0, slopes.size - 1))
-    return slope, float(slopes[m1]), float(slopes[m2])
-
-
 def fit(z: np.ndarray, bounds: list[int], times_ms: np.ndarray | None = None) -> Drift:
     """The drift over z[bounds[0]:bounds[-1]], the slope shared by the blocks between bounds."""
     _, var_s, p = mann_kendall(z, bounds)
-    slope, low, high = sen_slope(z, bounds, var_s)
+    slope, low, high = theil_sen(z, bounds, var_s)
     a, n = bounds[0], bounds[-1]
     detrended = z[a:n] - slope * np.arange(n - a)
     level = float(np.median(detrended[: bounds[1] - a]))
     per_week = None
     if times_ms is not None:
-        weekly = _pair_slopes(z, np.asarray(times_ms, dtype=float) / MS_PER_WEEK, bounds)
+        weekly = pair_slopes(z, np.asarray(times_ms, dtype=float) / MS_PER_WEEK, bounds)
         per_week = float(np.median(weekly)) if weekly.size else None
     lines = []
     for lo, hi in pairwise(bounds):
@@ -217,7 +159,7 @@ def analyze(
     n = len(z)
     idx = [cp.index for cp in raw]
     # S and Var S of each raw segment, once: a start's test inside the segments after it is a suffix sum
-    blocks = [_block_s(z[lo:hi]) for lo, hi in pairwise([0, *idx, n])]
+    blocks = [mann_kendall_block(z[lo:hi]) for lo, hi in pairwise([0, *idx, n])]
     for j, a in enumerate([0, *idx]):
         later = idx[j:]
         if not later or n - a < MIN_DRIFT_POINTS:
@@ -225,7 +167,7 @@ def analyze(
         # screens, cheapest first: a trend inside the raw segments at a loose level (a drift leaves one
         # inside every stair; steps on flat levels leave none), then over the whole region at drift_pvalue
         s_in = sum(b[0] for b in blocks[j:])
-        if _mk_p(s_in, sum(b[1] for b in blocks[j:])) > SCREEN_PVALUE:
+        if mann_kendall_pvalue(s_in, sum(b[1] for b in blocks[j:])) > SCREEN_PVALUE:
             continue
         # a staircase climbs the drift's way: most of its stairs go the way of the trend inside them
         if 2 * sum((cp.mean_after > cp.mean_before) == (s_in > 0) for cp in raw[j:]) <= len(later):

@@ -45,7 +45,6 @@ from yolo_mlops.trends.fleet_stats import (
     fleet_report,
     judge_workload,
     machine_tests,
-    pooled_noise,
     slow_machines,
 )
 
@@ -82,7 +81,6 @@ __all__ = [
     "moved_entries",
     "no_fleet_line",
     "plot_fleet",
-    "pooled_noise",
     "slow_machines",
     "to_json",
 ]

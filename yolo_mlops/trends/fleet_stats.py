@@ -24,12 +24,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
 
+from yolo_mlops.stats import bootstrap_medians, holm_adjusted, pooled_noise, shift_t
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.fleet_evidence import NOT_EXPLAINED, Evidence, evidence
 from yolo_mlops.trends.history import HistoryRun
-from yolo_mlops.trends.multiplicity import holm_adjusted
 
 ALPHA = 0.01  # default family-wise false-alarm rate per workload
 MIN_EFFECT = 0.03
@@ -111,28 +110,15 @@ class FleetReport:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def pooled_noise(logs: dict[str, np.ndarray]) -> tuple[float, int]:
-    """The sd of log step time within machines, pooled, and its degrees of freedom (runs - machines)."""
-    df = sum(len(v) for v in logs.values()) - len(logs)
-    if df <= 0:
-        return 0.0, 0
-    return math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in logs.values()) / df), df
-
-
 def machine_tests(logs: dict[str, np.ndarray]) -> dict[str, tuple[float, float, float]]:
     """Machine -> (ratio of its median to its peers' median, one-sided p, Holm-adjusted p)."""
-    pooled, df = pooled_noise(logs)
+    noise = pooled_noise(list(logs.values()))
     medians = {machine: float(np.median(v)) for machine, v in logs.items()}
     tests = {}
     for machine, own in logs.items():
         peers = np.concatenate([v for k, v in logs.items() if k != machine])
         ratio = math.exp(medians[machine] - float(np.median([medians[k] for k in logs if k != machine])))
-        if pooled > 0:
-            t = (own.mean() - peers.mean()) / (pooled * math.sqrt(1 / len(own) + 1 / len(peers)))
-            p = float(sps.t.sf(t, df))
-        else:  # noise-free runs: any difference is beyond noise
-            p = 0.0 if own.mean() > peers.mean() else 1.0
-        tests[machine] = (ratio, p)
+        tests[machine] = (ratio, shift_t(peers, own, noise, "greater"))
     adjusted = holm_adjusted([p for _, p in tests.values()])
     return {machine: (ratio, p, adj) for (machine, (ratio, p)), adj in zip(tests.items(), adjusted, strict=True)}
 
@@ -186,29 +172,6 @@ def fleet_report(
     return FleetReport(tuple(workloads), describe_test(settings), settings, single, experiment)
 
 
-def bootstrap_medians(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """The medians of `resamples` bootstrap resamples of (finite) values: exactly
-    `np.median(values[rng.integers(0, n, size=(resamples, n))], axis=1)`, the same draws, ~3x faster.
-
-    A resample's k-th smallest value is the sorted values' entry at the k-th smallest rank drawn, so the
-    draws are mapped to int32 ranks and only the middle rank of each row is selected (one partition of
-    small integers instead of a float median per row); a year of nightly runs per machine makes this the
-    fleet report's largest single cost.
-    """
-    n = len(values)
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(n, dtype=np.int32)
-    ranks[order] = np.arange(n, dtype=np.int32)
-    drawn = ranks[rng.integers(0, n, size=(resamples, n))]
-    middle = n // 2
-    drawn.partition(middle, axis=1)
-    upper = values[order[drawn[:, middle]]]
-    if n % 2:
-        return upper
-    lower = values[order[drawn[:, :middle].max(axis=1)]]
-    return (lower + upper) / 2
-
-
 def judge_workload(
     key: str,
     label: str,
@@ -221,7 +184,7 @@ def judge_workload(
     step = {machine: np.array([r.step_time_ms for r in rs], dtype=float) for machine, rs in sorted(per_machine.items())}
     logs = {machine: np.log(v) for machine, v in step.items()}
     tests = machine_tests(logs)
-    noise, df = pooled_noise(logs)
+    noise = pooled_noise(list(logs.values()))
     machines, slow = [], []
     for machine, values in step.items():
         ratio, p, adj = tests[machine]
@@ -260,4 +223,4 @@ def judge_workload(
                     "; ".join(standing) if standing else NOT_EXPLAINED,
                 )
             )
-    return WorkloadFleet(key, label, tuple(machines), tuple(slow), 100.0 * noise, df, left_out)
+    return WorkloadFleet(key, label, tuple(machines), tuple(slow), 100.0 * noise.sd, noise.df, left_out)

@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from scipy import stats
 
 from yolo_mlops import names
 from yolo_mlops.render import fmt, markdown_table
+from yolo_mlops.stats import Noise, holm_adjusted, pooled_noise, shift_t
 from yolo_mlops.trends import op_series, power
-from yolo_mlops.trends.multiplicity import holm_adjusted
 from yolo_mlops.trends.trend import CandidateEvent, ChangeEvent, MetricTrend, RenameEvent, SeriesTrend, SeriesVerdict
 
 if TYPE_CHECKING:
@@ -291,22 +290,14 @@ def compare_operators(
         if step and max(xa.mean(), xb.mean()) < COMPARE_MIN_SHARE * step:
             continue
         la, lb = np.log(np.maximum(xa, LOG_FLOOR_MS)), np.log(np.maximum(xb, LOG_FLOOR_MS))
-        diff = float(lb.mean() - la.mean())
-        sd: float | None = None
-        df = 0
+        noise: Noise | None = None
         source = ""
         if len(a) >= 2 and len(b) >= 2:
-            df = len(a) + len(b) - 2
-            sd = math.sqrt((float(((la - la.mean()) ** 2).sum()) + float(((lb - lb.mean()) ** 2).sum())) / df)
-            source = "the runs"
+            noise, source = pooled_noise([la, lb]), "the runs"
         elif history_noise and (metric := names.operator_metric(key[0], key[1])) in history_noise:
-            sd, df = history_noise[metric]
-            source = "the series history"
-        p = None
-        if sd is not None:
-            se = sd * math.sqrt(1 / len(a) + 1 / len(b))
-            p = (0.0 if diff else 1.0) if se <= 0 else float(2 * stats.t.sf(abs(diff) / se, df))
-        rows.append((key, float(xa.mean()), float(xb.mean()), None if sd is None else 100 * sd, source, p))
+            noise, source = Noise(*history_noise[metric]), "the series history"
+        p = None if noise is None else shift_t(la, lb, noise)
+        rows.append((key, float(xa.mean()), float(xb.mean()), None if noise is None else 100 * noise.sd, source, p))
     tested = [i for i, r in enumerate(rows) if r[5] is not None]
     adjusted = holm_adjusted([rows[i][5] or 1.0 for i in tested])
     adj_of = dict(zip(tested, adjusted, strict=True))
@@ -336,14 +327,8 @@ def history_noise(trend_operators: tuple[MetricTrend, ...]) -> dict[str, tuple[f
     for m in trend_operators:
         values = np.asarray(m.values, dtype=float)
         first = max(0, len(values) - power.MAX_RECENT)
-        squares, df = 0.0, 0
-        for seg in m.segments:
-            part = values[max(seg.start, first) : seg.end]
-            if len(part) < 2 or not np.all(part > 0):
-                continue
-            logs = np.log(part)
-            squares += float(((logs - logs.mean()) ** 2).sum())
-            df += len(part) - 1
-        if df >= 2:
-            out[m.metric] = (math.sqrt(squares / df), df)
+        parts = [values[max(seg.start, first) : seg.end] for seg in m.segments]
+        noise = pooled_noise([np.log(part) for part in parts if len(part) >= 2 and np.all(part > 0)])
+        if noise.df >= 2:
+            out[m.metric] = (noise.sd, noise.df)
     return out

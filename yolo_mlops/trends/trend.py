@@ -19,12 +19,12 @@ from typing import Literal
 import numpy as np
 
 from yolo_mlops import names
+from yolo_mlops.stats import holm_adjusted
 from yolo_mlops.trends import candidates, changepoint, drift, op_series
 from yolo_mlops.trends.candidates import Candidate
 from yolo_mlops.trends.changepoint import Segment
 from yolo_mlops.trends.drift import Drift
 from yolo_mlops.trends.history import HistoryRun
-from yolo_mlops.trends.multiplicity import holm_adjusted
 
 
 @dataclass(frozen=True)
