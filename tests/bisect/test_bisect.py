@@ -16,6 +16,7 @@ from workloads import tiny
 
 from yolo_mlops import names
 from yolo_mlops.bisect import decide
+from yolo_mlops.stats import Noise
 from yolo_mlops.trends.attribution import Key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,7 +129,7 @@ def test_premise_false_alarms_stay_below_alpha():
 
 
 def test_step_decision_reads_the_sides_right():
-    noise = decide.Noise(0.05, 10)
+    noise = Noise(0.05, 10)
     good, bad = [0.0, 0.01, -0.01], [0.7, 0.71, 0.69]
     assert decide.step_decision(bad, good, bad, good, noise, 0.01).verdict == decide.BAD
     assert decide.step_decision(good, good, bad, good, noise, 0.01).verdict == decide.GOOD

@@ -1,6 +1,6 @@
 """The statistics of a bisection: is bad slower than good at all, and is a candidate commit good or bad.
 
-Pure functions over numpy arrays (scipy's t distribution); no I/O. A value is the *slowness* of one run:
+Pure functions over numpy arrays (the t tests are `yolo_mlops.stats`'); no I/O. A value is the *slowness* of one run:
 log of the metric (`perf/step_time_ms_p50`), or minus its log for a higher-is-better metric
 (`perf/images_per_s`). Logs, because run-to-run noise is multiplicative: a busier machine slows every
 commit by the same factor, so a shift in log units is the same slowdown whatever the machine's level.
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.special import stdtr, stdtrit
 
+from yolo_mlops.stats import Noise, pooled_noise, shift_t, t_pvalue, t_quantile, t_value
 from yolo_mlops.trends.attribution import EntryKind, Key
 
 Verdict = Literal["bad", "good", "inconclusive", "regression", "no_regression"]  # of a step; of the premise
@@ -77,12 +77,6 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class Noise:
-    sd: float  # pooled within-group standard deviation of log values
-    df: int
-
-
-@dataclass(frozen=True)
 class Decision:
     verdict: Verdict  # bad | good | inconclusive (step), regression | no_regression (premise)
     shift: float  # candidate (bad) minus good, log units
@@ -100,31 +94,6 @@ class Decision:
         return 100.0 * math.expm1(self.shift)
 
 
-def pooled_noise(groups: Sequence[Sequence[float]]) -> Noise:
-    """Pooled standard deviation within groups (each centred on its own mean)."""
-    ss, df = 0.0, 0
-    for g in groups:
-        x = np.asarray(g, dtype=float)
-        if len(x) > 1:
-            ss += float(((x - x.mean()) ** 2).sum())
-            df += len(x) - 1
-    return Noise(math.sqrt(ss / df) if df else float("nan"), df)
-
-
-def _t(diff: float, noise: Noise, weights: float) -> float:
-    se = noise.sd * math.sqrt(weights)
-    if not se > 0:  # identical runs (no noise at all): the sign alone decides
-        return math.copysign(math.inf, diff) if diff else 0.0
-    return diff / se
-
-
-def _p_above(t: float, df: int) -> float:
-    """P(T >= t) for Student's t with df degrees of freedom."""
-    if df <= 0:
-        return 1.0
-    return float(stdtr(df, -t))
-
-
 def step_decision(
     candidate: Sequence[float],
     good: Sequence[float],
@@ -138,8 +107,9 @@ def step_decision(
     c, g, rb, rg = (np.asarray(x, dtype=float) for x in (candidate, good, ref_bad, ref_good))
     d = float(c.mean() - g.mean())
     half = float(rb.mean() - rg.mean()) / 2.0
-    t = _t(d - half, noise, 1 / len(c) + 1 / len(g) + (1 / len(rb) + 1 / len(rg)) / 4)
-    p_bad, p_good = _p_above(t, noise.df), _p_above(-t, noise.df)
+    se = noise.sd * math.sqrt(1 / len(c) + 1 / len(g) + (1 / len(rb) + 1 / len(rg)) / 4)
+    t = t_value(d - half, se)
+    p_bad, p_good = t_pvalue(d - half, se, noise.df, "greater"), t_pvalue(d - half, se, noise.df, "less")
     verdict = BAD if p_bad <= alpha_look else GOOD if p_good <= alpha_look else INCONCLUSIVE
     return Decision(verdict, d, half, t, noise.df, p_bad, p_good, len(c), len(g), looks)
 
@@ -157,11 +127,11 @@ def premise_decision(
     (more runs wanted; at the `last` look an undecided premise is no_regression)."""
     b, g = np.asarray(bad, dtype=float), np.asarray(good, dtype=float)
     d = float(b.mean() - g.mean())
-    weights = 1 / len(b) + 1 / len(g)
-    t = _t(d, noise, weights)
-    p_slower = _p_above(t, noise.df)  # H0: no slowdown at all
+    se = noise.sd * math.sqrt(1 / len(b) + 1 / len(g))
+    t = t_value(d, se)
+    p_slower = t_pvalue(d, se, noise.df, "greater")  # H0: no slowdown at all
     floor = math.log1p(min_effect)
-    p_below_floor = _p_above(-_t(d - floor, noise, weights), noise.df)  # H0: slowdown >= min_effect
+    p_below_floor = t_pvalue(d - floor, se, noise.df, "less")  # H0: slowdown >= min_effect
     if p_slower <= alpha_look and d >= floor:
         verdict = REGRESSION
     elif p_below_floor <= alpha_look or last:
@@ -179,7 +149,7 @@ def shift_interval(
     d = float(a.mean() - b.mean())
     if noise.df <= 0 or not noise.sd >= 0:
         return math.expm1(d), float("nan"), float("nan")
-    half = float(stdtrit(noise.df, 0.5 + level / 2)) * noise.sd * math.sqrt(1 / len(a) + 1 / len(b))
+    half = t_quantile(0.5 + level / 2, noise.df) * noise.sd * math.sqrt(1 / len(a) + 1 / len(b))
     return math.expm1(d), math.expm1(d - half), math.expm1(d + half)
 
 
@@ -399,9 +369,7 @@ def name_figure(
         if not rest > 0 or b.mean() - g.mean() < ENTRY_MIN_SHARE * good_step_ms:
             continue
         vg, vb = np.log(rest + g), np.log(rest + b)
-        noise = pooled_noise([vg.tolist(), vb.tolist()])
-        t = _t(float(vb.mean() - vg.mean()), noise, 1 / len(vb) + 1 / len(vg))
-        p = _p_above(t, noise.df)
+        p = shift_t(vg, vb, pooled_noise([vg, vb]), "greater")
         if p <= alpha_entry:
             passing.setdefault(kind, []).append((name, float(b.mean() - g.mean()), p))
     if not passing:

@@ -28,6 +28,7 @@ from yolo_mlops.bisect.models import (
     ProfiledRun,
     StepRecord,
 )
+from yolo_mlops.stats import pooled_noise
 from yolo_mlops.trends.trend import is_operator
 
 
@@ -108,7 +109,7 @@ def _step_time(
     """Step time's own test of a step the figure decided: the same test at the look the step ended on."""
     ordered = [runs[i] for i in sorted(runs)]
     sides = Sides([g.slowness for g, _ in ordered], [c.slowness for _, c in ordered])
-    noise = decide.pooled_noise([premise.good, premise.other, *earlier, sides.good, sides.other])
+    noise = pooled_noise([premise.good, premise.other, *earlier, sides.good, sides.other])
     looks = len(ordered) - settings.repeats + 1
     return decide.step_decision(
         sides.other, sides.good, premise.other, premise.good, noise, settings.alpha_look, looks
@@ -125,7 +126,7 @@ def _shift(
     """Relative change of `value` (log units) from the good runs to the candidate runs of `where`, with its 95%
     interval on the noise pooled over every group of the bisection."""
     groups = [[value(r) for r in runs] for s in steps for runs in (s.good_runs, s.candidate_runs)]
-    noise = decide.pooled_noise(groups)
+    noise = pooled_noise(groups)
     change, low, high = decide.shift_interval(
         [value(r) for r in where.candidate_runs], [value(r) for r in where.good_runs], noise
     )
