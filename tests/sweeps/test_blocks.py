@@ -18,6 +18,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from yolo_mlops.stats import stratified_bootstrap_means, t_quantile
 from yolo_mlops.sweeps import blocks, stats
 from yolo_mlops.sweeps.blocks import BlockRepeat
 from yolo_mlops.sweeps.stats import Repeat
@@ -166,7 +167,7 @@ def test_interval_is_never_narrower_than_the_t_interval_and_sometimes_wider():
         for b, v in zip(base, var, strict=True):
             logs[b.lane].append(math.log(v.repeat.images_per_s / b.repeat.images_per_s))
         within = sum(float(((np.array(x) - np.mean(x)) ** 2).sum()) for x in logs.values())
-        half = blocks.t_quantile(0.975, 10 - 3) * math.sqrt(within / (10 - 3) / 10)
+        half = t_quantile(0.975, 10 - 3) * math.sqrt(within / (10 - 3) / 10)
         mean = math.log(cmp.speedup)
         low, high = math.log(cmp.ci_low) - mean, math.log(cmp.ci_high) - mean
         assert low <= -half * (1 - 1e-9) and high >= half * (1 - 1e-9)
@@ -282,13 +283,6 @@ def test_same_seed_same_interval():
     assert changed[-1] and sum(changed) >= 3
 
 
-def test_t_quantile_matches_tables():
-    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 10: 2.2281, 30: 2.0423}
-    for df, value in table.items():
-        assert blocks.t_quantile(0.975, df) == pytest.approx(value, abs=1e-4)
-    assert blocks.t_quantile(0.95, 7) == pytest.approx(1.8946, abs=1e-4)
-
-
 # coverage table for the docs ---------------------------------------------------------------------------------------
 
 
@@ -301,8 +295,8 @@ def _bootstrap_only_coverage(lane_blocks, true, sims, seed=0, resamples=SIM_RESA
         strata = blocks._strata(paired)
         strata = strata if len(strata) < len(paired) else [np.arange(len(paired))]
         df = len(paired) - len(strata)
-        dev = blocks._stratified_means(logs, strata, resamples, np.random.default_rng(i)) - logs.mean()
-        scale = math.sqrt(len(paired) / df) * blocks.t_quantile(0.975, df) / z
+        dev = stratified_bootstrap_means(logs, strata, resamples, np.random.default_rng(i)) - logs.mean()
+        scale = math.sqrt(len(paired) / df) * t_quantile(0.975, df) / z
         for k, d in enumerate((dev, dev * scale)):
             low, high = np.quantile(d, [0.025, 0.975])
             hits[k] += low <= math.log(true) - logs.mean() <= high

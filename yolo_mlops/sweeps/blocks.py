@@ -54,10 +54,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
+from yolo_mlops.stats import pooled_noise, shift_t, stratified_bootstrap_interval, t_quantile
 from yolo_mlops.sweeps import stats
 
 
@@ -140,13 +140,14 @@ def compare_paired(
     lane_names = sorted({b.lane for b in paired}, key=_natural)
     by_lane = {name: np.array([b.log_ratio for b in paired if b.lane == name]) for name in lane_names}
     adjusted, flagged, tested = lane_tests(by_lane)
-    noise, df = pooled_within(by_lane)
+    noise = pooled_noise(list(by_lane.values()))
+    df = noise.df
     lanes = []
     for i, name in enumerate(lane_names):
         own = [b for b in paired if b.lane == name]
         if df >= 1:
             mean = float(by_lane[name].mean())
-            half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * noise / math.sqrt(len(own))
+            half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * noise.sd / math.sqrt(len(own))
             l_speedup, l_low, l_high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
             l_how = f"t interval, run-to-run noise pooled within lanes ({df} df), {confidence:.0%}; {tested}"
         else:
@@ -208,15 +209,6 @@ def pair_blocks(baseline: list[BlockRepeat], variant: list[BlockRepeat]) -> tupl
 LANE_ALPHA = 0.05  # family-wise over a variant's lanes: the chance any lane is flagged without a lane effect
 
 
-def pooled_within(by_lane: dict[str, np.ndarray]) -> tuple[float, int]:
-    """The sd of a block's log ratio within lanes, pooled over the lanes, and its degrees of freedom (N - L)."""
-    df = sum(len(v) - 1 for v in by_lane.values())
-    if df < 1:
-        return float("nan"), df
-    within = sum(float(((v - v.mean()) ** 2).sum()) for v in by_lane.values())
-    return math.sqrt(within / df), df
-
-
 def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA) -> tuple[dict[str, float], set[str], str]:
     """(adjusted p per lane, the lanes flagged, a line saying how) for lanes differing from the other lanes.
 
@@ -224,13 +216,12 @@ def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA) -> tup
     all lanes); the smallest p times the lanes still in the test (the running maximum of those) is the lane's
     adjusted p, and the lane is flagged and leaves the reference when it is <= alpha; repeated while three or
     more lanes remain. Two lanes are one comparison (no factor), both flagged when they differ."""
-    from scipy.special import stdtr
-
     names = list(by_lane)
-    noise, df = pooled_within(by_lane)
+    noise = pooled_noise(list(by_lane.values()))
+    df = noise.df
     if len(names) < 2:
         return {}, set(), "one lane: nothing to compare it with"
-    if df < 1 or not noise > 0:
+    if df < 1 or not noise.sd > 0:
         why = "every lane has one block" if df < 1 else "no spread within lanes"
         return {}, set(), f"lanes not compared: too few blocks ({why}: no run-to-run noise to test with)"
     active, adjusted, flagged, running = list(names), {}, set(), 0.0
@@ -239,8 +230,7 @@ def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA) -> tup
         for name in active:
             own = by_lane[name]
             rest = np.concatenate([by_lane[o] for o in active if o != name])
-            t = (own.mean() - rest.mean()) / (noise * math.sqrt(1 / len(own) + 1 / len(rest)))
-            pvalues[name] = float(2.0 * stdtr(df, -abs(t)))
+            pvalues[name] = shift_t(rest, own, noise)
         factor = len(active) if len(active) > 2 else 1
         if len(active) == 2:  # one comparison: both lanes or neither
             p = min(1.0, max(running, min(pvalues.values())))
@@ -263,43 +253,6 @@ def lane_tests(by_lane: dict[str, np.ndarray], alpha: float = LANE_ALPHA) -> tup
     return adjusted, flagged, how
 
 
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile: t with P(T <= t) = p, for 0.5 <= p < 1 and an integer df >= 1.
-
-    Inverts the closed-form two-sided probability P(|T| < t) for integer df (Abramowitz & Stegun 26.7.3-4)
-    by bisection on theta = atan(t / sqrt(df)); pure stdlib, exact to float precision.
-    """
-    if not 0.5 <= p < 1.0 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and df >= 1, got p={p}, df={df}")
-    target = 2.0 * p - 1.0
-    lo, hi = 0.0, math.pi / 2
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if _t_two_sided(mid, df) < target:
-            lo = mid
-        else:
-            hi = mid
-    return math.sqrt(df) * math.tan(0.5 * (lo + hi))
-
-
-def _t_two_sided(theta: float, df: int) -> float:
-    """P(|T| < sqrt(df) tan(theta)) for Student's t with integer df."""
-    c2 = math.cos(theta) ** 2
-    if df % 2:
-        if df == 1:
-            return 2.0 * theta / math.pi
-        term = total = math.cos(theta)
-        for k in range(1, (df - 1) // 2):
-            term *= 2 * k / (2 * k + 1) * c2
-            total += term
-        return 2.0 / math.pi * (theta + math.sin(theta) * total)
-    term = total = 1.0
-    for k in range(1, df // 2):
-        term *= (2 * k - 1) / (2 * k) * c2
-        total += term
-    return math.sin(theta) * total
-
-
 def _interval(
     paired: list[PairedBlock], resamples: int, rng: np.random.Generator, confidence: float
 ) -> tuple[float, float, float, str]:
@@ -307,7 +260,7 @@ def _interval(
     if len(paired) == 1:
         speedup, low, high, how = _one_block_interval(paired[0], resamples, rng, confidence)
     else:
-        speedup, low, high, how = _block_bootstrap_interval(paired, resamples, rng, confidence)
+        speedup, low, high, how = _blocks_interval(paired, resamples, rng, confidence)
     # A point estimate outside its own percentile interval can happen with tiny samples; widen to include it.
     return speedup, min(low, speedup), max(high, speedup), how
 
@@ -325,34 +278,19 @@ def _one_block_interval(
     return math.exp(block.log_ratio), low, high, how
 
 
-def _block_bootstrap_interval(
+def _blocks_interval(
     paired: list[PairedBlock], resamples: int, rng: np.random.Generator, confidence: float
 ) -> tuple[float, float, float, str]:
     """Geometric mean of the block ratios, CI from the lane-stratified block bootstrap (module docstring)."""
-    alpha = (1.0 - confidence) / 2.0
-    log_ratios = np.array([b.log_ratio for b in paired])
-    n, strata = len(paired), _strata(paired)
-    stratified = len(strata) < n  # else every lane has one block: nothing to resample within a lane
-    if not stratified:
-        strata = [np.arange(n)]
-    df = n - len(strata)
-    mean = float(log_ratios.mean())
-    t = t_quantile(1.0 - alpha, df)
-    # bootstrap variance x N / (N - L) = unbiased pooled within-lane variance of the mean; t / z for its df
-    scale = math.sqrt(n / df) * t / NormalDist().inv_cdf(1.0 - alpha)
-    deviations = (_stratified_means(log_ratios, strata, resamples, rng) - mean) * scale
-    low_dev, high_dev = (float(x) for x in np.quantile(deviations, [alpha, 1.0 - alpha]))
-    # Never narrower than the t interval: a bootstrap of a few blocks has lighter tails than the mean it
-    # imitates, which alone left coverage at 0.935-0.946 (module docstring).
-    within = sum(float(((log_ratios[idx] - log_ratios[idx].mean()) ** 2).sum()) for idx in strata)
-    half = t * math.sqrt(within / df / n)
-    low, high = math.exp(mean + min(low_dev, -half)), math.exp(mean + max(high_dev, half))
-    if not stratified:
+    found = stratified_bootstrap_interval(
+        np.array([b.log_ratio for b in paired]), _strata(paired), resamples, rng, confidence
+    )
+    if not found.stratified:
         over = "one block per lane: bootstrap over blocks, not stratified (lane differences count as noise)"
     else:
-        over = "bootstrap over blocks stratified by lane" if len(strata) > 1 else "bootstrap over blocks"
-    how = f"{over}, percentile of log ratios scaled to t with {df} df (at least the t interval), {confidence:.0%}"
-    return math.exp(mean), low, high, how
+        over = "bootstrap over blocks stratified by lane" if found.strata > 1 else "bootstrap over blocks"
+    how = f"{over}, percentile of log ratios scaled to t with {found.df} df (at least the t interval), {confidence:.0%}"
+    return math.exp(found.mean), math.exp(found.low), math.exp(found.high), how
 
 
 def _strata(paired: list[PairedBlock]) -> list[np.ndarray]:
@@ -361,16 +299,6 @@ def _strata(paired: list[PairedBlock]) -> list[np.ndarray]:
     for i, block in enumerate(paired):
         lanes.setdefault(block.lane, []).append(i)
     return [np.array(idx) for idx in lanes.values()]
-
-
-def _stratified_means(
-    values: np.ndarray, strata: list[np.ndarray], resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    """`resamples` bootstrap means of `values`, each stratum resampled with replacement to its own size."""
-    total = np.zeros(resamples)
-    for idx in strata:
-        total += values[idx][rng.integers(0, len(idx), size=(resamples, len(idx)))].sum(axis=1)
-    return total / len(values)
 
 
 def _natural(name: str) -> list[str | int]:

@@ -28,6 +28,8 @@ from typing import Literal
 
 import numpy as np
 
+from yolo_mlops.stats import two_level_bootstrap_medians
+
 DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 20240601
 CONFIDENCE = 0.95
@@ -87,18 +89,12 @@ def summarise(repeats: list[Repeat]) -> GroupSummary:
 
 
 def bootstrap_throughput(repeats: list[Repeat], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """`resamples` draws of the group's median throughput under the two-level bootstrap."""
-    n = len(repeats)
-    # For every (resample, slot) pair and every repeat a fresh within-repeat resample of its steps ...
-    per_repeat = np.empty((n, resamples, n))
-    for j, rep in enumerate(repeats):
-        k = len(rep.step_ms)
-        idx = rng.integers(0, k, size=(resamples, n, k))
-        per_repeat[j] = rep.images[idx].sum(axis=2) / (rep.step_ms[idx].sum(axis=2) / 1e3)
-    # ... then each slot of each resample picks which repeat it is (repeats drawn with replacement).
-    chosen = rng.integers(0, n, size=(resamples, n))
-    values = np.take_along_axis(per_repeat.transpose(1, 2, 0), chosen[:, :, None], axis=2)[:, :, 0]
-    return np.median(values, axis=1)
+    """`resamples` draws of the group's median throughput under the two-level bootstrap (repeats, then steps)."""
+    return two_level_bootstrap_medians([(r.images, r.step_ms) for r in repeats], _images_per_s, resamples, rng)
+
+
+def _images_per_s(images: np.ndarray, step_ms: np.ndarray) -> np.ndarray:
+    return images / (step_ms / 1e3)
 
 
 def compare(
