@@ -340,6 +340,94 @@ def test_stats_imports_nothing_of_the_project():
     }, sorted(roots)
 
 
+# Statistical routines live in yolo_mlops/stats.py, one implementation each. A function elsewhere whose name
+# holds one of these (as whole underscore-separated words, the last one as a prefix: `t_tests` counts, `night_tests`
+# does not) is a second copy. Each pattern is a tuple of words.
+STATS_ROUTINES: tuple[tuple[str, ...], ...] = (
+    ("holm",),
+    ("welch",),
+    ("t", "test"),
+    ("ttest",),
+    ("pooled", "noise"),
+    ("bootstrap",),
+    ("mann", "kendall"),
+    ("theil", "sen"),
+    ("sen", "slope"),
+)
+# (module, function) allowed to carry such a name, each with its reason: a thin wrapper that unpacks a typed
+# record into the shared routine, nothing more.
+STATS_WRAPPERS: dict[tuple[str, str], str] = {
+    ("yolo_mlops.sweeps.stats", "bootstrap_throughput"): "Repeats (images, step_ms) into two_level_bootstrap_medians",
+}
+
+
+def stats_routine(name: str) -> tuple[str, ...] | None:
+    """The pattern of STATS_ROUTINES a function name matches, if any."""
+    words = [w for w in name.lower().split("_") if w]
+    for pattern in STATS_ROUTINES:
+        for i in range(len(words) - len(pattern) + 1):
+            window = words[i : i + len(pattern)]
+            if window[:-1] == list(pattern[:-1]) and window[-1].startswith(pattern[-1]):
+                return pattern
+    return None
+
+
+def stats_copies(modules: dict[str, Path]) -> list[str]:
+    """Every function outside yolo_mlops.stats named like one of its routines, unless in STATS_WRAPPERS."""
+    found = []
+    for module, path in sorted(modules.items()):
+        if module == "yolo_mlops.stats" or module.startswith("yolo_mlops.stats."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and stats_routine(node.name):
+                if (module, node.name) not in STATS_WRAPPERS:
+                    found.append(f"{module}.{node.name} (line {node.lineno})")
+    return found
+
+
+def test_statistics_are_written_once():
+    copies = stats_copies(module_files())
+    assert not copies, "statistics outside yolo_mlops/stats.py (use it, or list a thin wrapper):\n" + "\n".join(copies)
+
+
+def test_stats_wrappers_still_exist():
+    modules = module_files()
+    defined = {
+        (module, node.name)
+        for module, path in modules.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    assert not set(STATS_WRAPPERS) - defined, f"listed wrappers no longer defined: {set(STATS_WRAPPERS) - defined}"
+
+
+@pytest.mark.parametrize(
+    "name, caught",
+    [
+        ("holm_holds", True),
+        ("welch", True),
+        ("nights_t_test", True),
+        ("_ttest", True),
+        ("paired_t_tests", True),
+        ("pooled_noise", True),
+        ("_block_bootstrap_interval", True),
+        ("mann_kendall", True),
+        ("theil_sen_slope", True),
+        ("sen_slope", True),
+        ("night_tests", False),
+        ("level_test", False),
+        ("the_test", False),
+        ("lane_tests", False),
+    ],
+)
+def test_stats_routine_names(name: str, caught: bool, tmp_path: Path):
+    assert (stats_routine(name) is not None) is caught
+    path = tmp_path / "m.py"
+    path.write_text(f"def {name}():\n    pass\n")
+    assert bool(stats_copies({"yolo_mlops.trends.x": path})) is caught
+    assert not stats_copies({"yolo_mlops.stats": path})
+
+
 def test_exceptions_are_still_needed():
     graph = import_graph()
     stale = [pair for pair in EXCEPTIONS if pair[1] not in graph.get(pair[0], {})]
