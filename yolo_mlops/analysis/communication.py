@@ -1,36 +1,10 @@
 """Collective communication of a data-parallel job: per rank, and across ranks (who waits for whom).
 
-What a collective is, by backend (the trace's `distributedInfo.backend`):
-- NCCL (GPU ranks): an NCCL kernel (`ncclKernel_*`, and `ncclDevKernel_*` as newer NCCL names them),
-  measured against the rank's compute kernels: exposed time is NCCL kernel time during which no compute
-  kernel runs, as HTA's comm/compute overlap counts it.
-- gloo (CPU ranks): a `gloo:<collective>` span, which torch records on gloo's own worker thread while the
-  collective runs, measured against the training thread (the thread of the ProfilerStep spans): exposed time
-  is collective time during which that thread runs no operator of its own. Time inside a `c10d::*` call
-  (enqueueing a collective, or blocked on it) is waiting, not compute.
-- neither (a one-rank NCCL job: NCCL launches no kernel for a collective over one rank): the host's record of
-  each call, torch's `record_param_comms` (else the `nccl:<collective>` annotations). Calls and message sizes
-  are known, collective time is not: it, the exposed time and the waits stay None (not measured), never 0,
-  and the analysis' note says why.
-
-Wherever `record_param_comms` names its collective and message (torch 2.x traces), the window's collectives
-also get their bytes: "In msg nelems" x the size of its "dtype", summed per collective.
-
-Collectives by kind: a gradient all-reduce is an all-reduce issued inside the backward phase (DDP's buckets,
-and its unused-parameter map); broadcasts (buffers, ultralytics' stop and NaN flags at an epoch's end) and other
-collectives are counted apart. Calls per optimizer step and the steps that synchronised gradients count the
-gradient all-reduces only, so an epoch boundary's burst of broadcasts does not hide what no_sync accumulation
-cuts. A trace without backward labels (not this project's) counts every all-reduce as a gradient all-reduce.
-
-Across ranks, the k-th collective of every rank is the same collective (DDP issues the same buckets in the same
-order on every rank). As TraceLens does, its latency is the shortest of the ranks' durations, and the rest of
-each rank's duration is time that rank waited for the others to arrive. Stragglers are judged step by step, as
-HTA's straggler analysis does (a metric per rank per iteration, then the outlier across ranks): in each step the
-rank that waited least is the one the others waited for, and its lead is how much longer the others waited
-(the median of their waits, less its own). `judge_steps` states the rule: the straggler is the rank the others
-wait for, by at least the lead threshold, in at least half of the steady steps (the window's steps that hold no
-epoch boundary); a step held back once by another rank, and every boundary step held back, is a stall of that
-step, reported apart with what that rank was doing, never summed into a straggler's score.
+A collective is an NCCL kernel (GPU ranks), a `gloo:<collective>` span (CPU ranks), or, where a one-rank NCCL job
+launches no kernel, the host's record of the call: then its time, exposed time and waits stay None (not measured),
+never 0. Across ranks the k-th collective of every rank is the same one; each step's straggler and stalls are
+judged by `judge_steps`. What counts as exposed, collectives by kind and the straggler rule: docs/ddp.md
+("Communication, per rank", "Who waits for whom").
 """
 
 from __future__ import annotations
@@ -63,7 +37,7 @@ BACKWARD_LABEL = PHASE_LABEL_PREFIX + "backward"
 # a lead below this share of the median step is never a straggler's or a stall's, however quiet the ranks are
 STRAGGLER_MIN_LEAD_PCT = 5.0
 # a stall's lead is at least this many standard deviations of a lead's noise (the ranks' own step-to-step jitter,
-# see judge_steps): the jitter of two ranks' work alone makes such a lead in 0.13% of steps
+# see judge_steps): a one-sided normal tail this far out, so the jitter of two ranks' work alone rarely makes one
 STRAGGLER_NOISE_SDS = 3.0
 STRAGGLER_ALPHA = 0.05  # a straggler's median lead: the one-sided level of its test, shared over the ranks
 MIN_STEADY_STEPS = 2  # fewer steady steps than this: no straggler is named (stalls are still reported)
@@ -583,7 +557,7 @@ def _cross_rank_waits(
 
 
 def stall_text(stall: Stall) -> str:
-    """`step 6 (epoch boundary): rank 0, 2,743 ms, saving a checkpoint (+2,929 ms)`."""
+    """`step <n> (epoch boundary): rank <r>, <lead> ms, <what the rank was doing> (+<its time> ms)`."""
     doing = stall.doing + (f" (+{stall.activity_ms:,.0f} ms)" if stall.activity else "")
     where = " (epoch boundary)" if stall.boundary else ""
     return f"step {stall.step}{where}: rank {stall.rank}, {stall.lead_ms:,.0f} ms, {doing}"
@@ -667,8 +641,9 @@ def judge_steps(waits_us: np.ndarray, step_us: np.ndarray, boundary: np.ndarray)
     - The straggler is the rank with the largest median lead over the steady steps, when the others waited for
       it in more than half of them (at least MIN_STEADY_STEPS steady steps), and its median lead reaches
       max(STRAGGLER_MIN_LEAD_PCT % of the median steady step, t x 1.2533 x sqrt(2) x sigma / sqrt(steady
-      steps)): t the one-sided 5%/ranks quantile of Student's t with as many degrees of freedom as differences
-      (1.2533: a median's standard error over a mean's, normal noise). Boundary steps never count towards it.
+      steps)): t the one-sided STRAGGLER_ALPHA/ranks quantile of Student's t with as many degrees of freedom as
+      differences (1.2533: a median's standard error over a mean's, normal noise). Boundary steps never count
+      towards it.
     - A stall is a step the others waited for one rank by at least the step threshold, max(STRAGGLER_MIN_LEAD_PCT
       % of the median steady step, STRAGGLER_NOISE_SDS x sqrt(2) x sigma), and that is not a steady step of the
       straggler's: every boundary step so held, and a steady step held once by another rank.

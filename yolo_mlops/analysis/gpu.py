@@ -8,7 +8,8 @@
   runtime call (same `correlation`) is not among the kept host events.
 - Times: HTA rounds ns-resolution timestamps to whole microseconds (start up, end down) so that
   back-to-back kernels do not appear to overlap; we do the same for GPU intervals, so per-kernel
-  totals are HTA's too (short kernels lose up to 1 us each: unrounded totals run ~1-4% higher).
+  totals are HTA's too (short kernels lose up to a microsecond each; by how much totals differ:
+  docs/analysis.md).
 - Temporal breakdown: kernel_time = last kernel end - first kernel start; idle = kernel_time -
   union of all GPU activities; compute = union of COMPUTATION kernels; non-compute = the rest.
 - Kernel-type breakdown: sweep over the merged intervals of each type; time where several types
@@ -42,7 +43,8 @@ _NON_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 
 # Kernels computing in 16-bit floats (cuBLAS/cutlass/cuDNN/ATen naming), and NCHW<->NHWC layout
 # conversions (cuDNN inserts them when tensors are not channels_last). Matched against the lower-cased
-# name: ~8x faster than re.IGNORECASE on long templated kernel names.
+# name: re.IGNORECASE is much slower on long templated kernel names (docs/benchmarks.md, "Figures behind code
+# choices").
 _REDUCED_PRECISION_RE = re.compile(r"fp16|f16|bf16|half|bfloat16|hgemm|h884|h1688|h16816")
 _LAYOUT_CONVERSION_RE = re.compile(r"nchwtonhwc|nhwctonchw")
 
@@ -51,7 +53,7 @@ KERNEL_WAIT_THRESHOLD_US = 30.0
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")
 TOP_KERNELS = 10
 # Elements a chunked loop handles at once: searches over a million activities, a chunk at a time, make int64
-# positions of half a MiB instead of 8 MiB
+# positions of one chunk, not of the whole trace
 CHUNK_ELEMENTS = 1 << 16
 
 
@@ -160,7 +162,8 @@ def _hta_rounded_in_place(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, 
 
 
 def unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values. np.unique's first call imports numpy.ma (~15 ms of a CLI run's start)."""
+    """Sorted distinct values. np.unique's first call imports numpy.ma, a cost at the start of every CLI run
+    (docs/benchmarks.md, "Figures behind code choices")."""
     if values.size == 0:
         return values.copy()
     ordered = np.sort(values, kind="stable")

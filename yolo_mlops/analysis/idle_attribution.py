@@ -1,27 +1,9 @@
 """Where step time goes, exclusively: GPU idle time by its host cause, and host step time by phase.
 
-GPU idle by cause. The idle intervals are the gaps in the union of a rank's GPU activities (all
-streams) over HTA's window, so they sum exactly to HTA's idle time. Each gap is first sorted by
-who kept the GPU waiting:
-
-- the activity that ends the gap was queued before the gap began (its launching runtime call
-  started earlier, or is unknown): the host was ahead, the GPU waited on itself (a dependency,
-  another stream) -> `other`;
-- otherwise the GPU waited for the host to launch work. That stretch is split, instant by instant,
-  by what the host was doing, first match wins:
-  `data_loader` (the `yolo_mlops/data_wait` label or `DataLoader.__next__`),
-  `cuda_sync` (a synchronising CUDA call, and the whole rest of a gap that began while the host was
-  blocked in one: the sync drained the queue, so the host had no lead left),
-  `optimizer` (`yolo_mlops/optimizer_step` or `Optimizer.step#`),
-  `preprocess` (`yolo_mlops/preprocess`),
-  `launch_overhead` (inside a ProfilerStep, in the `forward_loss`/`backward` labels or any host
-  operator / runtime call: Python and dispatch around the operators the GPU waits for),
-  `other` (anything else: outside steps, or host time in no recorded event).
-
-Host step time by phase (every trace with steps; the whole story on a CPU trace): each instant of
-every step goes to the phase label covering it (`yolo_mlops/<phase>`, in step order), else to the
-built-in categories (data loader, optimizer, sync calls) for traces without our labels, else to
-`between_phases`, the gaps no label covers.
+GPU idle time is the gaps in the union of a rank's GPU activities over HTA's window (they sum to HTA's idle
+time), each gap split by what kept the GPU waiting: itself (`other`) or the host, instant by instant by what the
+host was doing. Host step time goes to the phase labels, else the built-in categories, else `between_phases`.
+The causes and their order: docs/analysis.md ("GPU idle by host cause", "Steps and host time").
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def memory_profile(mem: MemoryEvents, steps: Steps) -> MemoryProfile | None:
 def _peak_per_step(steps: Steps, ts: np.ndarray, values: np.ndarray) -> list[float | None]:
     peaks = np.full(steps.count, -np.inf)
     # a chunk at a time (a maximum does not depend on the order): a big trace's million events make int64 step
-    # indices of half a MiB instead of 8 MiB
+    # indices of one chunk, not of the whole trace
     for at in range(0, ts.size, CHUNK_ELEMENTS):
         idx = steps.index_of(ts[at : at + CHUNK_ELEMENTS])
         chunk = values[at : at + CHUNK_ELEMENTS]

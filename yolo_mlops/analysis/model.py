@@ -146,13 +146,13 @@ class TraceAnalysis:
 
 
 def to_builtins(value) -> object:
-    """Dataclasses (recursively), numpy scalars and int dict keys as JSON-ready builtins (msgspec: ~20x
-    dataclasses.asdict on an analysis)."""
+    """Dataclasses (recursively), numpy scalars and int dict keys as JSON-ready builtins (msgspec, in C: far
+    faster than dataclasses.asdict on an analysis; docs/benchmarks.md, "Figures behind code choices")."""
     return msgspec.to_builtins(value, str_keys=True, enc_hook=_numpy_scalar)
 
 
 def json_text(value, indent: int = 2) -> str:
-    """Indented JSON of builtins (msgspec's encoder: ~10x json.dumps with indent, the pure-Python path)."""
+    """Indented JSON of builtins (msgspec's encoder: json.dumps with indent takes the pure-Python path)."""
     return msgspec.json.format(msgspec.json.encode(value, enc_hook=_numpy_scalar), indent=indent).decode()
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PROFILER_STEP_ROW = "ProfilerStep*"
-FLOOR_SHARE = 0.01  # operators at 1% of the profiled step or more are logged
+FLOOR_SHARE = 0.01  # operators at this share of the profiled step or more are logged
 MIN_LOGGED = 20  # and at least this many of each table (the largest)
 MAX_LOGGED = 30  # and at most this many of each table: the cost in MLflow metrics per run is bounded
 

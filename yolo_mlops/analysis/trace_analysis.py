@@ -162,7 +162,8 @@ def _step_time_stats(steps: Steps) -> StepTimeStats | None:
 
 
 def _median(values: np.ndarray) -> float:
-    """np.median's first call imports numpy.ma (~15 ms of a CLI run's start); a sort does the same job."""
+    """np.median without it: its first call imports numpy.ma, a cost at the start of every CLI run that a sort
+    avoids (docs/benchmarks.md, "Figures behind code choices")."""
     ordered = np.sort(values)
     n = ordered.size
     return float((ordered[(n - 1) // 2] + ordered[n // 2]) / 2)
@@ -195,9 +196,9 @@ def rank_spread(ranks: list[RankAnalysis]) -> RankSpread | None:
     return RankSpread(means, spread, _pct(spread, means[fastest]), slowest, fastest)
 
 
-# Rank traces of this many bytes on disk in all (gzipped: ~130 MiB of JSON, about a second of analysis) or more
-# are analyzed in worker processes, one per core: below it, starting the workers (each imports numpy and the
-# analysis, ~0.5 s) costs more than it saves.
+# Rank traces of this many bytes on disk in all or more are analyzed in worker processes, one per core: below it,
+# starting the workers (each imports numpy and the analysis) costs more than it saves (docs/benchmarks.md, "A
+# job's rank traces analyzed together").
 PARALLEL_MIN_BYTES = 16 << 20
 
 
@@ -290,7 +291,7 @@ def _check_one_job(results: list[_RankResult], source: str) -> None:
 
 def _worker_context() -> BaseContext:
     """forkserver where the platform has it: each worker is forked from a server process that imported the
-    analysis once (a spawned worker imports it again, ~0.3 s of CPU a trace); never a plain fork, as the
+    analysis once (a spawned worker imports it again for every trace); never a plain fork, as the
     caller may be a Prefect worker with threads of its own."""
     import multiprocessing
 

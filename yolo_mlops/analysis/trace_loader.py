@@ -2,8 +2,8 @@
 
 The decompressed file is streamed in blocks; each block's complete events are decoded by a typed
 msgspec decoder that builds only the fields we use, appended to typed `array.array` columns and
-dropped. Memory therefore grows with the number of events (~26 bytes a complete event once the
-integer columns are narrowed), not with the JSON size, and no per-event Python object outlives its
+dropped. Memory therefore grows with the number of events (the columns, their integers narrowed), not
+with the JSON size, and no per-event Python object outlives its
 block. Names, categories and process ids are interned into small tables. Layouts the block decoder
 does not handle fall back to ijson streaming. docs/analysis.md has the measurements that picked
 this design.
@@ -36,7 +36,8 @@ import numpy as np
 
 from yolo_mlops.profiling import trace_gzip as gzip_members
 
-# Streaming parser backend: the C one is ~20x faster than ijson's pure-Python fallback.
+# Streaming parser backend: the C one, far faster than ijson's pure-Python fallback (docs/benchmarks.md, "Figures
+# behind code choices").
 try:
     _IJSON = ijson.get_backend("yajl2_c")
 except ImportError:  # pragma: no cover - wheels ship the C backend; keep working without it
@@ -137,7 +138,8 @@ class RankTrace:
 
     def take_memory(self) -> MemoryEvents:
         """The `[memory]` events, handed over: the trace keeps empty columns. Only the memory profile reads them,
-        so a big trace's (a million events, 24 MiB) are freed once it has, before the GPU activities exist."""
+        so a big trace's are freed once it has, before the GPU activities exist (what that saves:
+        docs/benchmarks.md)."""
         memory, self.memory = self.memory, MemoryEvents.empty()
         return memory
 
@@ -154,8 +156,8 @@ class CollectiveRecord(NamedTuple):
 
 def id_mask(ids: np.ndarray, wanted: Iterable[int], size: int) -> np.ndarray:
     """np.isin(ids, wanted) for interned ids in [0, size), read through a table of `size` booleans: the mask is
-    the only array made, where np.isin makes temporaries of about 7 times its size (27 MiB for a 4M-event
-    column of bytes) and takes 6 times as long."""
+    the only array made, where np.isin makes temporaries several times its size and takes longer (the figures:
+    docs/benchmarks.md)."""
     table = np.zeros(size, dtype=bool)
     table[list(wanted)] = True
     return table[ids]
@@ -318,7 +320,7 @@ def _decode_events_chunked(
 
     Blocks are cut after a `},` and validated by decoding `[` + block + `]`: a cut that falls
     inside an event leaves unbalanced JSON, which the decoder rejects, so we retry at an earlier
-    `},`. Raises _FastPathUnavailable for anything else (odd types, no cut in 64 MiB, bad tail).
+    `},`. Raises _FastPathUnavailable for anything else (odd types, no cut in _MAX_PENDING_BYTES, bad tail).
     The text waits in one bytearray, `[` + what is not decoded yet, and is decoded in place (through
     a memoryview, with the `,` after the cut briefly made a `]`): each byte is copied once, on arrival.
 
@@ -752,7 +754,7 @@ class _ColumnBuilder:
     def add_events(self, events: list) -> None:
         self.seen_events += len(events)
         complete = [e for e in events if e.ph == "X" and e.ts is not None and e.dur is not None]
-        # array.fromlist converts a list in C; extend() from an iterator goes item by item (3x slower)
+        # array.fromlist converts a list in C; extend() from an iterator goes item by item (slower: docs/benchmarks.md)
         self.ts.fromlist(list(map(_TS, complete)))
         self.dur.fromlist(list(map(_DUR, complete)))
         self._extend_narrow("name_id", self.names.many(list(map(_NAME, complete))))
@@ -969,7 +971,7 @@ def load_trace_file(path: str | Path, default_rank: int = 0) -> RankTrace:
         raise TraceError(f"{path}: no such trace file")
     reporter = _progress_factory(path, path.stat().st_size) if _progress_factory is not None else None
     collecting = gc.isenabled()
-    gc.disable()  # decoding makes ~100k short-lived objects, none in a cycle: collections would only re-scan them
+    gc.disable()  # decoding makes many short-lived objects, none in a cycle: collections would only re-scan them
     try:
         loaded = _load_members_in_parallel(path, reporter) if path.name.endswith(".gz") else None
         meta, columns = loaded or _load_sequential(path, reporter)

@@ -53,7 +53,8 @@ def analyze_command(path: str, fmt: str = "text", context=None) -> str:
 def cmd_analyze(args: argparse.Namespace) -> int:
     if "numpy" not in sys.modules:
         # The analysis does no linear algebra: without this, importing numpy starts OpenBLAS' thread pool
-        # (one thread per core), about 40% of the import's CPU time. A user's own setting wins.
+        # (one thread per core), a large share of the import's CPU time (docs/benchmarks.md, "Figures behind code
+        # choices"). A user's own setting wins.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from yolo_mlops.analysis.diagnosis import DiagnosisInput
     from yolo_mlops.analysis.trace_loader import TraceError
