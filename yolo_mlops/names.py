@@ -297,8 +297,8 @@ def operator_of_metric(metric: str) -> tuple[str, str] | None:
 
 def min_detectable_shift_metric(metric: str) -> str:
     """`power/min_detectable_shift_pct_<short>`: on benchmark runs, the smallest step (% of the level) in the
-    watched metric `<group>/<short>` that the change-point detector finds within one night with 90% probability,
-    given the series' recent noise and the night's repeats."""
+    watched metric `<group>/<short>` that the change-point detector finds within one night with probability
+    `power` (0.9), given the series' recent noise and the night's repeats."""
     return f"{POWER_METRIC}min_detectable_shift_pct_{metric.split('/', 1)[-1]}"
 
 

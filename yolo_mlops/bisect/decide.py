@@ -1,43 +1,11 @@
 """The statistics of a bisection: is bad slower than good at all, and is a candidate commit good or bad.
 
-Pure functions over numpy arrays (the t tests are `yolo_mlops.stats`'); no I/O. A value is the *slowness* of one run:
-log of the metric (`perf/step_time_ms_p50`), or minus its log for a higher-is-better metric
-(`perf/images_per_s`). Logs, because run-to-run noise is multiplicative: a busier machine slows every
-commit by the same factor, so a shift in log units is the same slowdown whatever the machine's level.
-
-**Noise.** One pooled standard deviation s of log values, *within* groups (a group: the runs of one commit in
-one step), over every group measured so far, with sum(n_i - 1) degrees of freedom. It assumes every commit
-has the same relative noise, which holds for a workload on one machine; pooling gives a few runs per commit
-a usable noise estimate (Welch's test with 2-3 runs a side has 1-4 degrees of freedom and is
-anti-conservative; see docs/trends.md, fleet view).
-
-**Premise** (step 0, bad vs good, interleaved): the shift D = mean(bad) - mean(good), t = D / (s sqrt(1/n_b +
-1/n_g)). *Regression* when t's one-sided p <= alpha/L and exp(D) - 1 >= min_effect; *no regression* when
-the upper one-sided bound says the slowdown is below min_effect (p <= alpha/L), or when max_repeats runs a
-side still show neither.
-
-**Step k** (candidate vs a fresh good, interleaved): the candidate's shift d = mean(cand) - mean(good) is
-compared with half the premise's shift:
-
-    t = (d - D/2) / (s sqrt(1/n_c + 1/n_g + (1/n_B + 1/n_G) / 4))
-
-(the premise's D is an estimate too: its variance enters with weight 1/4). *Bad* when P(T >= t) <= alpha/L
-(the candidate's shift is beyond half of the good-to-bad shift: closer to bad), *good* when P(T <= t) <=
-alpha/L, otherwise one more interleaved pair of runs, up to max_repeats a side; then *inconclusive*.
-
-**Error rate.** L = max_repeats - repeats + 1 looks at a step, each at alpha/L: by the union bound a step
-decides *bad* for a candidate whose true shift is at most D/2 with probability at most alpha (and *good*
-for one at least D/2), even for a candidate exactly half-way. A candidate at the good or at the bad level -
-a regression from one commit - is misjudged far less often; `simulate` measures how often, and how often
-a step stays inconclusive, as a function of D / noise (docs/trends.md has the table;
-`python -m yolo_mlops.bisect.decide` prints it).
-
-**Deciding on what moved** (`run_premise_named`, `name_figure`, `Figure`). With profiled runs the premise also
-tests every profile entry (operator, device kernel, phase; ms per profiled step), bad slower than good, at
-alpha/2 / L / K for K entries (step time then at alpha/2): the entries that pass, shifting the step by at least
-min_effect together, are named, and every step decides on their figure (log of the step time had only they
-moved) by the same test at the same alpha/L per look. `simulate_bisection` simulates whole bisections either way
-(benchmarks/bench_bisect.py prints its table).
+Pure functions over numpy arrays (the t tests are `yolo_mlops.stats`'); no I/O. A value is the *slowness* of one
+run: the log of the metric, or minus it for a higher-is-better metric, since run-to-run noise is multiplicative.
+The premise (bad vs good), each step (a candidate against half the premise's shift, with noise pooled within
+groups), the error rate per step and the tests of named profile entries (`run_premise_named`, `name_figure`) are
+in docs/trends.md ("Bisect"); `simulate` and `simulate_bisection` measure the error rates
+(`python -m yolo_mlops.bisect.decide`, benchmarks/bench_bisect.py).
 """
 
 from __future__ import annotations
@@ -485,13 +453,13 @@ def simulate_bisection(
     """Whole bisections over generated runs: `commits` after good, one of them (uniformly drawn) slows the step
     by effect_sd run-to-run sds of log step time (step_sd). With `figure_noise` (the sd of the slowing
     operator's ms/step over the sd of step time, at its slow level; a tenth of it at its fast level: an
-    operator made 10x slower) each run also has a profile: that operator carrying the whole shift, and
-    `null_entries` others that never move (each with 10% noise of its own). None: no profiles, step time
-    decides. Returns the fractions named right (and right within max_runs runs), wrong, inconclusive, no
+    operator made ten times slower) each run also has a profile: that operator carrying the whole shift, and
+    `null_entries` others that never move (each with a tenth of its ms as noise of its own). None: no profiles,
+    step time decides. Returns the fractions named right (and right within max_runs runs), wrong, inconclusive, no
     regression, decided on the figure, and the mean and largest runs per bisection."""
     rng = np.random.default_rng(seed)
     shift, step_ms = effect_sd * step_sd, 100.0
-    base = step_ms * math.expm1(shift) / 9.0  # the operator's ms at good: 10x that at bad adds the shift
+    base = step_ms * math.expm1(shift) / 9.0  # the operator's ms at good: ten times that at bad adds the shift
     op_sd = (figure_noise or 0.0) * step_sd * step_ms  # its ms/step sd at the slow level
     null_ms = rng.uniform(0.5, 5.0, null_entries)
     names = [f"op{i}" for i in range(null_entries)]

@@ -123,8 +123,8 @@ def _shift(
     value: Callable[[ProfiledRun], float],
     relative: bool = True,
 ) -> tuple[float, float, float]:
-    """Relative change of `value` (log units) from the good runs to the candidate runs of `where`, with its 95%
-    interval on the noise pooled over every group of the bisection."""
+    """Relative change of `value` (log units) from the good runs to the candidate runs of `where`, with its
+    95% interval on the noise pooled over every group of the bisection."""
     groups = [[value(r) for r in runs] for s in steps for runs in (s.good_runs, s.candidate_runs)]
     noise = pooled_noise(groups)
     change, low, high = decide.shift_interval(

@@ -1,29 +1,11 @@
 """A local cache of FINISHED runs, so that reading a long history costs the runs that changed, not the
 whole history. MLflow stays the source of truth: the cache is rebuilt from it, refreshed from it on every read,
-and can be deleted or turned off at any time.
+and can be deleted or turned off (`YOLO_MLOPS_HISTORY_CACHE=0`) at any time.
 
-A cache holds one *scope* of one experiment: a union of MLflow filters. `finished_runs` keeps every FINISHED
-run (the fleet view reads them all); `series_runs` keeps one scope per series key (its series tag) plus one for
-the runs the tag alone does not place (`queries.UNTAGGED_FILTERS`), so the nightly judging and `trends
---series` hold and refresh only the series they ask for: their memory follows the series, not the experiment.
-
-Where: `<data home>/cache/history/<hash of tracking URI + experiment id + scope>.pickle` (data home:
-`YOLO_MLOPS_HOME`, default `~/.yolo-mlops`). `YOLO_MLOPS_HISTORY_CACHE=0` turns it off (every read goes to
-MLflow); deleting the folder is always safe.
-
-Each read refreshes a scope with searches none of which grows with the history:
-
-- **added or finished later**: the scope's runs whose end time is at or after the newest end time it has seen,
-  less `REFRESH_WINDOW_MS` (2 days: clients' clocks may differ, and the nightly flow writes its verdict
-  tags on a night's runs after they ended). These replace their cached copies; a cached run of that window
-  that no longer comes back (deleted, or no longer FINISHED) is dropped.
-- **deleted**: the ids of the experiment's deleted FINISHED runs (one search per read, shared by its
-  scopes); each is dropped.
-- **restored**: runs that were deleted at the last read and are not now are read again by id, within the scope.
-
-What it cannot see: a tag, metric or status written on a run more than the window after it ended (MLflow
-records no modification time), and a run deleted and then purged (`mlflow gc`) between two reads. Neither
-happens in the project's own flows; after either, delete the cache or run with `YOLO_MLOPS_HISTORY_CACHE=0`.
+A cache holds one *scope* of one experiment (a union of MLflow filters: every FINISHED run, or one series), under
+`<data home>/cache/history/`. Each read refreshes it with searches none of which grows with the history: runs
+that ended within `REFRESH_WINDOW_MS` of the newest end time seen, the experiment's deleted runs, and runs
+restored since. What it cannot see and what to do then: docs/trends.md ("Reading the history").
 """
 
 from __future__ import annotations
@@ -157,7 +139,7 @@ def _refreshed(
             records = queries.records_by_id(mlflow, [experiment_id], restored, where)
             state.runs.update((r.run_id, _interned(r)) for r in records)
         # most reads find again exactly the runs of the last days they dropped: the file is then rewritten
-        # only when something changed, not 20 MB a year of history at every read
+        # only when something changed, not a year of history at every read
         changed = bool(restored) or deleted != state.deleted or {r.run_id: r for r in fresh} != dropped
     for run_id in deleted:
         state.runs.pop(run_id, None)

@@ -3,16 +3,12 @@
 - `history`: every FINISHED run as a typed record, grouped by series (the `yolo_mlops.series` tag, or
   the identity rebuilt from the params of runs logged before it).
 - `changepoint`: change-point detection over one metric (E-divisive means + Student's t).
-- `trend`: per series and watched metric: segments, change points with direction and what changed,
-  and the nightly verdict.
+- `trend`: per series and watched metric: segments, change points, what changed, the nightly verdict.
 - `attribution`: per-step operator / kernel / phase deltas between the runs on each side of a change.
 - `report`: text tables and the picture.
-- `fleet`: one workload on several machines: each machine's step time and the machines slower than their
-  peers beyond noise, with the recorded figures that explain them; loads from MLflow and re-exports:
-  - `fleet_stats`: the test per machine (pooled t against its peers, Holm over a workload's machines);
-  - `fleet_evidence`: the NVML and host figures beside a slow machine, against its peers';
-  - `fleet_moved`: the phases and operators that differ between a slow machine's runs and its peers';
-  - `fleet_render`: Markdown, JSON and the picture.
+- `fleet`: one workload on several machines and the machines slower than their peers beyond noise, with the
+  figures that explain them (`fleet_stats`: the test; `fleet_evidence`: NVML and host figures; `fleet_moved`:
+  phases and operators; `fleet_render`: Markdown, JSON and the picture).
 - `drift`: slow drifts (Mann-Kendall, Theil-Sen) kept apart from steps.
 - `candidates`: every version boundary tested directly (Welch's t, no search penalty).
 - `confirm`: confirmation runs tested against the level before a new regression.

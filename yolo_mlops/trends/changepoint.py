@@ -3,42 +3,12 @@ test in sliding windows, the method of Apache Otava (Hunter: Fleming et al., ICP
 ICPE 2020; E-divisive: Matteson & James, JASA 2014).
 
 Pure functions over numpy arrays; no MLflow, no I/O, no randomness: the same history gives the same answer.
-
-The method, in two steps (the two steps of Otava's `compute_change_points`):
-
-1. **Split.** Windows of `window` points slide over the series by half a window (or restart at the last
-   change point found). Inside a window, E-divisive with the energy statistic (exponent 1) picks the
-   split tau (and right end kappa) of the interval that maximises the divergence
-
-       Q = 2/(n+m) sum|X_i - Y_j| - 2m/((n+m)(n-1)) sum_{i<k}|X_i - X_k| - 2n/((n+m)(m-1)) sum_{j<k}|Y_j - Y_k|
-
-   of X = z[start:tau] (n points) and Y = z[tau:kappa] (m points), over every sub-interval left by the
-   change points found so far in the window. The best candidate is kept when a two-sided Student's t test
-   between the two parts of its interval gives p <= 10 x max_pvalue (a looser screen), and the search
-   recurses; it stops at the first candidate that fails. The union over all windows: the *weak* points.
-2. **Merge.** Every weak change point is re-tested against the whole segments on each side of it.
-   Repeatedly one is dropped and its neighbours re-tested: first, while any segment is shorter than
-   `min_segment` points, the point bounding one that moves the mean least (a t test against a one-point
-   segment has no degrees of freedom, so its p-value cannot rank them); then the weakest while any has
-   p > max_pvalue or moves the mean by less than `min_magnitude`.
-
-Two departures from Otava, both measured in docs/trends.md against Otava 0.8.0 itself:
-
-- **The merge p-value is corrected for the choice of the split** (Bonferroni over the split positions the
-  merged interval offers: p x (points on both sides - 1)). The split is the most divergent of all
-  positions, so its uncorrected t test is far too optimistic: at Otava's defaults 14% of stationary
-  200-point Gaussian series get a change point (7% with the sample variance); corrected, none of 500 do,
-  and a shift of 3 noise standard deviations or more is found as often or more often (fewer spurious
-  extra points next to it).
-- **The t test uses the sample variance** (ddof=1; Otava feeds population standard deviations into
-  scipy's pooled test), and **a segment needs `min_segment` (2) points**: a lone outlier is not a level.
-
-`otava_compatible=True` drops both departures and reproduces Otava 0.8.0's arithmetic; it exists so that
-benchmarks/otava_compare.py can check this implementation against the reference point for point.
-
-The divergence of every (tau, kappa) pair of an interval comes from one 2-D prefix sum of the window's
-pairwise distances: O(window^2) numpy work per candidate, milliseconds per 1,000-point series
-(benchmarks/bench_changepoint.py).
+Two steps, as Otava's `compute_change_points`: split (E-divisive in sliding windows, each candidate screened by a
+t test) and merge (every candidate re-tested against the whole segments beside it). Two departures from Otava:
+the merge p-value is corrected for the choice of the split, and the t test uses the sample variance with at
+least `min_segment` points a segment; `otava_compatible=True` drops both (benchmarks/otava_compare.py checks it
+against Otava point for point). The method, the departures and what they buy: docs/trends.md
+("Change-point detection").
 """
 
 from __future__ import annotations

@@ -1,50 +1,11 @@
 """Confirmation before an alert: a new regression is re-measured before anyone is told.
 
-When tonight's runs open a change point that goes the bad way (or a version boundary among them moved a
-metric the bad way), the benchmark flow runs `confirm_repeats` more runs of the configuration and `judge`
-tests them directly against the level before the regression:
-
-- the *baseline* is the metric's runs before the regression's first run, back to the last change point that
-  the history before it shows (the last 200 runs at most);
-- a one-sided t test of the *confirmation runs* against the baseline asks whether they sit the bad way of
-  it; the regression holds when p <= `confirm_pvalue` (DetectionSettings, default 0.001) and the shift is at
-  least `min_magnitude`; with several metrics re-measured, Holm's step-down over them (`metrics_that_hold`), so the
-  night's confirmation errs at most `confirm_pvalue` however many metrics regressed;
-- the night is the unit of the machine's state: the confirmation runs share tonight's offset (load, clocks,
-  cache), so the test allows for the night-to-night spread the baseline's nights show (`nights_t_test`, a
-  one-way random effect), and a slow night does not confirm itself; a baseline of fewer than MIN_NIGHTS
-  nights, or of runs without one, is tested run by run (noise pooled within both groups);
-- the size of the regression is the mean of the confirmation runs pooled with the regression's own runs
-  (tonight's, and those of earlier dismissed nights of the same level) when a two-sided t test at
-  `AGREE_PVALUE` cannot tell the two apart, else of the confirmation runs alone.
-
-Tonight's runs are not part of the test: they were picked by the night's own tests for being far from the
-baseline, so pooling them in lets chance confirm itself (a first version that did: 1.5-5 false alerts per
-1,000 series-nights with every watched metric and a new commit each night, benchmarks/bench_verdicts.py).
-
-So a regression that holds or gets worse, or whose confirmation runs sit at yet another bad level because
-the machine's load moved, is confirmed; only confirmation runs back at the old level dismiss it. A dismissed
-night is `suspected`; its runs carry that verdict, and `trend.verdict` re-opens the suspected level on
-the next nights until it is alerted or gone (never lost as a change point that lies before tonight).
-
-Error rate: when the confirmation runs come from the baseline level, they confirm a metric with probability
-about `confirm_pvalue` (Satterthwaite's approximation; exact for the run-level test under Gaussian noise) even
-when the whole night is slow, and any of the metrics re-measured at most that (Holm). An alert needs a
-confirmed metric, so a series-night alerts falsely with probability at most about 0.1%, whatever the night's
-own tests opened (`confirm_repeats=0` gives that up: the night's own tests alert). Rates by simulation in
-`benchmarks/bench_verdicts.py`.
-
-The night's own tests as one family (`night_family`): every test a night runs on a series (per watched
-metric: the change-point search, the drift test, and the Welch test of each version boundary among tonight's
-runs) held to Holm's step-down at the family-wise rate `family_pvalue` (`candidate_pvalue`, default 0.01; a
-suite that loosens `max_pvalue` gets m metrics x max_pvalue where that is larger), besides each test's own
-level. A series-night without any change then opens a false event with probability at most that rate, however
-many metrics are watched and versions changed. Rates by simulation in `benchmarks/bench_verdicts.py` (section
-`family`: correlated metrics, version labels changing on some nights, a night-level random effect). The
-nightly flow does not apply it yet: wired in, it dropped the real 10x slowdown of test_real_history (nights
-of 4 runs at max_pvalue 0.01 on a loaded machine; docs/trends.md).
-
-Pure functions over trends; the runs themselves are the flow's business.
+When tonight's runs open a regression, the benchmark flow runs `confirm_repeats` more runs and `judge` tests
+them, one-sided, against the level before the regression (allowing for the night-to-night spread, Holm over the
+metrics re-measured); tonight's own runs are left out of the test, so chance cannot confirm itself. A dismissed
+night is `suspected` and re-opened on the next nights. `night_family` holds a night's own tests to one
+family-wise rate. The tests, their error rates and why: docs/trends.md ("Confirmation", "The night's tests as
+one family").
 """
 
 from __future__ import annotations
@@ -69,7 +30,8 @@ from yolo_mlops.trends.trend import (
 AGREE_PVALUE = 0.05  # two-sided: the size pools tonight's and the confirmation runs unless a t test separates them
 BASELINE_RUNS = 200  # the baseline is the last runs of the level before the regression, at most this many
 # nights a baseline needs before its night-to-night spread is allowed for: fewer say too little of it (two nights
-# give the spread about one degree of freedom, and the test's critical t at 0.1% would be in the hundreds)
+# give the spread about one degree of freedom, and the test's critical t at `confirm_pvalue` would be in the
+# hundreds)
 MIN_NIGHTS = 4
 
 

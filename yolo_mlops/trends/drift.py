@@ -1,27 +1,10 @@
 """A slow drift as one drift, not a staircase of change points: Theil-Sen slope with Mann-Kendall significance.
 
 Pure functions over numpy arrays (the tests themselves are `yolo_mlops.stats`'); no I/O, no randomness.
-
-The change-point detector models a series as flat levels. A slow drift breaks that model: the detector
-answers it with a staircase of change points, all in the drift's direction. `analyze` keeps the two apart:
-
-1. **Steps first.** `changepoint.detect` on the raw values gives the candidate level changes.
-2. **A drift region.** For each possible start of a drift region (the first run, then each change point,
-   earliest first), the runs from there on are tested for a monotone trend *within* the segments the change
-   points leave (Mann-Kendall summed over the segments, the blocked form of Hirsch et al. 1982; Theil-Sen's
-   slope pooled over the pairs inside segments), so a step never reads as a trend.
-3. **Steps on the detrended series.** When the trend is significant (p <= `drift_pvalue`), the slope is
-   subtracted from the region and change points are detected again on what is left; the segments and the
-   slope are refitted until the change points stop moving (three rounds at most). The drift is kept when the
-   detrended series needs fewer change points in the region than the raw one did: the staircase was the drift.
-   A real step on top of the drift survives the detrending and stays a change point.
-4. **Otherwise** the segment since the last change point is tested on its own: a drift too slow to have
-   made a staircase yet is still reported once it is significant.
-
-Mann-Kendall assumes independent runs. It is not corrected for autocorrelation: the change-point test next
-to it assumes independence too, and the nightly repeats of one night are the only correlation the benchmark
-produces by design; a correction (Hamed-Rao) would need an autocorrelation estimate from the very series
-whose trend is in question. The false-alarm rates are measured instead (docs/trends.md).
+`analyze` finds the steps first, then tests the runs from each possible start of a drift for a trend within the
+segments the steps leave; a significant drift is kept when the detrended series needs fewer change points than
+the raw one did. Mann-Kendall is not corrected for autocorrelation; its false-alarm rates are measured instead.
+The steps of the method, and those rates: docs/trends.md ("Drift").
 """
 
 from __future__ import annotations

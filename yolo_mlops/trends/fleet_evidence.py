@@ -18,7 +18,7 @@ from yolo_mlops import names
 from yolo_mlops.render import fmt
 from yolo_mlops.trends.history import HistoryRun
 
-STANDS_OUT = 0.05  # a figure 5% (or, for shares of time, 5 points) away from its peers' stands out
+STANDS_OUT = 0.05  # a figure this far from its peers' (relative, or in points for shares of time) stands out
 NOT_EXPLAINED = "nothing recorded explains it"
 
 

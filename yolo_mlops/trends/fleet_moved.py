@@ -1,25 +1,10 @@
 """What moved on a slow machine: its phases and operators against its peers', from the runs' own tables.
 
-A slow machine's NVML and host figures (`fleet_evidence`) say nothing on CPU, and often nothing on a GPU whose
-clocks look normal. Every profiled run also carries its key_averages tables (host and device self time per
-operator) and its trace analysis (host time per step phase), so the trends attribution that explains a change
-point explains a slow machine too: its peers' runs stand for "before" and its own runs for "after"
-(`attribution.attribute`; the peers are the machines of the workload not slow themselves, so a second slow
-machine's own trouble does not blur the comparison; all of them when every peer is slow), and each phase,
-operator and kernel is ranked by the part of the step-time gap its per-step delta explains, with its
-consistency (the share of the machine's runs beyond the peers' median) and a two-sided Mann-Whitney p.
-
-Bounded work: attribution downloads two tables and one JSON per run, so only the newest `RUNS_PER_MACHINE`
-(5) runs of the slow machine and of each peer are read (at most 5 x machines runs per workload, each read
-once however many machines are slow: `cache`). Five a side is what the change-point attribution reads
-(`attribution.MAX_RUNS_PER_SIDE`): enough for a consistency of 0.8 or 1.0 to mean something and for the
-Mann-Whitney test to reach p < 0.01 against a fleet's peers (5 vs 10 runs: p >= 0.0007), few enough that a
-workload on 8 machines reads 40 runs; the newest runs because a machine that became slow is slow now.
-
-An entry *moved* when it is slower on the machine (delta > 0), explains at least `MOVED_SHARE` (10%) of the
-step-time gap, and at least `MOVED_CONSISTENCY` (0.8) of the machine's runs lie beyond its peers' median;
-the biggest `MOVED_NAMED` (3) of them join the slow machine's explanation. Runs without tables (logged
-before they existed) are left out and counted; none on a side: the note says so, never a guess.
+The trends attribution that explains a change point explains a slow machine too: its peers' runs stand for
+"before" and its own for "after" (`attribution.attribute`), and an entry *moved* when it is slower on the
+machine, explains at least `MOVED_SHARE` of the step-time gap and at least `MOVED_CONSISTENCY` of the machine's
+runs lie beyond its peers' median; the biggest `MOVED_NAMED` join the explanation. Only the newest
+`RUNS_PER_MACHINE` runs a machine are read, each once (`cache`). Why those bounds: docs/trends.md ("Fleet view").
 """
 
 from __future__ import annotations

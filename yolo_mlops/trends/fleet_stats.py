@@ -91,7 +91,7 @@ class WorkloadFleet:
     label: str
     machines: tuple[MachineStats, ...]
     slow_machines: tuple[SlowMachine, ...]
-    noise_pct: float  # run-to-run noise pooled within machines (sd of log step time, x100)
+    noise_pct: float  # run-to-run noise pooled within machines (sd of log step time, in percent)
     degrees_of_freedom: int
     left_out: tuple[str, ...] = ()  # machines with fewer than min_runs runs
 

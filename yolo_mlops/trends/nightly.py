@@ -48,7 +48,7 @@ class JudgedSeries:
     confirm_metrics: list[str] = field(default_factory=list)  # metrics whose new regression awaits confirmation
     confirmation: str = ""  # what the confirmation runs showed: confirmed or dismissed, with how many runs
     confirmation_runs: list[str] = field(default_factory=list)
-    min_detectable_pct: dict[str, float] = field(default_factory=dict)  # per metric: smallest step seen (90%)
+    min_detectable_pct: dict[str, float] = field(default_factory=dict)  # per metric: smallest step seen (at `power`)
     bisect: list[BisectRange] = field(default_factory=list)  # new regressions whose runs ran different commits
     notes: list[str] = field(default_factory=list)
     machine: str | None = None  # the machine the series runs on (its runs' env.machine): where to bisect it
@@ -88,8 +88,8 @@ class Night:
     def confirmation_repeats(self, judged: JudgedSeries, suite: BenchmarkSuite) -> int:
         """Runs that re-measure a judged series: `confirm_repeats`, and under repeats='auto' at least as many as
         the series ran tonight (the runs its noise needed to see the target shift): the confirmation test, at
-        `confirm_pvalue` (0.1%) with the night's offset allowed for, must not be what misses the step (3
-        confirmation runs after 6 auto runs alerted 88.5% of 3-sd steps, benchmarks/bench_verdicts.py)."""
+        `confirm_pvalue` with the night's offset allowed for, must not be what misses the step (fewer confirmation
+        runs than auto runs miss more of the target steps: docs/trends.md, "Confirmation")."""
         if suite.confirm_repeats == 0 or suite.repeats != "auto":
             return suite.confirm_repeats
         return max(suite.confirm_repeats, len(judged.runs_tonight))

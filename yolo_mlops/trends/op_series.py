@@ -3,7 +3,7 @@
 Every profiled run logs the operators that make up its profiled step as `op/cpu/<operator>` (self CPU time)
 and, on GPUs, `op/device/<operator>` (self device time), ms per profiled step, with `op/step_ms` and
 `op/floor_ms` (analysis/operators.py). A series judges, per kind, the operators that make up most of its step:
-each at JUDGED_SHARE (1%) of the profiled step or more, and at least the JUDGED_TOP (20) largest, by their
+each at JUDGED_SHARE of the profiled step or more, and at least the JUDGED_TOP largest, by their
 mean over the newest night's runs or over the SELECTION_RUNS runs before it (so an operator that vanished
 tonight is judged as well as one that appeared).
 
@@ -24,7 +24,7 @@ import numpy as np
 from yolo_mlops import names
 from yolo_mlops.trends.history import HistoryRun
 
-JUDGED_SHARE = 0.01  # an operator at 1% of the profiled step or more is judged
+JUDGED_SHARE = 0.01  # an operator at this share of the profiled step or more is judged
 JUDGED_TOP = 20  # and at least this many of each kind (the largest)
 SELECTION_RUNS = 12  # the runs before the newest night whose means also pick operators
 CENSORED = 0.5  # an operator a run did not log reads 0 only where the run's floor is below this part of its level

@@ -1,15 +1,14 @@
 """Operator regressions as findings of their own, and operators compared beyond their own noise.
 
-A regression in one operator is often far below what step time can show: an operator of 2% of the step made
-three times slower moves the step by 4%, within its run-to-run noise, while the operator's own series moves by
-many times its noise. `trend.series_trend` judges each operator series (op_series.py) with the same change-point
+A regression in one operator is often far below what step time can show: a small operator made several times
+slower moves the step by less than its run-to-run noise, while the operator's own series moves by many times its
+noise. `trend.series_trend` judges each operator series (op_series.py) with the same change-point
 search, version-boundary tests and confirmation as step time, the operators of a night held to Holm's step-down
 as one family (`trend.operator_family`). This module says what such a finding means:
 
 - `finding`: an operator's event of the night with its size (x factor, ms per step), its severity by its share
   of the step, and whether step time could have shown it (`power`: the step time's detection power);
-- `finding_line`: "aten::X self time x3.1 since night 2026-12-03 08:15 (run ...; torch 2.14.1 -> 2.15.0):
-  +2.4 ms/step, +4.3% of step, moderate (below the step time's detection power of 12.3%)";
+- `finding_line`: the finding as one line (its format in `finding_line`'s docstring);
 - `rename_line`: an operator that vanished where another appeared, one series joined across the rename;
 - `operator_table`: the series report's table of every operator series judged;
 - `compare_operators`: two runs or two sets of runs, each operator's change against its own noise (`compare`).
@@ -34,8 +33,8 @@ if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Key, RunProfile
 
 Severity = Literal["major", "moderate", "minor"]
-MAJOR_PCT = 5.0  # an operator change of 5% of the step or more is major
-MODERATE_PCT = 1.0  # 1% or more moderate, below that minor
+MAJOR_PCT = 5.0  # an operator change of this % of the step or more is major
+MODERATE_PCT = 1.0  # this % or more moderate, below that minor
 
 
 def severity(share_pct: float) -> Severity:
@@ -138,8 +137,8 @@ def finding(
 
 
 def finding_line(f: OperatorFinding) -> str:
-    """`aten::X self time x3.1 since night ... (run ...; torch A -> B): +2.4 ms/step, +4.3% of step, moderate
-    (below the step time's detection power of 12.3%)`."""
+    """`aten::X self time x<factor> since night ... (run ...; torch A -> B): +<ms> ms/step, +<share>% of step,
+    <severity> (below the step time's detection power of <shift>%)`."""
     what = "self device time" if f.metric.startswith(names.OP_DEVICE_PREFIX) else "self time"
     factor = "new" if not math.isfinite(f.factor) else f"x{f.factor:.2g}" if f.factor < 10 else f"x{f.factor:.0f}"
     name = f.operator if f.renamed_from is None else f"{operator_name(f.renamed_from)} -> {f.operator} (renamed)"
@@ -264,8 +263,8 @@ class OperatorTest:
 
 
 COMPARE_ALPHA = 0.01  # family-wise over the operators tested
-COMPARE_MIN_SHARE = 0.001  # operators below 0.1% of the step on both sides are not tested
-LOG_FLOOR_MS = 1e-3  # an operator absent on a side is taken as 1 us per step on the log scale
+COMPARE_MIN_SHARE = 0.001  # operators below this share of the step on both sides are not tested
+LOG_FLOOR_MS = 1e-3  # an operator absent on a side is taken as this many ms per step on the log scale
 
 
 def compare_operators(
@@ -279,8 +278,8 @@ def compare_operators(
     operator's own: pooled within the two sets when each has 2 runs or more (Student's t on their degrees of
     freedom), else its run-to-run sd from the series' history (`history_noise`: op/* metric -> (sd of log ms,
     degrees of freedom)); Holm's step-down over every operator tested at `alpha`, so with nothing changed any
-    operator is called changed with probability at most `alpha`. Operators under 0.1% of the step on both sides are
-    not tested; an operator with no noise estimate has no p (shown, not judged)."""
+    operator is called changed with probability at most `alpha`. Operators under COMPARE_MIN_SHARE of the step on both
+    sides are not tested; an operator with no noise estimate has no p (shown, not judged)."""
     step = np.mean([p.step_ms for p in a + b if p.step_ms]) if any(p.step_ms for p in a + b) else None
     keys = sorted({k for p in a + b for k in p.entries if k[0] in ("operator", "device")})
     rows: list[tuple[Key, float, float, float | None, str, float | None]] = []

@@ -115,8 +115,8 @@ def recent_segment(m) -> np.ndarray:
     return recent
 
 
-AUTO_POWER = 0.95  # repeats='auto': the target step is opened in 95% of nights, so that >= 90% are alerted
-# within the night once the confirmation runs (which miss a few) have judged it (benchmarks/bench_verdicts.py)
+AUTO_POWER = 0.95  # repeats='auto': the share of nights the target step is opened in, above the goal for alerts
+# so that the confirmation runs (which miss a few) still leave it met (docs/trends.md, "Detection power")
 
 
 def repeats_needed(

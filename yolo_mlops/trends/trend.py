@@ -468,8 +468,8 @@ def _night_events(
 
 def _status(changes, moved, drifts) -> Status:
     """A metric's status from its events of the night: the worst change point's direction (the newest alone
-    would call a night that went +370% and then -9% an improvement; confirmation runs, where the suite asks for
-    them, tell a lasting regression from a blip), else a boundary that moved it the bad way, a new drift, or a
+    would call a night that went far up and then a little down an improvement; confirmation runs, where the suite
+    asks for them, tell a lasting regression from a blip), else a boundary that moved it the bad way, a new drift, or a
     boundary that moved it the good way."""
     status: Status = "stable"
     if changes:
