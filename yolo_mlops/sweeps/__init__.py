@@ -4,19 +4,16 @@ bootstrap confidence interval (docs/sweeps.md).
 The modules, in the order a sweep uses them (`flows/sweep.py` and `flows/optimize.py` only orchestrate):
 
 - `variants`   the catalogue: expression -> exact RunSpec change, skip reasons, canonical names
-- `plan`       `plan_sweep(base, exprs, ...) -> SweepPlan` (children in order, every child RunSpec validated
-               before any run exists); `parent_tags`, `parent_params` of the parent run
+- `plan`       `plan_sweep(base, exprs, ...) -> SweepPlan` (every child RunSpec validated before any run exists)
 - `child`      per-child hygiene in the shared process: `release_device_memory`, `disk_cache_guard`
-- `lanes`      where the children run (here, one lane per device in worker processes, one per machine of a
-               work pool) with every wait bounded; ends FAILED the children a lost machine or an ended lane left RUNNING
+- `lanes`      where the children run (a lane per device, or per machine of a work pool), every wait bounded
 - `remote`     a child as a run of the pool's profile-training deployment on one machine's work queue
-- `collect`    `collect(mlflow, plan, parent_run_id, outcomes) -> [ChildRecord]`: children read back from
-               MLflow (through `tracking`), their applied settings checked (`ineffective`), steady steps kept
+- `collect`    `collect(mlflow, plan, parent_run_id, outcomes) -> [ChildRecord]`: children read back from MLflow
 - `stats`      per-repeat throughput, two-level bootstrap CI, verdicts, accuracy bands
+- `blocks`     the paired comparison within blocks when children ran on several lanes
 - `compare`    `compare(plan, records) -> SweepReport` of typed `VariantRow`s, best variant, `sweep/*` metrics
 - `report`     Markdown, chart, the MLflow table and files on the parent run, Prefect table rows
-- `recommend`  optimize: `recommendations([Finding]) -> Recommendations`, `recommendation_report`, `saving_metrics`
-               (estimated vs measured saving per recommendation), `log_recommendations` on the parent run
+- `recommend`  optimize: findings -> `Recommendations`, which held, estimated vs measured saving on the parent
 
 The names below are the API the flows, the CLI and the benchmarks use.
 """

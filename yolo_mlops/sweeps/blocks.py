@@ -1,52 +1,17 @@
 """Paired (block) comparison of a variant with the baseline over several lanes (GPUs, machines).
 
 A *lane* is one GPU of one machine ("0", "m1/0"); a *block* is one child of the baseline and one of every
-variant, run whole on one lane. Lanes differ (a slower GPU, a busier host), and a pooled comparison of all
-baseline children with all variant children would mix that difference into the speed-up as soon as the
-groups are spread unevenly over lanes (a failed child is enough). Within a block both children ran on the
-same lane at nearly the same time, so a lane's speed cancels out of the block's ratio.
+variant, run whole on one lane. Lanes differ (a slower GPU, a busier host), and a pooled comparison would mix
+that difference into the speed-up as soon as the groups are spread unevenly over lanes (a failed child is
+enough). Within a block both children ran on the same lane at nearly the same time, so a lane's speed cancels
+out of the block's ratio.
 
-Estimator
----------
-Each paired block *b* gives r_b = log(throughput(variant) / throughput(baseline)) (images/s over the steady
-steps, as in `stats`). The pooled speed-up is exp(mean r_b), the geometric mean of the block ratios; blocks
-weigh equally, so a lane weighs by its number of blocks. Blocks that lack one side are dropped.
-
-Interval
---------
-A bootstrap that resamples blocks, stratified by lane: every resample draws, within each lane, as many
-blocks as the lane has, with replacement, so each lane keeps its share and a lane's own speed-up (a GPU on
-which the variant helps more) is not counted as noise. A plain percentile interval of that bootstrap
-under-covers with the block counts sweeps have (3-12): within a lane of n blocks the bootstrap variance of
-the mean is (n-1)/n of the unbiased one, and a normal quantile ignores that the spread itself is estimated
-from few blocks. The interval therefore takes the percentiles of the bootstrap deviations of mean r_b
-scaled by sqrt(N / (N - L)) (N blocks, L lanes: the bootstrap variance becomes the pooled within-lane
-unbiased variance of the mean) and by t(N - L) / z (Student's quantile for the N - L within-lane degrees of
-freedom over the normal one). That alone still covered 0.935-0.946 instead of 0.95 in simulations: a
-bootstrap of a few blocks has lighter tails than the mean it imitates (a lane of 2 blocks resamples to 3
-values). So each side of the interval is at least as far from the estimate as Student's t interval on the
-same pooled within-lane spread; the bootstrap widens a side where the block ratios are skewed or have an
-outlier (it decided a quarter to a half of the sides in the simulations). Measured coverage: 0.946-0.966
-with 3-12 blocks on 2-4 lanes (tests/sweeps/test_blocks.py, run as a script).
-
-Lanes with one block contribute their ratio but no spread; the spread comes from the lanes with several
-blocks. When every lane has one block, there is no within-lane replication: the bootstrap is then not
-stratified (lane differences count as noise, N - 1 degrees of freedom). With a single paired block the
-interval is the step-level bootstrap of that one pair (`stats.bootstrap_throughput` on each side): it covers
-step-to-step noise only, not run-to-run noise, and the method line says so.
-
-Lanes
------
-Each lane gets its own speed-up and 95% interval: Student's t on the lane's blocks with the run-to-run noise
-of a block ratio pooled within lanes over the whole sweep (N - L degrees of freedom), so a lane of one or two
-blocks still has an interval that covers run-to-run noise. A lane is flagged (`disagrees`) when its speed-up
-differs from that of the other lanes beyond noise, tested step-down over the lanes (`lane_tests`): the lane
-with the smallest two-sided p against the others is flagged when p x (lanes still in the test) <=
-`LANE_ALPHA`, then left out of the reference, and so on while three or more lanes remain; two lanes are one
-test, and both are flagged when they differ (which of the two is off needs a third). Under no lane effect,
-at least one lane of a variant is flagged in at most `LANE_ALPHA` (5%) of sweeps (Bonferroni at the first
-step). When every lane has one block there is no run-to-run noise to test with: no lane is flagged, and the
-lanes' method says "too few blocks"; their intervals are then the step-level bootstrap of the one pair.
+The speed-up is the geometric mean of the paired blocks' throughput ratios. Its interval is a bootstrap over
+blocks stratified by lane, rescaled for the few blocks sweeps have and never narrower than Student's t interval
+on the pooled within-lane spread. Each lane gets its own speed-up and interval, and the lanes whose speed-up
+differs from the others' beyond noise are flagged, step-down at `LANE_ALPHA` per sweep (`lane_tests`). The
+estimator, the interval, the special cases and their measured coverage and false flags: docs/sweeps.md
+("Paired comparison over lanes").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 PROFILE_FLOW = "profile-training"
 DEFAULT_QUEUE = "default"  # Prefect's own queue of every pool: not a machine
-LOST_AFTER_S = 120.0  # a worker polls every 10 s by default (PREFECT_WORKER_QUERY_SECONDS): 12 missed polls
+LOST_AFTER_S = 120.0  # a dozen missed polls of a worker at Prefect's default `PREFECT_WORKER_QUERY_SECONDS` (10 s)
 POLL_S = 5.0
 START_TIMEOUT_S = 900.0  # a child submitted but not running after this long is cancelled (an image pull fits)
 RUN_TIMEOUT_S = 7200.0  # a child running for longer than this is cancelled

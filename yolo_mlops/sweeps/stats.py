@@ -141,7 +141,7 @@ def method_label(base_repeats: int, var_repeats: int) -> str:
 
 # accuracy sanity check ------------------------------------------------------------------------------------------
 
-ACCURACY_REL_FLOOR = 0.02  # the band is at least +-2% of the baseline median wide, so identical repeats do not
+ACCURACY_REL_FLOOR = 0.02  # the band is at least +- this share of the baseline median wide, so identical repeats do not
 #                            flag every last-digit change
 
 
