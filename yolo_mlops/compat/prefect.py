@@ -1,25 +1,14 @@
 """Prefect: its temporary server's process and the process pool of a sweep's lanes, both reached through private
 attributes.
 
-Checked against Prefect 3.5.0 and 3.9.1 (run) and the sources of the releases in the declared range:
-- `prefect.server.api.server.SubprocessASGIServer`: one object per port in `_instances` (private); its
-  `_run_uvicorn_command` (private) starts uvicorn. `own_session_server` registers a subclass that starts it in a
-  session of its own with its output in a log file, and that leaves the registry when stopped (before 3.6.26
-  Prefect's own `stop()` left it registered under the port asked for);
-- `prefect.task_runners.ProcessPoolTaskRunner`: hands submitted tasks to its pool from `_resolver_executor`
-  (private, absent in some releases) and holds the pool as `_executor`, whose `_processes` (private to
-  `concurrent.futures`) are the worker processes `end_pool_processes` ends.
+- `own_session_server`: the temporary server (`SubprocessASGIServer`, registered per port in `_instances`, started
+  by `_run_uvicorn_command`) in a session of its own with its output in a log file, so a Ctrl-C meant for the
+  command does not also stop the server the command is still ending its run on;
+- `end_pool_processes`: the worker processes of a `ProcessPoolTaskRunner` (`_executor._processes`, after draining
+  `_resolver_executor` where it exists).
 
-Why the server needs its own session: Ctrl-C sends SIGINT to the terminal's whole foreground process group.
-Prefect starts its temporary server (a uvicorn subprocess) in the command's group, so the server received the
-SIGINT too and shut down while the command was still ending its run: every Prefect call after that waited out
-the client's retries and the command exited 1 instead of 130. In a session of its own the server lives until
-the command stops it: Prefect registers its `stop()` with atexit, which runs because the CLI turns SIGINT,
-SIGTERM and SIGHUP into an exception (yolo_mlops/cli/__init__.py). Every Prefect client asks for
-`SubprocessASGIServer()` (port None) and starts it on first use; registering the subclass under None before that
-changes nothing else: the server still starts lazily, with Prefect's own settings and timeout. Its output goes
-to a log file, since under load its shutdown can print a SQLAlchemy pool traceback after the command's work is
-done, which is not the user's to read.
+The releases checked and why the server needs its own session: docs/compatibility.md ("Prefect") and
+docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -10,16 +10,7 @@
     summary.py   NvmlSummary (the gpu/* statistics) and the per-step history MLflow charts
     timeline_files.py  the aligned timeline as the run's nvml/ files: CSV, plot, JSON sidecar
 
-Typical use by the training code:
-
-    backend, reason = make_backend("auto", devices=[0])      # tag yolo_mlops.nvml_backend = backend.name
-    with NvmlSampler(backend, interval_s=0.2) as sampler:
-        train()                                              # steps timed with perf_counter_ns
-    aligned = align(sampler.timeline(), step_start_ns, step_end_ns, profiler_active)
-    summary = summarise(aligned, images_per_step)            # NvmlSummary: summary.sm_util_pct_mean, .stats, ...
-    metrics = summary.as_metrics()                           # where it is logged: {names.gpu_metric(...): v}
-    history = step_history(aligned)                          # [(step, names.gpu_metric("sm_util_pct"), v), ...]
-    paths = write_timeline(aligned, out_dir)                 # CSV + PNG + JSON -> artifacts nvml/
+`make_backend` picks the backend; how the training code uses them together: docs/nvml.md.
 """
 
 from __future__ import annotations

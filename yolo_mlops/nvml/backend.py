@@ -102,7 +102,7 @@ CLOCKS_EVENT_REASONS: dict[str, int] = {
 
 BackendKind = Literal["auto", "real", "fake", "none"]
 
-GPM_MIN_SAMPLE_GAP_S = 0.1  # NVML: two GPM samples must be more than 100 ms apart.
+GPM_MIN_SAMPLE_GAP_S = 0.1  # NVML: two GPM samples must be more than this many seconds apart.
 
 
 @dataclass
@@ -136,7 +136,7 @@ class NvmlBackend(Protocol):
 
     name: str  # value of the MLflow tag yolo_mlops.nvml_backend
     devices: list[int]  # CUDA device indices being watched
-    min_interval_s: float  # shortest allowed poll interval (GPM: > 100 ms)
+    min_interval_s: float  # shortest allowed poll interval (GPM: > GPM_MIN_SAMPLE_GAP_S)
 
     def start(self) -> int:
         """Prime counters (first GPM sample, last-seen driver timestamp); return perf_counter_ns."""
@@ -197,7 +197,7 @@ def metrics_for_mode(mode: str) -> tuple[str, ...]:
 
 
 def min_interval_for_mode(mode: str) -> float:
-    """GPM needs > 100 ms between samples; a small margin keeps timer jitter out."""
+    """GPM needs more than GPM_MIN_SAMPLE_GAP_S between samples; a small margin keeps timer jitter out."""
     return GPM_MIN_SAMPLE_GAP_S + 0.005 if mode == "gpm" else 0.0
 
 

@@ -4,7 +4,7 @@ Its backend name is always `fake`, so a run that used it can never be mistaken f
 measured one. It imitates the three real paths at the level the sampler sees them:
 
 - mode "gpm": GPM metric set; refuses (reports a failure) when polled less than
-  100 ms after the previous poll, as NVML does;
+  GPM_MIN_SAMPLE_GAP_S after the previous poll, as NVML does;
 - mode "samples": a fake driver produces utilisation samples every
   `driver_sample_period_s`; each poll averages the ones newer than the last-seen
   timestamp with the rule the real backend uses (backend.mean_of_new_samples), so
@@ -40,7 +40,7 @@ ValueScript = float | Callable[[float], float]  # constant, or f(seconds since s
 
 
 def _default_values() -> dict[str, ValueScript]:
-    # A recognisable, clearly synthetic waveform: a 2 s period square-ish load.
+    # A recognisable, clearly synthetic waveform: a square-ish load, high for a second, low for the next.
     def load(t: float) -> float:
         return 85.0 if math.sin(math.pi * t) >= 0 else 35.0
 
@@ -58,7 +58,7 @@ def _default_values() -> dict[str, ValueScript]:
         "mem_used_gib": lambda t: 4.0 + min(t, 10.0) * 0.2,
         "mem_total_gib": 80.0,
         "power_w": lambda t: 100.0 + 3.0 * load(t),
-        "energy_j": lambda t: 1.0e6 + 300.0 * t,  # counter: ~300 W average
+        "energy_j": lambda t: 1.0e6 + 300.0 * t,  # counter: rises at about the mean of power_w
         "sm_clock_mhz": 1980.0,
         "mem_clock_mhz": 2619.0,
         "temp_c": lambda t: 40.0 + min(t, 30.0),

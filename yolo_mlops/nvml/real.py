@@ -5,7 +5,7 @@ Three utilisation paths, best first, chosen once at open():
 - `gpm` (Hopper and newer): GPU Performance Monitoring. Two sample buffers per device;
   each poll fills the older one, asks nvmlGpmMetricsGet for the metrics between the two,
   then swaps them, so every poll yields averages over exactly the interval since the last
-  poll. Samples must be more than 100 ms apart (the sampler clamps its interval).
+  poll. Samples must be more than GPM_MIN_SAMPLE_GAP_S apart (the sampler clamps its interval).
 - `samples`: the driver's own ring of utilisation samples (nvmlDeviceGetSamples), read
   from the last-seen timestamp so every driver sample between polls is used once.
 - `utilization`: nvmlDeviceGetUtilizationRates, the driver's last sample period only.
@@ -13,7 +13,7 @@ Three utilisation paths, best first, chosen once at open():
 Memory, power, energy, clocks, temperature, clock-event reasons, the maximum SM clock, the
 enforced power limit and the PCIe link generation and width are read on every path; power and
 energy in one nvmlDeviceGetFieldValues call. nvmlDeviceGetPcieThroughput
-is deliberately never called: it blocks for ~20 ms per call.
+is deliberately never called: it blocks for a while on every call (docs/nvml.md).
 
 Every pynvml function is looked up as `pynvml.<name>` at call time so tests can patch it.
 """

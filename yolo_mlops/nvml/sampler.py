@@ -18,7 +18,7 @@ import numpy as np
 from yolo_mlops.nvml.backend import METRIC_NAMES, DeviceReading, GpuLostError, NvmlBackend
 
 DEFAULT_INTERVAL_S = 0.2
-DEFAULT_CAPACITY = 65_536  # rows; ~3.6 h at 200 ms on one GPU, ~13 MB
+DEFAULT_CAPACITY = 65_536  # rows: hours of training at the default interval (docs/nvml.md)
 MAX_CONSECUTIVE_FAILURES = 5  # whole-poll failures in a row before giving up
 
 _process_sampler_lock = threading.Lock()
@@ -107,7 +107,7 @@ class NvmlSampler:
         if not interval_s > 0:
             raise ValueError("interval_s must be > 0")
         self.backend = backend
-        # GPM needs > 100 ms between samples: never poll faster than the backend allows.
+        # GPM needs a minimum gap between samples: never poll faster than the backend allows.
         self.interval_s = max(interval_s, getattr(backend, "min_interval_s", 0.0))
         self.reasons: list[str] = []
         self.dropped_metrics: set[str] = set()
@@ -217,7 +217,7 @@ class NvmlSampler:
             while not self._wait_for_stop((next_poll_ns - time.perf_counter_ns()) / 1e9):
                 poll_started_ns = time.perf_counter_ns()
                 # Schedule from the actual start when late: no burst of catch-up polls, and
-                # never closer than the backend allows (GPM: > 100 ms).
+                # never closer than the backend allows (GPM: > GPM_MIN_SAMPLE_GAP_S).
                 next_poll_ns = max(
                     next_poll_ns + interval_ns, poll_started_ns + interval_ns // 2, poll_started_ns + min_gap_ns
                 )

@@ -4,7 +4,7 @@ Like torchtitan's `maybe_enable_profiling`: the trainer only calls `step()` once
 reads `recording` to decide whether to emit phase labels; nothing else knows the profiler exists.
 Traces are named as torch's `tensorboard_trace_handler` names them (`<worker>.<ns>.pt.trace.json.gz`), so
 TensorBoard, HTA and Perfetto open them; they are gzipped here at zlib's default level as indexed multi-member
-gzip (`trace_gzip`: members of ~4 MiB of text cut at event boundaries, compressed by a few threads), which every
+gzip (`trace_gzip`: members of a few MiB of text cut at event boundaries, compressed by a few threads), which every
 gzip reader reads as one stream and `yolo-mlops analyze` decompresses and parses in parallel. torch's own `.gz`
 export writes line by line at level 9 (benchmarks/bench_trace_export.py measures both). key_averages tables are
 built after training.

@@ -46,7 +46,7 @@ PIECE_BYTES = 2 << 20
 QUEUED_PIECES = 4
 _COMPRESSED_READ = 256 << 10
 # While a reader thread runs, the interpreter switches threads this often (s): the thread needs the GIL
-# only between two zlib calls, and should not wait Python's default 5 ms for it.
+# only between two zlib calls, and should not wait out Python's default switch interval for it.
 _SWITCH_INTERVAL_S = 0.0005
 
 

@@ -441,7 +441,7 @@ def track(prepared: PreparedRun, outcome: TrainingOutcome, analysis: RunAnalysis
     tags = outcome.applied.tags()
     tags.update(analysis.tags)
     params = {}
-    if len(outcome.nvml):  # GPM needs > 100 ms between samples, so the interval may differ from the asked one
+    if len(outcome.nvml):  # GPM needs a minimum gap between samples, so the interval may differ from the asked one
         params[names.SAMPLER_EFFECTIVE_INTERVAL] = f"{outcome.nvml.interval_s * 1000:g}"
     if outcome.ranks:
         backend = analysis.tags.pop(_BACKEND_USED, None)

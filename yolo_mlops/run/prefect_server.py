@@ -1,26 +1,10 @@
 """The temporary Prefect server a command starts when no `PREFECT_API_URL` is set.
 
-Prefect starts it on first use (a uvicorn subprocess that migrates a SQLite database) and gives it 20 s by
-default: too little on a busy 2-core box, where data-loader workers of another training hold the CPUs. And
-by default every temporary server of every process uses the same `~/.prefect/prefect.db`, so two commands
-started at once migrate and write one SQLite file together and one of them crashes on "database is locked".
-
-`configure(home)` runs before prefect is imported (Prefect reads its settings once, on import) and only
-sets what the user has not set:
-
-- `PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS` = 180;
-- a database no other running command uses: slot N of `<home>/prefect/server-<prefect version>-<N>.db`,
-  held with a file lock for the life of the process (the lock goes with the process, however it ends). The
-  database is kept for the next command that gets the slot, so only the first command per slot pays for
-  migrating a new database;
-- telemetry off (the tool runs offline).
-
-The server's own output (uvicorn's and SQLAlchemy's logging, a traceback when its database pool is cut off
-at shutdown on a loaded machine) goes to `server_log()`, beside its database, not into the command's
-output: it is the server's, not the user's. A startup failure's line names that file.
-
-Within one process Prefect keeps one temporary server (one `SubprocessASGIServer` per port, the port left
-to Prefect), so a sweep's child flows reuse the server its parent started.
+`configure(home)` runs before prefect is imported (Prefect reads its settings once, on import) and sets only what
+the user has not: a start-up timeout a busy machine can meet, a database slot no other running command uses (held
+with a file lock for the life of the process, kept for the next command on the slot), telemetry off. The server's
+own output goes to `server_log()`, beside its database, not into the command's. Why each: docs/reliability.md
+("The temporary Prefect server").
 """
 
 from __future__ import annotations
@@ -31,7 +15,7 @@ from typing import IO
 
 from yolo_mlops.errors import ConfigError
 
-STARTUP_TIMEOUT_S = 180  # measured: ~10 s on an idle 2-core box, ~100 s with 4 CPU burners beside it
+STARTUP_TIMEOUT_S = 180  # above the slowest start measured on a loaded 2-core box (docs/benchmarks.md)
 SLOTS = 64  # commands running at once on one data home
 _TIMEOUT_VAR = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 _DATABASE_VARS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")

@@ -2,7 +2,7 @@
 the URI, of the store its artifacts go to, and the server's health during a run.
 
 Every server a command talks to (the MLflow tracking server, an HTTP or S3 artifact store, the Prefect API) is
-asked first with one bounded request (`probe`: `YOLO_MLOPS_SERVER_TIMEOUT_S`, 5 s by default, for the connection
+asked first with one bounded request (`probe`: `YOLO_MLOPS_SERVER_TIMEOUT_S` (5 s by default) for the connection
 and for the answer), and a server that does not answer is one line naming its URL and what answered: nothing,
 a refused connection, or something that is not that server. A client library's own retries would otherwise
 wait minutes on a server that accepts connections and never answers.
@@ -76,7 +76,7 @@ class Answer:
     url: str
     status: int | None = None  # None: no HTTP answer at all
     body: str = ""  # the first bytes of the answer, as text
-    silence: str = ""  # why there was no answer: "connection refused", "nothing answered within 5 s", ...
+    silence: str = ""  # why there was no answer: "connection refused", "nothing answered within <timeout> s", ...
 
 
 def probe(url: str, headers: dict[str, str] | None = None, timeout_s: float | None = None) -> Answer:
@@ -178,9 +178,9 @@ def check_reachable(uri: str | None = None, timeout_s: float | None = None) -> N
         raise ConfigError(f"unsupported MLFLOW_TRACKING_URI scheme {scheme!r} in {uri}")
 
 
-# MLflow's own HTTP defaults retry for minutes (7 retries, backoff factor 2, 120 s timeout): with the server
-# gone, one call took 4.4 min. These bound one call to about 3 s when the server refuses connections and
-# about 3 x 15 s when it hangs; a user's own settings win.
+# MLflow's own HTTP defaults (7 retries, backoff factor 2, a long timeout) retry for minutes with the server gone
+# (docs/reliability.md). These bound one call to a few seconds when the server refuses connections and to three
+# request timeouts when it hangs; a user's own settings win.
 HTTP_RETRY_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
