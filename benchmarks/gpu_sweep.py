@@ -3,7 +3,7 @@
 Runs the real `sweep` flow (every child a real profiled training run logged to MLflow, each holding the
 device's Prefect concurrency slot) and prints the comparison table.
 
-    python3 benchmarks/gpu_sweep.py              # defaults below: ~10 min on one GPU (compile children dominate)
+    python3 benchmarks/gpu_sweep.py              # defaults below: the longest (compile children dominate; docs/gpu.md)
     python3 benchmarks/gpu_sweep.py --repeats 2 --max-steps 40 --variants amp_bf16,compile
     python3 benchmarks/gpu_sweep.py --dry-run             # imports and the sweep plan only, no CUDA call
 
