@@ -1,6 +1,6 @@
 """`yolo-mlops bisect`: the per-step decision's error rates (simulated), bad input (one line each), and end to end
 on CPU: a clone of this project with a planted history of 4 commits, one of which sleeps in every training
-step's forward pass, bisected with real YOLO11n training runs of each commit's own code (real SQLite MLflow
+step, bisected with real YOLO11n training runs of each commit's own code (real SQLite MLflow
 store, real Prefect test server)."""
 
 from __future__ import annotations
@@ -22,20 +22,21 @@ from yolo_mlops.trends.attribution import Key
 REPO = Path(__file__).resolve().parents[2]
 TINY: dict[str, Any] = tiny(max_steps=10)
 TRAINING = "yolo_mlops/run/training.py"
-HOOK = "    def _forward_end(self, module, args, output) -> None:\n        if self._in_step:\n"
+# every training step runs this line (the forward hooks run only inside the profiler window)
+HOOK = "        self.timer.batch_start()\n        self._in_step = True\n"
 PLANTED = (
-    "            import time as _time\n\n            import torch as _torch\n\n"
-    '            with _torch.autograd.profiler.record_function("bisect_test::planted_sleep"):\n'
-    "                _time.sleep(0.5)\n"
+    "        import time as _time\n\n        import torch as _torch\n\n"
+    '        with _torch.autograd.profiler.record_function("bisect_test::planted_sleep"):\n'
+    "            _time.sleep(0.5)\n"
 )
 COMMITS, SLOW_AT = 4, 3  # the planted slow commit: the 3rd of 4 after good (the first look, the 2nd, is good)
 # One operator a few ms slower: about 1.5 run-to-run sd of this workload's step time on a quiet machine (3 ms of
 # a ~52 ms step whose runs vary by 2.5-5.4%, the test suite's recorded bisect runs), far below it on a loaded one.
 OPERATOR = "bisect_test::planted_op"
 PLANTED_OP = (
-    "            import time as _time\n\n            import torch as _torch\n\n"
-    f'            with _torch.autograd.profiler.record_function("{OPERATOR}"):\n'
-    "                _time.sleep(0.003)\n"
+    "        import time as _time\n\n        import torch as _torch\n\n"
+    f'        with _torch.autograd.profiler.record_function("{OPERATOR}"):\n'
+    "            _time.sleep(0.003)\n"
 )
 OP_WORKLOAD = {**TINY, "max_steps": 18, "profiler": {**TINY["profiler"], "active": 8}}
 
@@ -60,7 +61,7 @@ def _history(
     commits: int,
     slow_at: int | None,
     planted: str = PLANTED,
-    message_slow: str = "Training: wait 500 ms in every forward pass",
+    message_slow: str = "Training: wait 500 ms in every training step",
 ) -> list[str]:
     """[good, c1, ..., c_commits]: harmless note changes, and at `slow_at` a sleep in every training step."""
     hashes = [_git(repo, "rev-parse", "HEAD")]
@@ -252,7 +253,7 @@ def test_bisect_names_the_planted_commit(planted):
     repo, hashes, result = planted
     assert result.result == "first_bad"
     assert result.first_bad.hash == hashes[SLOW_AT]
-    assert result.first_bad.subject == "Training: wait 500 ms in every forward pass"
+    assert result.first_bad.subject == "Training: wait 500 ms in every training step"
     # the premise + at most 2 bisection steps (walking the 4 commits one by one from good would take 3)
     assert len(result.steps) <= math.ceil(math.log2(COMMITS)) + 1
     assert result.shift[1] > 0.3  # the 95% interval of the slowdown is well above zero
