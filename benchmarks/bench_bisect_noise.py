@@ -1,6 +1,6 @@
 """Run-to-run noise of real profiled CPU runs: step time against one operator's time per step.
 
-Each run is a process of its own, as in a bisection (`python -P yolo_mlops/bisect/driver.py spec.yaml`, a
+Each run is a process of its own, as in a bisection (`python -P yolo_mlops/bisect/commit_process.py spec.yaml`, a
 temporary SQLite MLflow store), of the tiny workload of tests/bisect/test_bisect.py (YOLO11n, 64 px, batch 4,
 synthetic data, CPU) at several lengths, the lengths interleaved run by run so the machine's drift falls on
 all of them alike. For every run: `perf/step_time_ms_p50` (the steady steps outside the profiler window) and
@@ -30,7 +30,7 @@ import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DRIVER = REPO / "yolo_mlops" / "bisect" / "driver.py"
+COMMIT_PROCESS = REPO / "yolo_mlops" / "bisect" / "commit_process.py"
 
 
 def spec(steps: int, active: int) -> dict:
@@ -53,7 +53,12 @@ def one_run(home: Path, fields: dict, index: int) -> str:
     env = {**os.environ, "YOLO_MLOPS_HOME": str(home)}
     env.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run(
-        [sys.executable, "-P", str(DRIVER), str(path)], env=env, cwd=home, capture_output=True, text=True, timeout=1200
+        [sys.executable, "-P", str(COMMIT_PROCESS), str(path)],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     marks = [line for line in done.stdout.splitlines() if line.startswith("BISECT_RUN_ID=")]
     if done.returncode != 0 or not marks:

@@ -62,7 +62,7 @@ def bisect(
         run_timeout_s=run_timeout_s,
     )
     plan = bisection.prepare(request)
-    result = bisection.run(plan, hold=_hold_gpu)
+    result = bisection.run_bisection(plan, hold=_hold_gpu)
     create_markdown_artifact(
         result.report, key="bisect-report", description=f"bisect {plan.good.short}..{plan.bad.short}: {result.result}"
     )

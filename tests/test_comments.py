@@ -43,7 +43,7 @@ DEFINITION = re.compile(
 
 # (path, text the line holds): each a behaviour-defining value that FIGURE matches and DEFINITION cannot tell
 ALLOWED: dict[tuple[str, str], str] = {
-    ("yolo_mlops/bisect/execution.py", "TERM, 60 s for the run to end"): "the wait `_stop` passes to proc.wait",
+    ("yolo_mlops/bisect/commit_runs.py", "TERM, 60 s for the run to end"): "the wait `_stop` passes to proc.wait",
 }
 
 

@@ -291,7 +291,7 @@ def test_no_import_against_the_direction_inside_a_layer():
         (
             "sideways",
             {
-                "yolo_mlops.trends.nightly": {"yolo_mlops.bisect.runner": 7, "yolo_mlops.trends.history": 8},
+                "yolo_mlops.trends.nightly": {"yolo_mlops.bisect.bisection": 7, "yolo_mlops.trends.history": 8},
                 "yolo_mlops.flows.sweep": {"yolo_mlops.cli.run": 3},
                 "yolo_mlops.cli.run": {"yolo_mlops.flows.sweep": 4},
                 "yolo_mlops.names": {"yolo_mlops.config.params": 9},
@@ -301,7 +301,7 @@ def test_no_import_against_the_direction_inside_a_layer():
                 "is not a direction SIDEWAYS allows",
                 "yolo_mlops.names imports yolo_mlops.config.params at line 9: yolo_mlops.names -> "
                 "yolo_mlops.config is not a direction SIDEWAYS allows",
-                "yolo_mlops.trends.nightly imports yolo_mlops.bisect.runner at line 7: yolo_mlops.trends -> "
+                "yolo_mlops.trends.nightly imports yolo_mlops.bisect.bisection at line 7: yolo_mlops.trends -> "
                 "yolo_mlops.bisect is not a direction SIDEWAYS allows",
             ],
         ),

@@ -339,7 +339,7 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
     import numpy as np
 
     from yolo_mlops.bisect import search
-    from yolo_mlops.bisect.execution import Runner
+    from yolo_mlops.bisect.commit_runs import CommitRunner
     from yolo_mlops.bisect.git import Commit
     from yolo_mlops.bisect.models import BisectPlan, BisectRequest, ProfiledRun
     from yolo_mlops.bisect.report import report
@@ -360,7 +360,7 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
         "not checked",
     )
 
-    class Generated(Runner):
+    class Generated(CommitRunner):
         def __init__(self) -> None:
             self.plan, self.count = plan, 0
 

@@ -122,18 +122,18 @@ def test_the_waits_of_a_child():
 
 
 def test_a_bisection_run_past_its_timeout_is_killed_and_reported(tmp_path: Path):
-    """`bisect.runner._child`: the process is ended (TERM) and the exit code says it timed out."""
-    from yolo_mlops.bisect import runner
+    """`bisect.commit_runs.run_commit_process`: the process is ended (TERM) and the exit code says it timed out."""
+    from yolo_mlops.bisect import commit_runs
 
     # a process left to its 600 s sleep would end with 0, not TIMED_OUT
-    code, output = runner._child(
+    code, output = commit_runs.run_commit_process(
         ["-c", "import time; print('started', flush=True); time.sleep(600)"],
         {},
         tmp_path,
         tmp_path / "run.log",
         timeout_s=0.5,
     )
-    assert code == runner.TIMED_OUT
+    assert code == commit_runs.TIMED_OUT
     assert "started" in output or output == ""  # the process may be ended before it printed
     done = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "ok"

@@ -246,7 +246,7 @@ def test_bisect_from_an_operator_finding_decides_on_the_operators_series():
     from pathlib import Path
 
     from yolo_mlops.bisect import search
-    from yolo_mlops.bisect.execution import Runner
+    from yolo_mlops.bisect.commit_runs import CommitRunner
     from yolo_mlops.bisect.git import Commit
     from yolo_mlops.bisect.models import BisectPlan, BisectRequest, ProfiledRun
     from yolo_mlops.bisect.report import report as bisect_report
@@ -267,7 +267,7 @@ def test_bisect_from_an_operator_finding_decides_on_the_operators_series():
         "not checked",
     )
 
-    class Generated(Runner):
+    class Generated(CommitRunner):
         def __init__(self) -> None:
             self.plan, self.count = plan, 0
 

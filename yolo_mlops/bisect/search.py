@@ -1,5 +1,5 @@
 """The bisection itself: the premise (bad vs good), then halving the commit range step by step, each step
-decided by `decide` over the runs `execution.Runner` makes, and the first bad commit's shift.
+decided by `decide` over the runs `commit_runs.CommitRunner` makes, and the first bad commit's shift.
 
 The premise decides on step time and on what moved (`decide.run_premise_named`): when entries of the runs'
 profiles (operators, device kernels, or step phases) moved beyond noise by at least min_effect of the step,
@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from yolo_mlops import names
 from yolo_mlops.bisect import decide
+from yolo_mlops.bisect.commit_runs import CommitRunner
 from yolo_mlops.bisect.decide import Decision, Figure, Observation, Sides
-from yolo_mlops.bisect.execution import Runner
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import (
     FIRST_BAD,
@@ -40,7 +40,7 @@ def _operator_observation(run: ProfiledRun) -> Observation:
     return Observation(run.slowness, run.step_ms, None)
 
 
-def bisect(plan: BisectPlan, runner: Runner, parent_id: str) -> BisectResult:
+def bisect(plan: BisectPlan, runner: CommitRunner, parent_id: str) -> BisectResult:
     settings = plan.settings
     commits = [plan.good, *plan.commits]  # index 0 known good, last known bad (once the premise holds)
     premise_runs: dict[int, tuple[ProfiledRun, ProfiledRun]] = {}

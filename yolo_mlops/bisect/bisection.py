@@ -1,7 +1,7 @@
-"""A bisection end to end, recorded in MLflow: `run(plan)` after `checks.prepare(request)`.
+"""A bisection end to end, recorded in MLflow: `run_bisection(plan)` after `checks.prepare(request)`.
 
 A parent MLflow run (`yolo_mlops.run_kind=bisect`) in the bisect experiment, ended FINISHED, or FAILED /
-KILLED with the reason; every profiled run (`execution`) is its child. Inside it: one installed copy of the
+KILLED with the reason; every profiled run (`commit_runs`) is its child. Inside it: one installed copy of the
 code per commit (`git.Installs`), the search (`search.bisect`), the attribution of the first bad commit's
 runs (trends' attribution), the report (`report`), and the parent's tags, metrics and `bisect/report.md`.
 
@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING
 
 from yolo_mlops import names
 from yolo_mlops.bisect import git, search
-from yolo_mlops.bisect.execution import TIMED_OUT as TIMED_OUT  # the subprocess bound, as callers reach it here
-from yolo_mlops.bisect.execution import Hold, Runner, no_hold
-from yolo_mlops.bisect.execution import run_child as _child  # noqa: F401  (named here before execution existed)
+from yolo_mlops.bisect.commit_runs import CommitRunner, Hold, no_hold
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import DECIDED_ON_TAG, BisectPlan, BisectResult, ProfiledRun, StepRecord
 from yolo_mlops.bisect.report import report
@@ -30,7 +28,7 @@ if TYPE_CHECKING:
     from yolo_mlops.trends.attribution import Attribution
 
 
-def run(
+def run_bisection(
     plan: BisectPlan, mlflow: MlflowClient | None = None, hold: Hold = no_hold, log: Callable[[str], None] = print
 ) -> BisectResult:
     """Premise, then bisection steps; everything recorded under one parent run."""
@@ -64,7 +62,7 @@ def run(
         f"(run {plan.workload_run}); parent run {parent_id}"
     )
     with run_end.run_guard(mlflow, parent_id), git.Installs(plan.repo) as installs:
-        runner = Runner(plan, mlflow, parent_id, installs, hold, log)
+        runner = CommitRunner(plan, mlflow, parent_id, installs, hold, log)
         try:
             result = search.bisect(plan, runner, parent_id)
         finally:

@@ -1,4 +1,4 @@
-"""The bisection's run driver runs the pipeline of whichever commit it is given: the steps of today's code and
+"""The bisection's commit process runs the pipeline of whichever commit it is given: the steps of today's code and
 of code from before the analysis step was spelled `analyze`, and says so (UNSUPPORTED) for code too old to
 have the steps. The commit's code here is a package written by the test in the layout of those commits."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from yolo_mlops.bisect import driver
+from yolo_mlops.bisect import commit_process
 
-DRIVER = Path(driver.__file__)
+COMMIT_PROCESS = Path(commit_process.__file__)
 
 
 def _commit_code(root: Path, analysis_step: str | None) -> Path:
-    """A `yolo_mlops` package with the modules the driver loads; every step appends its name to steps.log."""
+    """A `yolo_mlops` package with the modules the commit process loads; every step appends its name to steps.log."""
     files = {
         "__init__.py": "",
         "config/__init__.py": "def load_run_spec(path):\n    return open(path).read()\n",
@@ -74,7 +74,7 @@ def _drive(tmp_path: Path, analysis_step: str | None) -> tuple[subprocess.Comple
     spec.write_text("model: yolo11n.yaml\n")
     log = tmp_path / "steps.log"
     done = subprocess.run(
-        [sys.executable, "-P", str(DRIVER), str(spec)],
+        [sys.executable, "-P", str(COMMIT_PROCESS), str(spec)],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(code), "STEPS_LOG": str(log), "PATH": "/usr/bin:/bin"},
@@ -87,11 +87,11 @@ def _drive(tmp_path: Path, analysis_step: str | None) -> tuple[subprocess.Comple
 def test_the_commits_steps_run_in_order(tmp_path, analysis_step):
     done, steps = _drive(tmp_path, analysis_step)
     assert done.returncode == 0, done.stderr
-    assert driver.RUN_ID_MARK + "run-1" in done.stdout.splitlines()
+    assert commit_process.RUN_ID_MARK + "run-1" in done.stdout.splitlines()
     assert steps == ["prepare model: yolo11n.yaml", "train", analysis_step, "track analysis"]
 
 
 def test_code_without_the_steps_is_unsupported(tmp_path):
     done, steps = _drive(tmp_path, None)
-    assert done.returncode == driver.UNSUPPORTED_EXIT, done.stderr
-    assert done.stdout.startswith(driver.UNSUPPORTED_MARK) and steps == []
+    assert done.returncode == commit_process.UNSUPPORTED_EXIT, done.stderr
+    assert done.stdout.startswith(commit_process.UNSUPPORTED_MARK) and steps == []

@@ -1,6 +1,6 @@
 """The profiled runs of a bisection: one process per run, in the code of one commit, bounded by a timeout.
 
-Each run is the workload's RunSpec run by `driver.py` (this installation's file, `python -P`) with
+Each run is the workload's RunSpec run by `commit_process.py` (this installation's file, `python -P`) with
 `PYTHONPATH=<that commit's installed copy>` (`git.Installs`), its working folder outside the repository and
 `YOLO_MLOPS_GIT_COMMIT=<commit>` so the run records which code ran; a commit whose code lacks the pipeline's
 steps falls back to `python -m yolo_mlops.cli profile --config spec.yaml`. Every run is a child of the
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 import yaml
 
 from yolo_mlops import names
-from yolo_mlops.bisect import driver, git
+from yolo_mlops.bisect import commit_process, git
 from yolo_mlops.bisect.decide import Key
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import RUN_TIMEOUT_S, BisectPlan, ProfiledRun, Role
@@ -34,8 +34,8 @@ from yolo_mlops.trends.trend import is_operator
 if TYPE_CHECKING:
     from yolo_mlops.tracking.connection import MlflowClient
 
-TIMED_OUT = -9  # run_child's exit code for a process killed past its timeout
-DRIVER_FILE = Path(driver.__file__).resolve()
+TIMED_OUT = -9  # run_commit_process's exit code for a process killed past its timeout
+COMMIT_PROCESS_FILE = Path(commit_process.__file__).resolve()
 
 T = TypeVar("T")
 Hold = Callable[[str], contextlib.AbstractContextManager]  # device -> held around each run (the GPU limit)
@@ -49,7 +49,7 @@ class RunFailed(RuntimeError):
     pass
 
 
-class Runner:
+class CommitRunner:
     """Profiled runs of one bisection: one process per run, the code of the commit, children of the parent."""
 
     def __init__(
@@ -98,13 +98,13 @@ class Runner:
         t0 = time.perf_counter()
         with self.hold(self.device):
             timeout = self.plan.request.run_timeout_s
-            code, output = run_child(
-                ["-P", str(DRIVER_FILE), str(spec_path)], env, self.installs.root, log_path, timeout
+            code, output = run_commit_process(
+                ["-P", str(COMMIT_PROCESS_FILE), str(spec_path)], env, self.installs.root, log_path, timeout
             )
-            if code == driver.UNSUPPORTED_EXIT and driver.UNSUPPORTED_MARK in output:
+            if code == commit_process.UNSUPPORTED_EXIT and commit_process.UNSUPPORTED_MARK in output:
                 # older code: its own command line, with its own Prefect and no GPU limit
                 cli_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-                code, output = run_child(
+                code, output = run_commit_process(
                     ["-m", "yolo_mlops.cli", "profile", "--config", str(spec_path)],
                     cli_env,
                     self.installs.root,
@@ -184,7 +184,7 @@ class Runner:
         return measure
 
 
-def run_child(
+def run_commit_process(
     args: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float = RUN_TIMEOUT_S
 ) -> tuple[int, str]:
     """A Python process; its output to `log_path`; ended (TERM, then KILL) if this process is interrupted, or
@@ -215,10 +215,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_id_in(output: str) -> str | None:
-    """The MLflow run id a run process printed (the driver's mark, or the command line's summary)."""
+    """The MLflow run id a run process printed (commit_process's mark, or the command line's summary)."""
     for line in output.splitlines():
-        if line.startswith(driver.RUN_ID_MARK):
-            return line[len(driver.RUN_ID_MARK) :].strip()
+        if line.startswith(commit_process.RUN_ID_MARK):
+            return line[len(commit_process.RUN_ID_MARK) :].strip()
         if line.startswith("MLflow run "):  # the command line's summary
             return line.split()[2]
     return None

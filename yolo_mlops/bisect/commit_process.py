@@ -1,6 +1,6 @@
 """One profiled run of a bisection, in the code of the commit being measured.
 
-Started by `execution` as `python -P <this file> SPEC_YAML` with `PYTHONPATH=<that commit's installed copy>`:
+Started by `commit_runs` as `python -P <this file> SPEC_YAML` with `PYTHONPATH=<that commit's installed copy>`:
 this file is the bisecting installation's own (a commit from before it existed has none), while every
 `yolo_mlops` module it imports is the commit's. `-P` keeps this file's folder off `sys.path`, so nothing in it
 shadows a module. It runs the steps of `flows/profile_training.py` without Prefect (the bisection holds the
@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 RUN_ID_MARK = "BISECT_RUN_ID="
-UNSUPPORTED_MARK = "BISECT_DRIVER_UNSUPPORTED"
+UNSUPPORTED_MARK = "BISECT_COMMIT_PROCESS_UNSUPPORTED"
 UNSUPPORTED_EXIT = 3
 
 
@@ -49,7 +49,7 @@ def _steps() -> tuple[Any, Any, Any, Any, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -P driver.py SPEC_YAML", file=sys.stderr)
+        print("usage: python -P commit_process.py SPEC_YAML", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop)
     try:
