@@ -5,7 +5,7 @@ Thin: planning, collection, statistics and reports live in `yolo_mlops.sweeps`. 
 - creates the parent MLflow run (`yolo_mlops.run_kind=sweep`) and ends it FINISHED unless the sweep itself breaks,
 - runs the children, isolating failures (a failed or lost child is recorded, the sweep goes on), through
   `sweeps.lanes`: one after another here, one lane per device in worker processes, or one lane per machine of
-  a work pool; a child here is a `profile-training` subflow inside its device's limit (`run_child`),
+  a work pool; a child here is a `profile-training` subflow inside its device's limit (`run_variant_child`),
 - logs the comparison to the parent run and as Prefect artifacts.
 
 Deployment entrypoint: `flows/sweep.py:sweep`.
@@ -48,7 +48,7 @@ class SweepResult:
     children: list[dict[str, Any]] = field(default_factory=list)
 
 
-def run_child(
+def run_variant_child(
     plan: SweepPlan, parent_run_id: str, dataset_yaml: Path | None, child: Child, limit: str | None = None
 ) -> ChildOutcome:
     """One variant x repeat as the profile-training subflow, holding the device's concurrency slot."""
@@ -83,7 +83,10 @@ def run_child(
 def run_lane(plan: SweepPlan, lane: Lane, parent_run_id: str, dataset_yaml: Path | None) -> list[ChildOutcome]:
     """One device's children, block by block, in a process of its own (torch's global switches such as
     cudnn.benchmark and the data loader's CPU work must not be shared with another device's children)."""
-    return [run_child(plan, parent_run_id, dataset_yaml, child, lane.limit) for child in plan.lane_children(lane.name)]
+    return [
+        run_variant_child(plan, parent_run_id, dataset_yaml, child, lane.limit)
+        for child in plan.lane_children(lane.name)
+    ]
 
 
 @flow(name="sweep", log_prints=True)
@@ -179,7 +182,7 @@ def sweep(
             parent_id,
             target,
             lanes.Waits(lost_after_s, start_timeout_s, run_timeout_s),
-            partial(run_child, plan, parent_id, dataset_yaml),
+            partial(run_variant_child, plan, parent_id, dataset_yaml),
             run_lane,
             {"plan": plan, "parent_run_id": parent_id, "dataset_yaml": dataset_yaml},
         )

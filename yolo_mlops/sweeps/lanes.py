@@ -7,7 +7,7 @@ deployment on that machine's work queue (`remote`). `isolation="exclusive"` runs
 Every wait is bounded (`Waits`): a lane that does not finish in time fails its children and its process is
 ended, and a child left RUNNING in MLflow by a lost machine or an ended lane is ended FAILED with its reason.
 
-The flow passes in how one child runs here (`run_child`: the profile-training subflow inside its device's
+The flow passes in how one child runs here (`run_variant_child`: the profile-training subflow inside its device's
 limit) and the Prefect task that runs a lane in a worker process; the scheduling itself is this module's.
 """
 
@@ -49,14 +49,14 @@ def run_lanes(
     parent_run_id: str,
     target: remote.PoolTarget | None,
     waits: Waits,
-    run_child: RunChild,
+    run_variant_child: RunChild,
     lane_task: Any,
     lane_parameters: dict[str, Any],
 ) -> list[ChildOutcome]:
     """Every child's outcome, in the plan's order. `lane_task` is submitted once per local lane with
     `lane_parameters` plus `lane`."""
     if not plan.lanes:
-        return [run_child(child, plan.concurrency_limit) for child in plan.children]
+        return [run_variant_child(child, plan.concurrency_limit) for child in plan.children]
     width = 1 if plan.isolation == "exclusive" else len(plan.lanes)
     if target is not None:
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="sweep-lane") as pool:
