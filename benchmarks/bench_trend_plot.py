@@ -1,4 +1,4 @@
-"""The nightly picture of one series (`trends.report.plot_series`, drawn and saved as PNG for every judged
+"""The nightly picture of one series (`trends.trend_report.plot_series`, drawn and saved as PNG for every judged
 series each night) at the lengths a series reaches: 63, 188 and 375 nights (two months, half a year, a year),
 a new commit every 7 nights, a 10% step-time regression at 70% of the history, 2% noise. Medians of interleaved
 repeats, in one process (matplotlib imported once, as in the nightly judging).
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from yolo_mlops import names
-from yolo_mlops.trends import report
+from yolo_mlops.trends import trend_report
 from yolo_mlops.trends.history import HistoryRun
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, series_trend
 
@@ -59,11 +59,11 @@ def main() -> int:
     trends: dict[int, SeriesTrend] = {n: series_trend(history(n), DetectionSettings()) for n in args.runs}
     times: dict[int, list[float]] = {n: [] for n in args.runs}
     with tempfile.TemporaryDirectory() as tmp:
-        report.plot_series(trends[args.runs[0]], Path(tmp) / "warm.png")  # fonts and caches loaded once
+        trend_report.plot_series(trends[args.runs[0]], Path(tmp) / "warm.png")  # fonts and caches loaded once
         for _ in range(args.repeats):
             for n, trend in trends.items():
                 start = time.perf_counter()
-                report.plot_series(trend, Path(tmp) / f"{n}.png")
+                trend_report.plot_series(trend, Path(tmp) / f"{n}.png")
                 times[n].append(time.perf_counter() - start)
     print("| runs | version changes | plot_series median s | repeats |\n|---|---|---|---|")
     for n, trend in trends.items():

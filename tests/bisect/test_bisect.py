@@ -141,8 +141,8 @@ def test_step_decision_reads_the_sides_right():
 
 
 def test_a_regression_with_a_commit_range_offers_the_bisect_command():
-    from yolo_mlops.trends.report import bisect_command
     from yolo_mlops.trends.trend import ChangeEvent, VersionChange
+    from yolo_mlops.trends.trend_report import bisect_command
 
     def change(direction, what):
         return ChangeEvent("perf/step_time_ms_p50", 4, "r" * 32, 0, 100.0, 150.0, 50.0, 1e-6, direction, what, (), ())
@@ -339,10 +339,10 @@ def _search(effect: float, op_noise: float | None, seed: int, commits: int = 8, 
     import numpy as np
 
     from yolo_mlops.bisect import search
+    from yolo_mlops.bisect.bisection_report import report
     from yolo_mlops.bisect.commit_runs import CommitRunner
     from yolo_mlops.bisect.git import Commit
     from yolo_mlops.bisect.models import BisectPlan, BisectRequest, ProfiledRun
-    from yolo_mlops.bisect.report import report
     from yolo_mlops.config import RunSpec
 
     rng = np.random.default_rng(seed)

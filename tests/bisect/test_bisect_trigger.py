@@ -140,9 +140,9 @@ def test_a_version_boundary_that_moved_a_metric_has_a_range_to_bisect():
         {"changed": (("commit", "none", BAD),)},
     ):
         assert candidate_range(event(**kwargs)) is None
-    from yolo_mlops.trends import report
+    from yolo_mlops.trends import trend_report
 
-    assert report.candidate_line(event(), "ms").endswith(f"; bisect it: `{target.command()}`")
+    assert trend_report.candidate_line(event(), "ms").endswith(f"; bisect it: `{target.command()}`")
 
 
 def test_start_without_the_deployment_is_one_line(prefect_server):

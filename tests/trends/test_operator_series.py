@@ -17,7 +17,7 @@ from histories import operator_history, operator_levels, operator_nights
 
 from yolo_mlops import names
 from yolo_mlops.analysis import operators as run_operators
-from yolo_mlops.trends import confirm, op_series, operators, power, report, trend
+from yolo_mlops.trends import confirm, op_series, operators, power, trend, trend_report
 from yolo_mlops.trends.attribution import Key, RunProfile
 
 LEVELS = operator_levels(30)
@@ -98,7 +98,7 @@ def test_a_small_operator_made_slower_is_found_at_its_night_with_its_version_bou
     line = operators.finding_line(found)
     assert line.startswith("aten::sim_op_12 self time x3") and "torch 2.14.1 -> 2.15.0" in line, line
     assert "of step, moderate (below the step time's detection power of" in line and "[regression; " in line
-    assert f"--metric {SMALL}" in report.bisect_command(v.new_changes[0])  # type: ignore[operator]
+    assert f"--metric {SMALL}" in trend_report.bisect_command(v.new_changes[0])  # type: ignore[operator]
     # judged again the next night: reported once
     assert trend.verdict(t, _night(runs, 10) | {runs[-1].run_id}).per_metric[SMALL] == "regression"
 
@@ -192,7 +192,7 @@ def test_detection_power_per_operator_series():
     found = {d.metric: d for d in power.for_operators(t, 3)}
     assert set(found) == {m.metric for m in t.operators}
     assert all(d.repeats == 3 and math.isfinite(d.shift_pct) and 5 < d.shift_pct < 60 for d in found.values())
-    table = report.operator_section(t, power.for_trend(t, 3))
+    table = trend_report.operator_section(t, power.for_trend(t, 3))
     assert "## Operator series" in table and "aten::sim_op_00" in table and "min. detectable step" in table
 
 
@@ -246,10 +246,10 @@ def test_bisect_from_an_operator_finding_decides_on_the_operators_series():
     from pathlib import Path
 
     from yolo_mlops.bisect import search
+    from yolo_mlops.bisect.bisection_report import report as bisect_report
     from yolo_mlops.bisect.commit_runs import CommitRunner
     from yolo_mlops.bisect.git import Commit
     from yolo_mlops.bisect.models import BisectPlan, BisectRequest, ProfiledRun
-    from yolo_mlops.bisect.report import report as bisect_report
     from yolo_mlops.config import RunSpec
 
     rng = np.random.default_rng(21)

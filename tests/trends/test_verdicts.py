@@ -111,7 +111,7 @@ def test_drift_verdict_is_reported_once_as_it_becomes_significant():
 
 
 def test_drift_is_plotted_and_reported(tmp_path):
-    from yolo_mlops.trends import report
+    from yolo_mlops.trends import trend_report
 
     versions = [{"torch": "2.14.1" if i < 120 else "2.15.0"} for i in range(200)]
     t = trend.series_trend(
@@ -119,10 +119,10 @@ def test_drift_is_plotted_and_reported(tmp_path):
     )
     m = t.metric(names.STEP_TIME_P50)
     assert m is not None and m.drift is not None and m.drift.direction == "regression"  # step time went up
-    text = report.series_report(t, {}, detectable=power.for_trend(t, 3))
+    text = trend_report.series_report(t, {}, detectable=power.for_trend(t, 3))
     assert "drift +5" in text and "version boundary: perf/step_time_ms_p50 at torch 2.14.1 -> 2.15.0" in text
     assert "detection power" in text
-    png = report.plot_series(t, tmp_path / "s.png")
+    png = trend_report.plot_series(t, tmp_path / "s.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -8,7 +8,7 @@ Analyses are functions from parsed trace columns to plain dataclasses; see docs/
 - `trace_analysis`: `analyze_traces(path) -> TraceAnalysis`, the ranks in worker processes when big.
 - `model`: the result dataclasses and their JSON; `stored`: a run's stored analysis read back.
 - `diagnosis`: findings with their estimated savings.
-- `metrics`: the `trace/*` metrics; `render_text`: what `yolo-mlops analyze` prints; `report` (blocks of
+- `metrics`: the `trace/*` metrics; `render_text`: what `yolo-mlops analyze` prints; `run_report` (blocks of
   `document`): the run's report.md and report.html with plots; `progress_bar`: analyze's bar on a terminal.
 Importing the package costs numpy, msgspec and ijson (which every analysis needs) and nothing heavier:
 the report's plotting stack (matplotlib) is imported when a figure is drawn, never torch or MLflow.
@@ -20,7 +20,7 @@ from yolo_mlops.analysis.diagnosis import DiagnosisInput, Finding, Saving, diagn
 from yolo_mlops.analysis.metrics import headline_metrics
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.analysis.render_text import render_text
-from yolo_mlops.analysis.report import write_report
+from yolo_mlops.analysis.run_report import write_report
 from yolo_mlops.analysis.trace_analysis import analyze_traces
 from yolo_mlops.analysis.trace_loader import TraceError, load_traces
 

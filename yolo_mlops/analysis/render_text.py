@@ -1,4 +1,4 @@
-"""`TraceAnalysis` as the plain-text report of `yolo-mlops analyze` (the Markdown/HTML run report is report.py)."""
+"""`TraceAnalysis` as the plain-text report of `yolo-mlops analyze` (the Markdown/HTML run report is run_report.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 - `decide`: the statistics of each step (pure): the premise (bad slower than good beyond noise) and each
   candidate's verdict, good or bad or inconclusive, with the simulation of their error rates.
 - `search`: the premise, then the halving of the range, and the first bad commit's shift.
-- `report`: the report and the exit code.
+- `bisection_report`: the report and the exit code.
 - `bisection`: a bisection end to end under one parent MLflow run (`run_bisection`).
 - `trigger`: hands a regression's commit range to the `bisect` deployment.
 
@@ -20,8 +20,8 @@
 from __future__ import annotations
 
 from yolo_mlops.bisect.bisection import run_bisection
+from yolo_mlops.bisect.bisection_report import exit_code
 from yolo_mlops.bisect.checks import prepare
 from yolo_mlops.bisect.models import BisectPlan, BisectRequest, BisectResult
-from yolo_mlops.bisect.report import exit_code
 
 __all__ = ["BisectPlan", "BisectRequest", "BisectResult", "exit_code", "prepare", "run_bisection"]

@@ -3,7 +3,7 @@
 A parent MLflow run (`yolo_mlops.run_kind=bisect`) in the bisect experiment, ended FINISHED, or FAILED /
 KILLED with the reason; every profiled run (`commit_runs`) is its child. Inside it: one installed copy of the
 code per commit (`git.Installs`), the search (`search.bisect`), the attribution of the first bad commit's
-runs (trends' attribution), the report (`report`), and the parent's tags, metrics and `bisect/report.md`.
+runs (trends' attribution), the report (`bisection_report`), and the parent's tags, metrics and `bisect/report.md`.
 
 The runs of a bisection go to their own experiment (default `yolo-mlops-bisect`), never to the series'
 experiment: runs of old commits made today would read as a new change point of the series' history.
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from yolo_mlops import names
 from yolo_mlops.bisect import git, search
+from yolo_mlops.bisect.bisection_report import report
 from yolo_mlops.bisect.commit_runs import CommitRunner, Hold, no_hold
 from yolo_mlops.bisect.git import Commit
 from yolo_mlops.bisect.models import DECIDED_ON_TAG, BisectPlan, BisectResult, ProfiledRun, StepRecord
-from yolo_mlops.bisect.report import report
 from yolo_mlops.tracking import connection, queries, run_end, writes
 
 if TYPE_CHECKING:

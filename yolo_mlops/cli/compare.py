@@ -50,7 +50,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ops = None if tests is None else [{**dataclasses.asdict(t), "factor": _finite(t.factor)} for t in tests]
         print(json.dumps({"a": a, "b": b, "warning": warning, **shown.to_dict(), "operators": ops}, indent=2))
     else:
-        from yolo_mlops.trends.report import attribution_text
+        from yolo_mlops.trends.trend_report import attribution_text
 
         if warning:
             print(warning + "\n")

@@ -18,7 +18,7 @@ DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops import trends
     from yolo_mlops.tracking import connection
-    from yolo_mlops.trends import bounds, history, operators, power, report
+    from yolo_mlops.trends import bounds, history, operators, power, trend_report
     from yolo_mlops.trends.trend import WATCHED_BY_NAME, is_operator
 
     if args.metric and args.metric not in WATCHED_BY_NAME and not is_operator(args.metric):
@@ -65,7 +65,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
             )
         else:
             print(f"{len(series)} series in experiment {args.experiment!r}\n")
-            print(report.series_table(series))
+            print(trend_report.series_table(series))
             print(
                 "\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
                 "last level change):"
@@ -73,7 +73,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
             for t in series:
                 for d in detectable_by_series[t.series]:
                     if d.metric == names.STEP_TIME_P50:
-                        print(f"- {t.series}: " + report.detectable_line(d))
+                        print(f"- {t.series}: " + trend_report.detectable_line(d))
         return 0
     key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
     if len(runs) < 2:
@@ -123,9 +123,9 @@ def cmd_trends(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(report.series_report(trend, attributions, wanted, detectable))
+        print(trend_report.series_report(trend, attributions, wanted, detectable))
     if args.plot is not None:
-        report.plot_series(trend, args.plot, wanted)
+        trend_report.plot_series(trend, args.plot, wanted)
         print(f"\nplot: {args.plot}")
     return 0
 

@@ -12,7 +12,7 @@ The modules, in the order a sweep uses them (`flows/sweep.py` and `flows/optimiz
 - `stats`      per-repeat throughput, two-level bootstrap CI, verdicts, accuracy bands
 - `blocks`     the paired comparison within blocks when children ran on several lanes
 - `compare`    `compare(plan, records) -> SweepReport` of typed `VariantRow`s, best variant, `sweep/*` metrics
-- `report`     Markdown, chart, the MLflow table and files on the parent run, Prefect table rows
+- `comparison_report`  Markdown, chart, the MLflow table and files on the parent run, Prefect table rows
 - `recommend`  optimize: findings -> `Recommendations`, which held, estimated vs measured saving on the parent
 
 The names below are the API the flows, the CLI and the benchmarks use.
@@ -23,6 +23,7 @@ from __future__ import annotations
 from yolo_mlops.sweeps.child import dataset_root, disk_cache_guard, release_device_memory
 from yolo_mlops.sweeps.collect import ChildOutcome, ChildRecord, collect, ineffective
 from yolo_mlops.sweeps.compare import SweepReport, VariantRow, compare, pick_best, sweep_metrics
+from yolo_mlops.sweeps.comparison_report import chart, frame, json_rows, log_report, markdown, prefect_table
 from yolo_mlops.sweeps.plan import Child, Order, SweepPlan, parent_params, parent_tags, plan_sweep
 from yolo_mlops.sweeps.recommend import (
     RecommendationRow,
@@ -32,7 +33,6 @@ from yolo_mlops.sweeps.recommend import (
     recommendations,
     saving_metrics,
 )
-from yolo_mlops.sweeps.report import chart, frame, json_rows, log_report, markdown, prefect_table
 
 __all__ = [
     "Child",

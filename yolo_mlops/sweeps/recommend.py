@@ -12,7 +12,7 @@ from yolo_mlops.names import optimize_saving_metrics
 from yolo_mlops.render import fmt, markdown_table
 from yolo_mlops.sweeps import stats, variants
 from yolo_mlops.sweeps.compare import VariantRow
-from yolo_mlops.sweeps.report import ci_text
+from yolo_mlops.sweeps.comparison_report import ci_text
 from yolo_mlops.tracking import writes
 
 if TYPE_CHECKING:

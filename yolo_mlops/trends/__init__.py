@@ -5,7 +5,7 @@
 - `changepoint`: change-point detection over one metric (E-divisive means + Student's t).
 - `trend`: per series and watched metric: segments, change points, what changed, the nightly verdict.
 - `attribution`: per-step operator / kernel / phase deltas between the runs on each side of a change.
-- `report`: text tables and the picture.
+- `trend_report`: text tables and the picture.
 - `fleet`: one workload on several machines and the machines slower than their peers beyond noise, with the
   figures that explain them (`fleet_stats`: the test; `fleet_evidence`: NVML and host figures; `fleet_moved`:
   phases and operators; `fleet_render`: Markdown, JSON and the picture).

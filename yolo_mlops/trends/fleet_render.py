@@ -11,7 +11,7 @@ from yolo_mlops.render import fmt, markdown_table, new_figure, save_figure
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.fleet_moved import moved_entries
 from yolo_mlops.trends.fleet_stats import FleetReport, SlowMachine
-from yolo_mlops.trends.report import contribution_figures
+from yolo_mlops.trends.trend_report import contribution_figures
 
 MOVED_ROWS = 8  # rows of a slow machine's phase / operator table in the Markdown (JSON: all of them)
 

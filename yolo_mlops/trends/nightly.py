@@ -26,7 +26,7 @@ from yolo_mlops import names
 from yolo_mlops.config import BenchmarkSuite, RunSpec
 from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import queries, writes
-from yolo_mlops.trends import attributions, confirm, operators, power, report, series_trend, verdict
+from yolo_mlops.trends import attributions, confirm, operators, power, series_trend, trend_report, verdict
 from yolo_mlops.trends.attribution import Attribution
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
 from yolo_mlops.trends.history import HistoryRun, load_series_of
@@ -201,15 +201,15 @@ def _change_lines(
     for change in night_verdict.new_changes:
         if is_operator(change.metric):
             line = operators.finding_line(operators.finding(trend, change, step_power))
-            if command := report.bisect_command(change):
+            if command := trend_report.bisect_command(change):
                 line += f"; bisect it: `{command}`"
             lines.append(line)
             continue
-        line = report.change_line(change, _unit(trend, change.metric))
+        line = trend_report.change_line(change, _unit(trend, change.metric))
         attribution = found.get((change.metric, change.run_id))
         if attribution is not None:
             line += "; moved: " + attribution.summary()
-        if command := report.bisect_command(change):
+        if command := trend_report.bisect_command(change):
             line += f"; bisect it: `{command}`"
         lines.append(line)
     for c in night_verdict.new_candidates:
@@ -218,8 +218,8 @@ def _change_lines(
             target = candidate_range(c)
             lines.append(line + (f"; bisect it: `{target.command()}`" if target else ""))
         else:
-            lines.append(report.candidate_line(c, _unit(trend, c.metric)))
-    lines += [report.drift_line(d, _unit(trend, d.metric)) for d in night_verdict.new_drifts]
+            lines.append(trend_report.candidate_line(c, _unit(trend, c.metric)))
+    lines += [trend_report.drift_line(d, _unit(trend, d.metric)) for d in night_verdict.new_drifts]
     lines += [operators.rename_line(r) for r in night_verdict.new_renames]
     return lines
 
@@ -260,8 +260,8 @@ def log_on_runs(
     with tempfile.TemporaryDirectory(prefix="yolo-mlops-trends-") as tmp:
         folder = Path(tmp) / names.TRENDS_DIR
         folder.mkdir()
-        report.plot_series(trend, folder / names.file_name(names.TRENDS_PLOT_PNG))
-        text = report.series_report(trend, found, detectable=detectable)
+        trend_report.plot_series(trend, folder / names.file_name(names.TRENDS_PLOT_PNG))
+        text = trend_report.series_report(trend, found, detectable=detectable)
         if outcome is not None:
             text += "\n\nConfirmation: " + outcome.summary()
         (folder / names.file_name(names.TRENDS_REPORT_MD)).write_text(text)

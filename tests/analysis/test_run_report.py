@@ -10,7 +10,7 @@ import pytest
 from yolo_mlops.analysis import analyze_traces
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.metrics import headline_metrics
-from yolo_mlops.analysis.report import KERNEL_PLOT, STEP_PLOT, write_report
+from yolo_mlops.analysis.run_report import KERNEL_PLOT, STEP_PLOT, write_report
 
 METRIC_NAME = re.compile(
     r"^(trace/[a-z0-9_]+_(pct|ms|gib|mib_per_step|count|ms_mean|ms_median|ms_max)"

@@ -14,7 +14,7 @@ from yolo_mlops.trends.trend import is_operator
 
 def report(plan: BisectPlan, result: BisectResult) -> str:
     from yolo_mlops.render import fmt, markdown_table
-    from yolo_mlops.trends.report import attribution_text
+    from yolo_mlops.trends.trend_report import attribution_text
 
     metric = plan.request.metric
     lines = [
