@@ -5,8 +5,9 @@ configuration runs `repeats` times (interleaved across configurations), every ru
 subflow tagged `run_kind=benchmark` and `yolo_mlops.benchmark.night=<this flow run>`, so the night has its own
 noise estimate. Each series touched tonight is then judged over its whole history (`trends.nightly`): a new
 regression is re-measured by `confirm_repeats` more runs before it alerts. The flow publishes a Markdown and
-an image artifact per series and fails on a confirmed regression, after every run was tracked and judged, so
-Prefect automations can notify; with `auto_bisect` it first hands the regression's commit range to the
+an image artifact per series and fails after every run was tracked and judged, so Prefect automations can
+notify: with `RegressionDetected` on a confirmed regression, with `BenchmarkRunsFailed` when only runs failed
+(both a `NightlyBenchmarkFailed`); with `auto_bisect` it first hands the regression's commit range to the
 `bisect` deployment.
 """
 
@@ -29,11 +30,38 @@ from yolo_mlops.trends import nightly
 from yolo_mlops.trends.commit_range import BisectRange
 from yolo_mlops.trends.nightly import JudgedSeries
 
-__all__ = ["RegressionDetected", "benchmark", "judge_series"]
+__all__ = [
+    "BenchmarkRunsFailed",
+    "NightlyBenchmarkFailed",
+    "RegressionDetected",
+    "benchmark",
+    "judge_series",
+    "night_failure",
+]
 
 
-class RegressionDetected(RuntimeError):
-    pass
+class NightlyBenchmarkFailed(RuntimeError):
+    """The night fails its flow run; the message lists each new regression, then each run that failed."""
+
+
+class RegressionDetected(NightlyBenchmarkFailed):
+    """A new regression was confirmed tonight (runs that also failed are in the message)."""
+
+
+class BenchmarkRunsFailed(NightlyBenchmarkFailed):
+    """Runs of the night failed; no regression fails it (none found, or `fail_on_regression` is off)."""
+
+
+def night_failure(
+    regressions: list[JudgedSeries], failures: list[str], fail_on_regression: bool
+) -> NightlyBenchmarkFailed | None:
+    """What the night fails with: RegressionDetected when a regression fails it, else BenchmarkRunsFailed when
+    runs failed, else nothing."""
+    regressed = bool(regressions) and fail_on_regression
+    if not (failures or regressed):
+        return None
+    message = nightly.failure_message(regressions, failures)
+    return RegressionDetected(message) if regressed else BenchmarkRunsFailed(message)
 
 
 @task(cache_policy=NO_CACHE, persist_result=False)
@@ -67,8 +95,8 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, JudgedSerie
     if suite.auto_bisect:
         _start_bisections(regressions, suite.bisect_deployment)
     _publish(judged, night.failures, list(night.runs_by_experiment))
-    if night.failures or (regressions and suite.fail_on_regression):
-        raise RegressionDetected(nightly.failure_message(regressions, night.failures))
+    if (failed := night_failure(regressions, night.failures, suite.fail_on_regression)) is not None:
+        raise failed
     return {j.series: j for j in judged}  # series key -> its night's verdict
 
 

@@ -110,3 +110,30 @@ def test_repeats_auto_and_auto_bisect_through_the_flow(two_nights, mlflow_client
     assert flow_run.parameters["run_id"] in {r.run_id for r in night2}
     assert flow_run.work_queue_name == machine_name()
     assert flow_run.job_variables == {"env": {"YOLO_MLOPS_MACHINE": machine_name()}}
+
+
+@pytest.mark.parametrize(
+    ("regressions", "failures", "fail_on_regression", "raised"),
+    [
+        ([], [], True, None),
+        (["s1"], [], True, "RegressionDetected"),
+        (["s1"], ["cfg 1: OOM"], True, "RegressionDetected"),
+        ([], ["cfg 1: OOM"], True, "BenchmarkRunsFailed"),
+        (["s1"], [], False, None),
+        (["s1"], ["cfg 1: OOM"], False, "BenchmarkRunsFailed"),
+    ],
+)
+def test_the_night_fails_with_what_happened(regressions, failures, fail_on_regression, raised):
+    """A regression fails the night as RegressionDetected (failed runs in its message too); runs that failed
+    without a regression that fails the night, as BenchmarkRunsFailed; both are NightlyBenchmarkFailed."""
+    from yolo_mlops.flows.benchmark import NightlyBenchmarkFailed, night_failure
+    from yolo_mlops.trends.nightly import JudgedSeries
+
+    judged = [JudgedSeries(s, f"workload {s}", "regression", ["r1"], 10, ["step time +20%"], "r1") for s in regressions]
+    failed = night_failure(judged, failures, fail_on_regression)
+    if raised is None:
+        assert failed is None
+        return
+    assert type(failed).__name__ == raised and isinstance(failed, NightlyBenchmarkFailed)
+    assert all(f"failed run: {f}" in str(failed) for f in failures)
+    assert all(f"new regression in workload {s} [{s}]" in str(failed) for s in regressions)
