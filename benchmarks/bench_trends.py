@@ -70,14 +70,15 @@ def _populate(db_dir: Path) -> None:
 
 
 def _in_process() -> tuple[float, float, int, int]:
-    from yolo_mlops import trends
     from yolo_mlops.tracking import connection
+    from yolo_mlops.trends.history import load_experiment_series
+    from yolo_mlops.trends.trend import series_trend
 
     mlflow = connection.client()
     t0 = time.perf_counter()
-    grouped = trends.load_experiment_series(mlflow, EXPERIMENT)
+    grouped = load_experiment_series(mlflow, EXPERIMENT)
     t1 = time.perf_counter()
-    found = [trends.series_trend(runs) for runs in grouped.values()]
+    found = [series_trend(runs) for runs in grouped.values()]
     t2 = time.perf_counter()
     runs = sum(len(r) for r in grouped.values())
     step_times = [t.metric("perf/step_time_ms_p50") for t in found]

@@ -20,15 +20,16 @@ from prefect import flow, runtime, task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from yolo_mlops import names, trends
+from yolo_mlops import names
 from yolo_mlops.bisect import trigger
 from yolo_mlops.config import BenchmarkSuite
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.tracking import connection, queries
-from yolo_mlops.trends import nightly
+from yolo_mlops.trends import fleet, nightly
 from yolo_mlops.trends.commit_range import BisectRange
 from yolo_mlops.trends.nightly import JudgedSeries
+from yolo_mlops.trends.trend import DetectionSettings
 
 __all__ = [
     "BenchmarkRunsFailed",
@@ -71,7 +72,7 @@ def judge_series(
     suite: BenchmarkSuite,
     judging: nightly.JudgingRound = nightly.JudgingRound(),
 ) -> list[JudgedSeries]:
-    settings = trends.DetectionSettings(max_pvalue=suite.max_pvalue, candidate_pvalue=suite.candidate_pvalue)
+    settings = DetectionSettings(max_pvalue=suite.max_pvalue, candidate_pvalue=suite.candidate_pvalue)
     return nightly.judge_night(connection.client(), experiment, run_ids, settings, judging)
 
 
@@ -161,7 +162,7 @@ def _publish(judged: list[JudgedSeries], failures: list[str], experiments: list[
         print(f"{j.label} [{j.series}]: {j.status} ({len(j.runs_tonight)} runs tonight, {j.history_runs} in history)")
         for line in [*j.new_changes, *([j.confirmation] if j.confirmation else []), *j.notes]:
             print("  " + line)
-    fleet_sections = [trends.fleet_section(connection.client(), experiment) for experiment in experiments]
+    fleet_sections = [fleet.fleet_section(connection.client(), experiment) for experiment in experiments]
     create_markdown_artifact(
         nightly.markdown(judged, failures, fleet_sections),
         key="benchmark-trends",

@@ -132,7 +132,6 @@ def test_each_slow_machine_is_explained_by_its_own_operator(mlflow_client, moved
 
 
 def test_the_newest_runs_alone_are_read_and_the_nightly_section_names_the_operators(mlflow_client, moved_experiment):
-    from yolo_mlops import trends
 
     report = fleet.load_fleet(mlflow_client, moved_experiment)
     cache: dict = {}
@@ -146,7 +145,7 @@ def test_the_newest_runs_alone_are_read_and_the_nightly_section_names_the_operat
     with pytest.raises(ValueError, match="runs_per_machine 0"):
         fleet.explain(mlflow_client, report, runs_per_machine=0)
 
-    section = trends.fleet_section(mlflow_client, moved_experiment)  # the nightly artifact's "Fleet" section
+    section = fleet.fleet_section(mlflow_client, moved_experiment)  # the nightly artifact's "Fleet" section
     for machine, op in SLOW_OPS.items():
         line = next(s for s in section.splitlines() if s.startswith(f"`{machine}` is slower than its peers"))
         assert f"moved against its peers: operator {op} " in line

@@ -32,8 +32,8 @@ import torch
 import workloads
 
 from yolo_mlops import names
-from yolo_mlops.trends import DetectionSettings, nightly
-from yolo_mlops.trends.trend import is_operator
+from yolo_mlops.trends import nightly
+from yolo_mlops.trends.trend import DetectionSettings, is_operator
 
 pytestmark = pytest.mark.slow
 

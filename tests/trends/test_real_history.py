@@ -31,7 +31,7 @@ MAX_PVALUE = 0.01
 
 
 def _settings():
-    from yolo_mlops.trends import DetectionSettings
+    from yolo_mlops.trends.trend import DetectionSettings
 
     return DetectionSettings(max_pvalue=MAX_PVALUE)
 
@@ -103,9 +103,9 @@ def test_first_night_has_no_verdict_and_second_night_fails_on_the_regression(nig
 
 
 def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
-    from yolo_mlops import trends
+    from yolo_mlops.trends.trend import series_trend, verdict
 
-    trend = trends.series_trend(series, SETTINGS)
+    trend = series_trend(series, SETTINGS)
     # the shift at the first slowed run; any other change point lies inside a night, with 2 runs of that night on
     # each side of it: the shared machine's load moving between runs (seen: -9% between a night's 2nd and 3rd)
     inside_or_at_shift = {series[2].run_id, series[4].run_id, series[6].run_id}
@@ -128,15 +128,15 @@ def test_detector_finds_the_shift_at_the_first_slowed_run(nights, series):
     assert at_shift is None or (at_shift.direction == "regression" and at_shift.change_pct < 0)
     # deterministic: the same history gives the same answer (compared as text: a version boundary with one run on
     # a side, as when a commit lands between two runs, has p = nan, and nan != nan)
-    assert repr(trends.series_trend(series, SETTINGS)) == repr(trend)
+    assert repr(series_trend(series, SETTINGS)) == repr(trend)
     # once per change point: judged as if only the newest run were tonight's, the shift is old news
-    assert trends.verdict(trend, {series[-1].run_id}).status == "stable"
-    assert trends.verdict(trend, {r.run_id for r in series[4:]}).status == "regression"
+    assert verdict(trend, {series[-1].run_id}).status == "stable"
+    assert verdict(trend, {r.run_id for r in series[4:]}).status == "regression"
 
 
 def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflow_client):
-    from yolo_mlops import trends
-    from yolo_mlops.trends.attribution import attribute_runs
+    from yolo_mlops.trends.attribution import attribute_runs, change_point_attributions
+    from yolo_mlops.trends.trend import series_trend
 
     # over the planted nights: the 4 baseline runs against the 4 slowed ones, whatever segments the detector drew
     a = attribute_runs(mlflow_client, series[:4], series[4:])
@@ -156,12 +156,12 @@ def test_attribution_names_the_injected_operator_and_phase(nights, series, mlflo
     # the detector found on each side of it (4 runs, or 2 where the machine's load moved inside a night and the
     # detector put a change point there too, as test_detector_finds_the_shift_at_the_first_slowed_run allows):
     # every run on either side is a baseline run before it and a slowed run after it, so it names the same operator
-    trend = trends.series_trend(series, SETTINGS)
+    trend = series_trend(series, SETTINGS)
     step = trend.metric(names.STEP_TIME_P50)
     assert step is not None
     change = next((c for c in step.changes if c.run_id == series[4].run_id), None)
     assert change is not None
-    at_change = trends.attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
+    at_change = change_point_attributions(mlflow_client, trend)[(names.STEP_TIME_P50, change.run_id)]
     assert set(at_change.before_runs) <= {r.run_id for r in series[:4]} and len(at_change.before_runs) >= 2
     assert set(at_change.after_runs) <= {r.run_id for r in series[4:]} and len(at_change.after_runs) >= 2
     top = next(c for c in at_change.contributions if c.kind == "operator")

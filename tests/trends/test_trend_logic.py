@@ -177,10 +177,9 @@ def test_runs_without_tables_get_a_note_not_a_crash(mlflow_client):
     for ms in (100, 101, 99, 100, 130, 131, 129, 130):
         _run(mlflow_client, experiment_id, "old", float(ms))
     runs = history.load_history(mlflow_client, [experiment_id])
-    from yolo_mlops import trends
 
-    t = trends.series_trend(runs)
-    (a,) = trends.attributions(mlflow_client, t).values()
+    t = trend.series_trend(runs)
+    (a,) = attribution.change_point_attributions(mlflow_client, t).values()
     assert a.contributions == () and "no attribution" in a.note and "before" in a.note
     assert len(a.runs_without_tables) == 4  # the before side only: the after side is not read for nothing
 

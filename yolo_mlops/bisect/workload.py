@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 def find_workload(mlflow: MlflowClient, request: BisectRequest) -> tuple[queries.RunRecord, list[HistoryRun]]:
     """The workload's run and the history of its series (oldest first)."""
-    from yolo_mlops import trends
-    from yolo_mlops.trends.history import group_series, load_history, one_series, record_from_stored
+    from yolo_mlops.trends.history import (
+        group_series,
+        load_experiment_series,
+        load_history,
+        one_series,
+        record_from_stored,
+    )
 
     if request.run_id is not None:
         run = queries.find_run(mlflow, request.run_id)
@@ -43,7 +48,7 @@ def find_workload(mlflow: MlflowClient, request: BisectRequest) -> tuple[queries
         return run, grouped.get(record.series, [])
     if request.series is None:  # checks.prepare lets no request through without a run or a series
         raise ConfigError("bisect needs one workload: --run RUN_ID or --series KEY")
-    grouped = trends.load_experiment_series(mlflow, request.experiment)
+    grouped = load_experiment_series(mlflow, request.experiment)
     history = grouped[one_series(grouped, request.series, request.experiment)]
     newest = queries.find_run(mlflow, history[-1].run_id)
     if newest is None:

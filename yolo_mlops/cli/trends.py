@@ -16,10 +16,10 @@ DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 
 
 def cmd_trends(args: argparse.Namespace) -> int:
-    from yolo_mlops import trends
     from yolo_mlops.tracking import connection
     from yolo_mlops.trends import bounds, history, operators, power, trend_report
-    from yolo_mlops.trends.trend import WATCHED_BY_NAME, is_operator
+    from yolo_mlops.trends.attribution import change_point_attributions
+    from yolo_mlops.trends.trend import WATCHED_BY_NAME, DetectionSettings, is_operator, latest_status, series_trend
 
     if args.metric and args.metric not in WATCHED_BY_NAME and not is_operator(args.metric):
         raise ConfigError(
@@ -34,12 +34,12 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError(f"--repeats {args.repeats}: must be >= 1")
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
-    settings = trends.DetectionSettings(max_pvalue=args.max_pvalue)
+    settings = DetectionSettings(max_pvalue=args.max_pvalue)
     mlflow = connection.checked_client()
     if args.series is None:
-        grouped = trends.load_experiment_series(mlflow, args.experiment, args.across_machines)
+        grouped = history.load_experiment_series(mlflow, args.experiment, args.across_machines)
         # the watched metrics of every series; its operator series are judged with --series (and each night)
-        series = [trends.series_trend(runs, settings, operators=False) for runs in grouped.values()]
+        series = [series_trend(runs, settings, operators=False) for runs in grouped.values()]
         series.sort(key=lambda t: -t.runs[-1].start_time_ms)
         detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
         if args.format == "json":
@@ -50,7 +50,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
                             "series": t.series,
                             "label": t.label,
                             "runs": len(t.runs),
-                            "latest_status": trends.latest_status(t),
+                            "latest_status": latest_status(t),
                             "change_points": sum(len(m.changes) for m in t.metrics),
                             "drifts": [m.metric for m in t.metrics if m.drift is not None],
                             "min_detectable_shift_pct": {
@@ -78,11 +78,11 @@ def cmd_trends(args: argparse.Namespace) -> int:
     key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
     if len(runs) < 2:
         raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyze yet")
-    trend = trends.series_trend(runs, settings)
+    trend = series_trend(runs, settings)
     wanted = [args.metric] if args.metric else None
     if args.metric and trend.metric(args.metric) is None:
         raise ConfigError(f"no run of series {key} logged {args.metric}")
-    attributions = trends.attributions(mlflow, trend)
+    attributions = change_point_attributions(mlflow, trend)
     detectable = power.for_trend(trend, _repeats(trend, args.repeats))
     if args.format == "json":
         print(
@@ -90,7 +90,7 @@ def cmd_trends(args: argparse.Namespace) -> int:
                 {
                     "series": trend.series,
                     "label": trend.label,
-                    "latest_status": trends.latest_status(trend),
+                    "latest_status": latest_status(trend),
                     "min_detectable_shift": [
                         {**asdict(d), "shift_pct": _finite(d.shift_pct)}
                         for d in detectable

@@ -23,10 +23,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from yolo_mlops.tracking.connection import MlflowClient
+    from yolo_mlops.trends.trend import SeriesTrend
 
 PROFILER_STEP_ROW = "ProfilerStep*"
 HOST_TABLE = "key_averages_self_cpu"
 DEVICE_TABLE = "key_averages_self_device"
+ATTRIBUTED_METRICS = (names.STEP_TIME_P50, names.IMAGES_PER_S)  # metrics whose change points get attribution
 MAX_RUNS_PER_SIDE = 5  # runs nearest the change point on each side whose tables are read
 
 # what a profile entry measures: a host operator's self time, a device kernel's self time, the host time of a
@@ -283,3 +285,20 @@ def _mann_whitney(before: np.ndarray, after: np.ndarray) -> float | None:
     from scipy.stats import mannwhitneyu  # scipy comes with mlflow
 
     return float(mannwhitneyu(after, before, alternative="two-sided").pvalue)
+
+
+def change_point_attributions(
+    mlflow: MlflowClient, trend: SeriesTrend, metrics: tuple[str, ...] = ATTRIBUTED_METRICS
+) -> dict[tuple[str, str], Attribution]:
+    """Operator attribution of each change point of the given metrics, keyed by (metric, first run after)."""
+    by_id = {r.run_id: r for r in trend.runs}
+    profiles: dict = {}  # run id -> profile: change points of several metrics share their runs
+    found = {}
+    for per_metric in trend.metrics:
+        if per_metric.metric not in metrics:
+            continue
+        for c in per_metric.changes:
+            before = [by_id[i] for i in c.before_run_ids]
+            after = [by_id[i] for i in c.after_run_ids]
+            found[(per_metric.metric, c.run_id)] = attribute_runs(mlflow, before, after, cache=profiles)
+    return found

@@ -98,9 +98,11 @@ def load_fleet(mlflow: MlflowClient, experiment: str, settings: FleetSettings | 
 
 
 def fleet_section(mlflow: MlflowClient, experiment: str, settings: FleetSettings | None = None) -> str:
-    """The fleet view of one experiment as Markdown, for the nightly artifact's "Fleet" section."""
+    """The fleet view of an experiment as Markdown (the nightly artifact's "Fleet" section): each workload per
+    machine, the slow machine named with its evidence and the phases and operators that differ from its
+    peers' (`explain`: the newest runs' key_averages tables)."""
     try:
         report = load_fleet(mlflow, experiment, settings)
     except ConfigError as exc:
         return f"Experiment `{experiment}`: {exc}"
-    return f"Experiment `{experiment}`:\n\n" + fleet_markdown(report)
+    return f"Experiment `{experiment}`:\n\n" + fleet_markdown(explain(mlflow, report))

@@ -162,8 +162,11 @@ def experiment_id(mlflow: MlflowClient, experiment: str) -> str:
     return found
 
 
-def load_grouped(mlflow: MlflowClient, experiment: str, across_machines: bool = False) -> dict[str, list[HistoryRun]]:
-    """Every series of the experiment, from all its FINISHED runs; a ConfigError when it has none."""
+def load_experiment_series(
+    mlflow: MlflowClient, experiment: str, across_machines: bool = False
+) -> dict[str, list[HistoryRun]]:
+    """Every series of the experiment, from all its FINISHED runs; a ConfigError when it has none.
+    `across_machines`: one history per workload, every machine's runs in it (only when a user asks)."""
     records = load_history(mlflow, [experiment_id(mlflow, experiment)])
     if not records:
         raise ConfigError(f"experiment {experiment!r} has no finished runs with a series: no history yet")
@@ -184,7 +187,7 @@ def load_one_series(
         if matches:
             found = one_series(grouped, key, experiment)
             return found, grouped[found]
-    grouped = load_grouped(mlflow, experiment, across_machines)
+    grouped = load_experiment_series(mlflow, experiment, across_machines)
     found = one_series(grouped, key, experiment)
     return found, grouped[found]
 
@@ -197,5 +200,5 @@ def load_series_of(mlflow: MlflowClient, experiment: str, run_ids: list[str]) ->
     keys = series_of_runs(mlflow, ids, run_ids)
     runs = load_series_history(mlflow, ids, keys) if keys else None
     if not runs:
-        return load_grouped(mlflow, experiment)
+        return load_experiment_series(mlflow, experiment)
     return group_series(runs)

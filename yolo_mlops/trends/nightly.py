@@ -26,11 +26,19 @@ from yolo_mlops import names
 from yolo_mlops.config import BenchmarkSuite, RunSpec
 from yolo_mlops.render import markdown_table
 from yolo_mlops.tracking import queries, writes
-from yolo_mlops.trends import attributions, confirm, operators, power, series_trend, trend_report, verdict
-from yolo_mlops.trends.attribution import Attribution
+from yolo_mlops.trends import confirm, operators, power, trend_report
+from yolo_mlops.trends.attribution import Attribution, change_point_attributions
 from yolo_mlops.trends.commit_range import BisectRange, bisect_range, candidate_range
 from yolo_mlops.trends.history import HistoryRun, load_series_of
-from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, SeriesVerdict, Status, is_operator
+from yolo_mlops.trends.trend import (
+    DetectionSettings,
+    SeriesTrend,
+    SeriesVerdict,
+    Status,
+    is_operator,
+    series_trend,
+    verdict,
+)
 
 if TYPE_CHECKING:
     from yolo_mlops.tracking.connection import MlflowClient
@@ -163,7 +171,7 @@ def judge_night(
         else:
             night_verdict = verdict(trend, tonight)
             pending = confirm.needs_confirmation(night_verdict) if confirm_repeats > 0 else ()
-        found = attributions(mlflow, trend)
+        found = change_point_attributions(mlflow, trend)
         detectable = power.for_trend(trend, len(tonights_runs), settings.max_pvalue)
         if not pending:
             log_on_runs(mlflow, tonights_runs + extra, trend, night_verdict, found, detectable, outcome, tonights_runs)
