@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from yolo_mlops import names
+from yolo_mlops.analysis import operators
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 from yolo_mlops.tracking import queries
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from yolo_mlops.tracking.connection import MlflowClient
     from yolo_mlops.trends.trend import SeriesTrend
 
-PROFILER_STEP_ROW = "ProfilerStep*"
 HOST_TABLE = "key_averages_self_cpu"
 DEVICE_TABLE = "key_averages_self_device"
 ATTRIBUTED_METRICS = (names.STEP_TIME_P50, names.IMAGES_PER_S)  # metrics whose change points get attribution
@@ -101,7 +101,7 @@ def profile_from_tables(
     if host is None and device is None:
         return None
     frames = [f for f in (host, device) if f is not None]
-    steps = _profiled_steps(frames, profiled_steps)
+    steps = operators.profiled_steps(frames, profiled_steps)
     if not steps:
         return None
     entries: dict[Key, float] = {}
@@ -114,7 +114,7 @@ def profile_from_tables(
             continue
         summed = frame.groupby("name")[column].sum()  # one row per name (by-shape tables would repeat names)
         for name, us in summed.items():
-            if name != PROFILER_STEP_ROW and us:
+            if name != operators.PROFILER_STEP_ROW and us:
                 entries[(kind, str(name))] = float(us) / steps / 1000.0
     trace_step_ms = None
     analysis = _stored_analysis(trace_json)
@@ -253,15 +253,6 @@ def attribute_runs(
         result.contributions,
         tuple(missing),
     )
-
-
-def _profiled_steps(frames: list, fallback: int | None) -> int | None:
-    for frame in frames:
-        if "name" in frame and "calls" in frame:
-            rows = frame[frame["name"] == PROFILER_STEP_ROW]
-            if len(rows) and int(rows["calls"].iloc[0]) > 0:
-                return int(rows["calls"].iloc[0])
-    return fallback
 
 
 def _mean(values: list[float | None]) -> float | None:
