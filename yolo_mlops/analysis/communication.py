@@ -138,7 +138,7 @@ class Straggler:
     """The rank the others wait for step after step (judge_steps)."""
 
     rank: int
-    steps_held: int  # steady steps in which the others waited for it by at least the lead threshold
+    steps_held: int  # steady steps in which the others waited for it by at least lead_threshold_ms
     steady_steps: int
     median_lead_ms: float  # over the steady steps: how much longer the others waited than it did, per step
     # what it did more than its peers, median over the steady steps it held: activity (step_activity) -> ms
@@ -174,7 +174,7 @@ class CommunicationAnalysis:
     note: str = ""
     steady_steps: int = 0  # window steps that held no epoch boundary on any rank
     boundary_steps: list[int] = field(default_factory=list)  # window steps that held one on some rank
-    lead_threshold_ms: float | None = None  # the lead a step needs to count as held back (judge_steps)
+    lead_threshold_ms: float | None = None  # a rank's lead a step needs to count as held back (judge_steps)
     straggler: Straggler | None = None
     stalls: list[Stall] = field(default_factory=list)
 
@@ -620,7 +620,7 @@ def _extra(comparable: list[list[dict[str, float]]], rank: int, step: int) -> di
 
 @dataclass
 class StepJudgement:
-    threshold_us: float  # the lead a step needs to count as held back by one rank (a stall's)
+    threshold_us: float  # a rank's lead a step needs to count as held back by it (a stall's)
     holder: np.ndarray  # per step: index of the rank the others waited for, -1 when no rank led by the threshold
     lead_us: np.ndarray  # per step: the largest lead of any rank (the holder's, when there is one)
     straggler: int | None  # index of the straggler among the ranks, None when there is none
