@@ -13,6 +13,10 @@ confirmation runs (`confirm.judge`, 0.1%).
    most 10 opened (the family's 1%) and at most 1 alert (the published rate) per 1,000 series-nights.
 2. A planted slowdown of one operator from one night on (its rank in the profile, its share of the step and
    the factor): % of series whose night alerts on that operator, and % where step time opens a regression.
+3. Preempted runs (`--preempted-series`): a share of runs (confirmation runs included) lost 2 ms a profiled step
+   inside one operator (drawn by its share of the step), with the outlier screen (`outlier_sds` 5, the default)
+   and without it (0): nights opening an operator event / 1,000 with no change, and % of nights that open a
+   planted x1.5 of the 13th operator (2.1% of the step).
 
     .venv/bin/python benchmarks/bench_operator_series.py [--series 100] [--nights 20] [--power-series 200]
 """
@@ -29,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from histories import operator_levels, operator_nights  # noqa: E402
 
 from yolo_mlops.render import markdown_table  # noqa: E402
+from yolo_mlops.trends.trend import DetectionSettings  # noqa: E402
 
 
 def main() -> int:
@@ -36,6 +41,7 @@ def main() -> int:
     parser.add_argument("--series", type=int, default=100, help="series a no-change row (each judged --nights)")
     parser.add_argument("--nights", type=int, default=20)
     parser.add_argument("--power-series", type=int, default=200, help="series a planted row (one night judged)")
+    parser.add_argument("--preempted-series", type=int, default=50, help="series a preempted row (0: no table 3)")
     args = parser.parse_args()
     started = time.perf_counter()
     rows: list[tuple[object, ...]] = []
@@ -104,8 +110,43 @@ def main() -> int:
             rows,
         )
     )
+    if args.preempted_series:
+        print()
+        print(preempted_table(args.preempted_series, args.nights, args.power_series))
     print(f"\n{time.perf_counter() - started:.0f} s")
     return 0
+
+
+def preempted_table(series: int, nights: int, power_series: int) -> str:
+    """Table 3: no-change and planted nights with preempted runs, the outlier screen on and off."""
+    rows = []
+    for preempted in (0.0, 0.05, 0.15):
+        for sds in (5.0, 0.0):
+            settings = DetectionSettings(outlier_sds=sds)
+            c = operator_nights(series, nights, night_noise=0.01, preempted=preempted, settings=settings, seed=300)
+            p = operator_nights(power_series, 1, slowed=(12, 1.5), preempted=preempted, settings=settings, seed=400)
+            n = c["series_nights"]
+            rows.append(
+                (
+                    f"{100 * preempted:g}%",
+                    "on" if sds else "off",
+                    int(n),
+                    f"{1000 * c['opened'] / n:.2f}",
+                    f"{1000 * c['alerts'] / n:.2f}",
+                    f"{100 * p['found'] / p['series_nights']:.1f}",
+                )
+            )
+    return markdown_table(
+        [
+            "runs preempted",
+            "outlier screen",
+            "series-nights",
+            "nights opening an operator event / 1,000 (no change)",
+            "alerts / 1,000",
+            "% of nights opening a planted x1.5 (13th operator)",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

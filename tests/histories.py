@@ -7,6 +7,7 @@ import numpy as np
 
 from yolo_mlops import names
 from yolo_mlops.trends.history import HistoryRun
+from yolo_mlops.trends.trend import DetectionSettings
 
 T0_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
@@ -83,6 +84,8 @@ def operator_history(
     night_offset: int = 0,
     night_noise: float = 0.0,
     night_seed: int | None = None,
+    preempted: float = 0.0,
+    preempt_ms: float = 2.0,
 ) -> list[HistoryRun]:
     """A series of `nights` nights of `per_night` runs with operator metrics as a run logs them (op/cpu/* of the
     20 largest and any other at 1% of the step, op/step_ms, op/floor_ms: `logged_operators`) and the step time
@@ -96,7 +99,9 @@ def operator_history(
     changes every that many nights instead; `first` and `night_offset`: where the run ids and nights start (runs
     of a night already in a history: its confirmation runs); `night_noise`: a factor of that sd shared by a
     night's runs (the machine's state that night), drawn from `night_seed` (default `seed`) and the night, so
-    the confirmation runs of a night share it."""
+    the confirmation runs of a night share it. `preempted`: the chance a run was preempted inside its profiled
+    window, which adds `preempt_ms` a profiled step to one operator (drawn by its share of the time, as the
+    operator running when the core was taken) and to the step."""
     levels = operator_levels(30, step_ms) if levels is None else levels
     rng = np.random.default_rng(seed)
     rest = step_ms - sum(levels.values())
@@ -110,6 +115,12 @@ def operator_history(
             ops = {m: v * (1 + op_noise * rng.standard_normal()) * load for m, v in levels.items()}
             if slowed is not None and night >= slowed[1]:
                 ops[slowed[0]] *= slowed[2]
+            if preempted:  # its own stream: the histories without preemption stay as they were
+                lost = np.random.default_rng([seed, 7919, i])
+                if lost.random() < preempted:
+                    times = np.array(list(ops.values()))
+                    hit = list(ops)[int(lost.choice(len(ops), p=times / times.sum()))]
+                    ops[hit] += preempt_ms
             step = sum(ops.values()) + rest * (1 + step_noise * rng.standard_normal()) * load
             if renamed is not None and night >= renamed[2]:
                 ops[renamed[1]] = ops.pop(renamed[0])
@@ -139,6 +150,8 @@ def operator_nights(
     night_noise: float = 0.0,
     slowed: tuple[int, float] | None = None,
     seed: int = 0,
+    preempted: float = 0.0,
+    settings: DetectionSettings | None = None,
 ) -> dict[str, float]:
     """Nightly judging of simulated series with `ops` operator series each (a new commit every night, torch
     changing on every 5th), `nights` nights judged after `history_nights`, as the nightly flow judges them:
@@ -149,7 +162,8 @@ def operator_nights(
     Returns counts: series-nights judged, operator series and operator tests summed over them, nights opening
     an operator event each test at its own level (no multiplicity control), nights opening one after the
     operator family's Holm (`opened`), alerts (opened and confirmed), and for `slowed` whether the slowed
-    operator was found and whether step time moved."""
+    operator was found and whether step time moved. `preempted`: the chance a run (confirmation runs included) was
+    preempted (`operator_history`); `settings`: the judging's (default DetectionSettings())."""
     from yolo_mlops.trends import confirm, trend
 
     levels = operator_levels(ops, decay=decay)
@@ -169,11 +183,12 @@ def operator_nights(
             slowed=(target, history_nights, slowed[1]) if target is not None and slowed is not None else None,
             torch_every=5,
             seed=series_seed,
+            preempted=preempted,
         )
         for night in range(history_nights, total):
             upto = runs[: (night + 1) * per_night]
             tonight = {r.run_id for r in upto[-per_night:]}
-            t = trend.series_trend(upto)
+            t = trend.series_trend(upto, settings or DetectionSettings())
             by_id = {r.run_id: r for r in t.runs}
             first_ms = min(by_id[i].start_time_ms for i in tonight)
             raw = [trend._night_events(m, by_id, first_ms, t.settings) for m in t.operators]
@@ -200,9 +215,13 @@ def operator_nights(
                     first=len(runs) + 1000,
                     night_offset=night,
                     torch_every=5,
+                    preempted=preempted,
                 )
                 judged, outcome = confirm.judge(
-                    trend.series_trend(upto + extra), tonight, {r.run_id for r in extra}, tuple(op_bad)
+                    trend.series_trend(upto + extra, settings or DetectionSettings()),
+                    tonight,
+                    {r.run_id for r in extra},
+                    tuple(op_bad),
                 )
                 counts["alerts"] += outcome.confirmed
     return counts

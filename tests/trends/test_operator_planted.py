@@ -6,12 +6,14 @@ into the session's SQLite MLflow store, as three benchmark nights of 3 runs. Eve
 this test's code: a forward hook on the model's first layer that spends a fixed time in
 `record_function("test_planted::postprocess")`: it spins on the clock until a fixed wall time has passed (a sleep
 would wake late whenever another process holds the core; a spin overshoots only when preempted at its very end, so
-the machine's CPU contention hardly moves it). Nights 1 and 2 plant 1 ms a forward pass; night 3 plants 1.3 ms: +0.3
-ms a profiled step, about half a percent of the step, below what step time can show in one night even on a core of
-its own (the finding says how far below the step time's detection power), while the operator's own series moves by
-many times its noise. Night 2 runs another commit than night 1 (a version boundary with no change); night 3 another
-commit and, from this test, a torch version string of its own (`+planted`: the upgrade that made the operator
-slower). Nothing else is planted, copied or edited: every number is what the runs measured and logged.
+the machine's CPU contention hardly moves it, and a run preempted at that moment is an outlier of its night, set
+aside). Nights 1 and 2 plant 3 ms a forward pass; night 3 plants 3.9 ms: +0.9 ms a profiled step, a few percent of
+the step, below what step time can show in one night even on a core of its own (the finding says how far below the
+step time's detection power), while the operator's own series moves by many times its noise. The plant is large
+enough to stay among the operators a run logs when a loaded machine slows every other operator down. Night 2 runs
+another commit than night 1 (a version boundary with no change); night 3 another commit and, from this test, a
+torch version string of its own (`+planted`: the upgrade that made the operator slower). Nothing else is planted,
+copied or edited: every number is what the runs measured and logged.
 
 The nights are judged by `nightly.judge_night` (the nightly flow's judging, at its defaults) over the store:
 night 2 must open no operator event (the no-change history, its version boundary included); night 3 must find the
@@ -40,7 +42,7 @@ pytestmark = pytest.mark.slow
 EXPERIMENT = f"operator-planted-{time.time_ns()}"
 PLANTED = "test_planted::postprocess"
 PLANTED_METRIC = names.operator_metric("operator", PLANTED)
-SPIN_S = {1: 0.001, 2: 0.001, 3: 0.0013}  # per forward pass, by night
+SPIN_S = {1: 0.003, 2: 0.003, 3: 0.0039}  # per forward pass, by night
 COMMITS = {1: "1" * 40, 2: "2" * 40, 3: "3" * 40}
 RUNS_A_NIGHT = 3
 

@@ -13,10 +13,18 @@ operator's level (its median over the runs that logged it: a vanished operator i
 not (an operator near the 20th place moves in and out of the runs' cut: a 0 there would be a false step). A run
 without `op/floor_ms` (no key_averages tables: logged before operators were, or a profiler window that failed)
 gives none: the operator series have a gap there, never a zero.
+
+Outliers (`set_aside`): a run whose value lies more than `DetectionSettings.outlier_sds` robust sds from the
+median of its night's runs (log scale; nights of 3 runs or more) is set aside: a gap, listed with the series. A
+run preempted inside a profiled window adds its lost time to whichever operator was running, and one such run among
+a night's three moves the night's mean by more than a real regression. The sd is the operator's own run-to-run
+noise: the median absolute difference of two runs of the same night over the series' newest nights, divided by
+PAIR_MAD. A change of level moves a whole night, so the night's median moves with it and nothing is set aside.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import replace
 
 import numpy as np
@@ -28,6 +36,8 @@ JUDGED_SHARE = 0.01  # an operator at this share of the profiled step or more is
 JUDGED_TOP = 20  # and at least this many of each kind (the largest)
 SELECTION_RUNS = 12  # the runs before the newest night whose means also pick operators
 CENSORED = 0.5  # an operator a run did not log reads 0 only where the run's floor is below this part of its level
+PAIR_MAD = 0.6744897501960817 * 2**0.5  # median |x - y| of two independent normal draws, in their sd
+NOISE_NIGHTS = 70  # the newest nights (of 3 runs or more) whose pairs set an operator's noise
 
 
 def logged(run: HistoryRun) -> bool:
@@ -92,3 +102,59 @@ def step_ms(runs: list[HistoryRun]) -> float | None:
     if not values:
         values = [r.step_time_ms for r in runs if r.step_time_ms is not None]
     return float(np.mean(values)) if values else None
+
+
+def set_aside(runs: list[HistoryRun], metrics: list[str], sds: float) -> tuple[list[HistoryRun], dict[str, list[str]]]:
+    """The runs with each operator value that is an outlier of its night removed (module doc), and the run ids
+    set aside by metric. `sds` <= 0 sets nothing aside; so does an operator whose noise reads 0."""
+    if sds <= 0:
+        return runs, {}
+    nights: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(runs):
+        if r.night is not None:
+            nights[r.night].append(i)
+    groups = [g for g in nights.values() if len(g) >= 3]
+    if not groups:
+        return runs, {}
+    removed: dict[int, list[str]] = defaultdict(list)
+    out: dict[str, list[str]] = {}
+    for metric in metrics:
+        flagged = _outliers([[runs[i].metrics.get(metric, 0.0) for i in g] for g in groups], sds)
+        ids = [groups[g][k] for g, k in flagged]
+        for i in ids:
+            removed[i].append(metric)
+        if ids:
+            out[metric] = [runs[i].run_id for i in sorted(ids)]
+    screened = [
+        replace(r, metrics={m: v for m, v in r.metrics.items() if m not in removed[i]}) if i in removed else r
+        for i, r in enumerate(runs)
+    ]
+    return screened, out
+
+
+def _outliers(nights: list[list[float]], sds: float) -> list[tuple[int, int]]:
+    """(night, position) of every value beyond `sds` robust sds of its night's median, on the log scale; nights
+    with a value that is not positive (an operator vanished, appeared or not logged) are neither judged nor read
+    for the noise. Nights of equal size are judged as one array."""
+    by_size: dict[int, list[int]] = defaultdict(list)
+    for g, values in enumerate(nights):
+        if all(v > 0 for v in values):
+            by_size[len(values)].append(g)
+    logs = {k: np.log(np.array([nights[g] for g in gs], dtype=float)) for k, gs in by_size.items()}
+    newest = sorted((g for gs in by_size.values() for g in gs), reverse=True)[:NOISE_NIGHTS]
+    cutoff = min(newest, default=0)
+    pairs = []
+    for k, gs in by_size.items():
+        rows = logs[k][np.array(gs) >= cutoff]
+        i, j = np.triu_indices(k, 1)
+        pairs.append(np.abs(rows[:, i] - rows[:, j]).ravel())
+    every = np.concatenate(pairs) if pairs else np.empty(0)
+    sd = float(np.median(every)) / PAIR_MAD if every.size else 0.0
+    if not sd > 0:
+        return []
+    found = []
+    for k, gs in by_size.items():
+        z = logs[k]
+        far = np.abs(z - np.median(z, axis=1, keepdims=True)) > sds * sd
+        found += [(gs[row], col) for row, col in zip(*np.nonzero(far), strict=True)]
+    return found

@@ -209,7 +209,7 @@ def step_power(trend: SeriesTrend, repeats: int) -> float | None:
 
 def operator_table(trend: SeriesTrend, detectable: list[power.MinDetectable] | None = None) -> str:
     """Every operator series judged: its recent level (ms/step and % of the step), run-to-run noise, smallest step
-    found in one night, change points, and the runs that logged no operators (gaps)."""
+    found in one night, change points, the runs that logged no operators and those set aside (gaps)."""
     by_metric = {d.metric: d for d in detectable or []}
     recent = trend.runs[-op_series.SELECTION_RUNS :]
     step = op_series.step_ms([r for r in recent if op_series.logged(r)])
@@ -226,6 +226,7 @@ def operator_table(trend: SeriesTrend, detectable: list[power.MinDetectable] | N
                 "-" if d is None or not math.isfinite(d.shift_pct) else f"{d.shift_pct:.1f}%",
                 ", ".join(f"{c.change_pct:+.0f}% at {c.run_id[:8]}" for c in m.changes) or "-",
                 m.runs_without_metric,
+                len(m.set_aside),
             )
         )
     return markdown_table(
@@ -237,6 +238,7 @@ def operator_table(trend: SeriesTrend, detectable: list[power.MinDetectable] | N
             "min. detectable step",
             "change points",
             "runs without tables",
+            "runs set aside (outliers of their night)",
         ],
         rows,
     )
