@@ -2,24 +2,18 @@
 
 Every profiled run logs the operators that make up its profiled step as `op/cpu/<operator>` (self CPU time)
 and, on GPUs, `op/device/<operator>` (self device time), ms per profiled step, with `op/step_ms` and
-`op/floor_ms` (analysis/operators.py). A series judges, per kind, the operators that make up most of its step:
-each at JUDGED_SHARE of the profiled step or more, and at least the JUDGED_TOP largest, by their
-mean over the newest night's runs or over the SELECTION_RUNS runs before it (so an operator that vanished
-tonight is judged as well as one that appeared).
+`op/floor_ms` (analysis/operators.py). A series judges, per kind, each operator at JUDGED_SHARE of the profiled
+step or more and at least the JUDGED_TOP largest, by their mean over the newest night's runs or the SELECTION_RUNS
+runs before it (so an operator that vanished tonight is judged as well as one that appeared).
 
-Values: a run that logged operators (it has `op/floor_ms`) gives each judged operator its logged value; one it
-did not log took at most the run's `op/floor_ms`, read as 0 where that floor is below CENSORED (half) of the
-operator's level (its median over the runs that logged it: a vanished operator is gone) and as a gap where it is
-not (an operator near the 20th place moves in and out of the runs' cut: a 0 there would be a false step). A run
-without `op/floor_ms` (no key_averages tables: logged before operators were, or a profiler window that failed)
-gives none: the operator series have a gap there, never a zero.
+Values (`with_values`): a run that logged operators gives each judged operator its logged value; one it did not
+log reads 0 where the run's `op/floor_ms` is below CENSORED of the operator's level (it vanished) and a gap where it
+is not (near the cut); a run without `op/floor_ms` (no key_averages tables) is a gap in every series, never a zero.
 
-Outliers (`set_aside`): a run whose value lies more than `DetectionSettings.outlier_sds` robust sds from the
-median of its night's runs (log scale; nights of 3 runs or more) is set aside: a gap, listed with the series. A
-run preempted inside a profiled window adds its lost time to whichever operator was running, and one such run among
-a night's three moves the night's mean by more than a real regression. The sd is the operator's own run-to-run
-noise: the median absolute difference of two runs of the same night over the series' newest nights, divided by
-PAIR_MAD. A change of level moves a whole night, so the night's median moves with it and nothing is set aside.
+Outliers (`set_aside`): a value more than `DetectionSettings.outlier_sds` robust sds from its night's median (log
+scale, nights of 3 runs or more) is a gap, listed with the series: a run preempted inside its window adds the lost
+time to whichever operator ran. The sd is the median absolute difference of two runs of a night over the newest
+nights, over PAIR_MAD. A change of level moves the whole night, its median with it: nothing is set aside.
 """
 
 from __future__ import annotations
