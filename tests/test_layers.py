@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "yolo_mlops.config",
             "yolo_mlops.labels",
             "yolo_mlops.names",
+            "yolo_mlops.remedies",
             "yolo_mlops.render",
             "yolo_mlops.stats",
         ),

@@ -219,7 +219,7 @@ COMM_OTHER_CALLS_PER_STEP = "comm/other_calls_per_step"  # collectives that are 
 # input-message MiB of the step's collectives (record_param_comms: elements x dtype size), every collective
 COMM_MESSAGE_MIB_PER_STEP = "comm/message_mib_per_step"
 COMM_WAIT_SPREAD_PCT = "comm/wait_spread_pct"  # most minus least waiting rank over steady steps, % of the mean step
-# the straggler, judged step by step (analysis/communication.judge_steps; logged only when there is one): its rank,
+# the straggler, judged step by step (analysis/stragglers.judge_steps; logged only when there is one): its rank,
 # its median lead over the steady steps (how much longer the others waited for it, per step) and the share of
 # steady steps in which the others waited for it
 COMM_WAITED_FOR_RANK = "comm/waited_for_rank"

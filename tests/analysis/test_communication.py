@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from yolo_mlops.analysis import analyze_traces, trace_loader
-from yolo_mlops.analysis.communication import FROM_HOST_CALLS, FROM_NCCL_KERNELS
+from yolo_mlops.analysis.collectives import FROM_HOST_CALLS, FROM_NCCL_KERNELS
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.metrics import headline_metrics
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from yolo_mlops.analysis import analyze_traces
-from yolo_mlops.analysis import diagnosis as dx
+from yolo_mlops.analysis import analyze_traces, rules_gpu, rules_host
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
+from yolo_mlops.analysis.diagnosis_input import DEFAULT_WORKERS_SUGGESTION
+from yolo_mlops.analysis.findings import HIGH, MEDIUM
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 FP16_GEMM = "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
@@ -72,7 +73,7 @@ def test_empty_input_has_no_findings():
 
 def test_data_wait_from_context(clean_analysis, clean_context):
     (finding,) = diagnose(clean_context(clean_analysis, data_wait_pct=30.0))
-    assert finding.rule == "data_wait_high" and finding.severity == dx.HIGH
+    assert finding.rule == "data_wait_high" and finding.severity == HIGH
     assert finding.recommended_variants[0] == "workers_16"
     assert "cache_ram" in finding.recommended_variants and "persistent_workers" not in finding.recommended_variants
     assert finding.evidence["data_wait_pct"] == 30.0
@@ -81,7 +82,7 @@ def test_data_wait_from_context(clean_analysis, clean_context):
 def test_data_wait_from_trace_label(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, data_wait=150.0)
     (finding,) = diagnose(clean_context(analysis, data_wait_pct=None))
-    assert finding.rule == "data_wait_high" and finding.severity == dx.MEDIUM
+    assert finding.rule == "data_wait_high" and finding.severity == MEDIUM
     assert finding.evidence["data_wait_pct"] == pytest.approx(15.0)
 
 
@@ -91,8 +92,8 @@ def test_gpu_idle_waiting_on_host(trace_builder, tmp_path, clean_context):
     assert rules(findings) == {"gpu_idle_host_wait"}
     finding = findings[0]
     idle_pct, launch_pct = finding.evidence["gpu_idle_pct"], finding.evidence["gpu_idle_launch_overhead_pct"]
-    assert isinstance(idle_pct, float) and idle_pct >= dx.GPU_IDLE_PCT_WARN
-    assert isinstance(launch_pct, float) and launch_pct >= dx.GPU_IDLE_PCT_WARN
+    assert isinstance(idle_pct, float) and idle_pct >= rules_host.GPU_IDLE_PCT_WARN
+    assert isinstance(launch_pct, float) and launch_pct >= rules_host.GPU_IDLE_PCT_WARN
     assert finding.recommended_variants == ["compile", "batch_32"]
     # the bound is the launch-attributed idle per step, measured over the steps HTA's window keeps
     launch = analysis.ranks[0].idle_cause("launch_overhead")
@@ -102,14 +103,14 @@ def test_gpu_idle_waiting_on_host(trace_builder, tmp_path, clean_context):
 def test_gpu_idle_not_caused_by_host_is_not_host_wait(trace_builder, tmp_path, clean_context):
     # Same gaps, but every kernel was launched long before: the gaps are not host waits.
     analysis = build_run(trace_builder, tmp_path, kernels=5, late_launch=False, gap=120.0)
-    assert analysis.ranks[0].gpu.idle_pct >= dx.GPU_IDLE_PCT_WARN
+    assert analysis.ranks[0].gpu.idle_pct >= rules_host.GPU_IDLE_PCT_WARN
     assert "gpu_idle_host_wait" not in rules(diagnose(clean_context(analysis)))
 
 
 def test_low_sm_util_without_trace():
-    finding = dx.gpu_idle_host_wait(DiagnosisInput(device_type="cuda", sm_util_pct=20.0))
+    finding = rules_host.gpu_idle_host_wait(DiagnosisInput(device_type="cuda", sm_util_pct=20.0))
     assert finding is not None and finding.evidence["sm_util_pct"] == 20.0
-    assert dx.gpu_idle_host_wait(DiagnosisInput(device_type="cuda", sm_util_pct=70.0)) is None
+    assert rules_host.gpu_idle_host_wait(DiagnosisInput(device_type="cuda", sm_util_pct=70.0)) is None
 
 
 def test_fp32_kernels_without_amp(trace_builder, tmp_path, clean_context):
@@ -135,7 +136,7 @@ def test_layout_conversion_kernels(trace_builder, tmp_path, clean_context):
 def test_sync_in_step(trace_builder, tmp_path, clean_context):
     analysis = build_run(trace_builder, tmp_path, sync=80.0)
     (finding,) = diagnose(clean_context(analysis))
-    assert finding.rule == "sync_in_step" and finding.severity == dx.HIGH
+    assert finding.rule == "sync_in_step" and finding.severity == HIGH
     assert finding.evidence["sync_pct"] == pytest.approx(8.0)
     assert finding.evidence["sync_calls_per_step"] == 1.0
 
@@ -192,8 +193,8 @@ def _expected_from_hta(ref: dict, analysis) -> dict[str, bool]:
     assert sum(c.time_us for c in rank.gpu_idle_by_cause) == pytest.approx(idle_us, rel=1e-9)
     launch_pct = 100 * rank.idle_cause("launch_overhead").time_us / ref["temporal_breakdown"]["kernel_time(us)"]
     return {
-        "gpu_idle_host_wait": launch_pct >= dx.GPU_IDLE_PCT_WARN,
-        "communication_high": 100 * exposed / busy >= dx.COMMUNICATION_PCT_WARN,
+        "gpu_idle_host_wait": launch_pct >= rules_host.GPU_IDLE_PCT_WARN,
+        "communication_high": 100 * exposed / busy >= rules_gpu.COMMUNICATION_PCT_WARN,
     }
 
 
@@ -209,7 +210,7 @@ def test_gpu_fixtures(gpu_traces_dir, hta_reference, name):
 
 def test_v100_fixture_is_fp32(gpu_traces_dir):
     analysis = analyze_traces(gpu_traces_dir / "v100_compute_rank0.json.gz")
-    finding = dx.no_reduced_precision(DiagnosisInput(analysis=analysis))
+    finding = rules_gpu.no_reduced_precision(DiagnosisInput(analysis=analysis))
     assert finding is not None
     # Volta (7.0) has fp16 tensor cores but no bf16/TF32.
     assert finding.recommended_variants == ["amp_fp16"]
@@ -222,6 +223,6 @@ def test_data_wait_from_dataloader_events_without_labels(trace_builder, tmp_path
         b.host("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", i * 1000.0 + 5, 300)
     analysis = analyze_traces(b.write(tmp_path / "t.json"))
     (finding,) = diagnose(DiagnosisInput(analysis=analysis, device_type="cpu"))
-    assert finding.rule == "data_wait_high" and finding.severity == dx.HIGH
+    assert finding.rule == "data_wait_high" and finding.severity == HIGH
     assert finding.evidence["data_wait_pct"] == pytest.approx(30.0)
-    assert finding.recommended_variants[0] == f"workers_{dx.DEFAULT_WORKERS_SUGGESTION}"
+    assert finding.recommended_variants[0] == f"workers_{DEFAULT_WORKERS_SUGGESTION}"

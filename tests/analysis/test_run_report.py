@@ -119,7 +119,9 @@ def test_kernel_mix_without_kernel_time_is_not_reported_as_zero(tmp_path, trace_
 
 
 def test_run_summary_lists_typed_findings_with_the_headline():
-    from yolo_mlops.analysis.diagnosis import Finding, Saving, headline
+    from yolo_mlops.analysis.diagnosis import headline
+    from yolo_mlops.analysis.findings import Finding
+    from yolo_mlops.analysis.savings import Saving
     from yolo_mlops.config import RunSpec
     from yolo_mlops.run.pipeline import RunResult, summary_markdown
 

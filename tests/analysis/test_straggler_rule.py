@@ -1,4 +1,4 @@
-"""The straggler rule's error rates by simulation (communication.judge_steps).
+"""The straggler rule's error rates by simulation (stragglers.judge_steps).
 
 Model: N ranks and S steady steps; a rank's own work in a step is 100 x (1 + sigma x z) ms (z standard normal,
 or Student's t with 3 degrees of freedom scaled to unit variance: heavy tails), plus `lead` ms on the last rank
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from yolo_mlops.analysis.communication import judge_steps
+from yolo_mlops.analysis.stragglers import judge_steps
 
 
 def simulate(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from yolo_mlops.analysis import analyze_traces
-from yolo_mlops.analysis.communication import GRADIENT_ALL_REDUCE
+from yolo_mlops.analysis.collectives import GRADIENT_ALL_REDUCE
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
 from yolo_mlops.analysis.metrics import headline_metrics
 from yolo_mlops.analysis.render_text import render_text

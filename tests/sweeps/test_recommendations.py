@@ -96,7 +96,7 @@ def test_no_findings_means_nothing_to_sweep():
 
 
 def test_estimated_saving_is_set_beside_the_measured_one():
-    from yolo_mlops.analysis.diagnosis import Saving
+    from yolo_mlops.analysis.savings import Saving
 
     slow_data = finding("data_wait_high", ["workers_8"], severity="high")
     slow_data.saving = Saving(ms_per_step=40.0, pct_of_step=30.0, assumption="if data loading were overlapped")

@@ -156,10 +156,14 @@ def test_ddp_variants_change_the_job_and_are_skipped_outside_one():
     with pytest.raises(variants.VariantError, match="appears twice|conflicts"):
         variants.parse("ddp_bucket_50mb+ddp_bucket_100mb")
     # the diagnosis' DDP recommendations are sweepable names
-    from yolo_mlops.analysis.diagnosis import DDP_COMMUNICATION_VARIANTS, Finding
+    from yolo_mlops.analysis.findings import Finding
+    from yolo_mlops.analysis.rules_ddp import DDP_COMMUNICATION_REMEDIES
+    from yolo_mlops.remedies import variant
 
-    found = recommendations([Finding("ddp_exposed_communication", "high", "t", {}, DDP_COMMUNICATION_VARIANTS)])
-    assert found.variants == DDP_COMMUNICATION_VARIANTS and not found.rejected
+    ddp_variants = [variant(key) for key in DDP_COMMUNICATION_REMEDIES]
+    assert ddp_variants == ["ddp_no_sync_accumulate", "ddp_bucket_100mb", "ddp_grad_bucket_view"]
+    found = recommendations([Finding("ddp_exposed_communication", "high", "t", {}, ddp_variants)])
+    assert found.variants == ddp_variants and not found.rejected
 
 
 def test_a_variant_an_older_release_lacks_says_so_instead_of_running(monkeypatch):

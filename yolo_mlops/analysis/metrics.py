@@ -7,10 +7,11 @@ from statistics import mean
 
 from yolo_mlops import names
 from yolo_mlops.analysis.communication import CommunicationAnalysis
-from yolo_mlops.analysis.diagnosis import communication_pct, exposed_communication_pct, host_wait_share_of_idle
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY
 from yolo_mlops.analysis.idle_attribution import IDLE_CAUSES
 from yolo_mlops.analysis.model import TraceAnalysis
+from yolo_mlops.analysis.rules_gpu import communication_pct, exposed_communication_pct
+from yolo_mlops.analysis.rules_host import host_wait_share_of_idle
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from yolo_mlops.analysis.communication import RankCommunication, who_waits_text
+from yolo_mlops.analysis.collectives import RankCommunication
+from yolo_mlops.analysis.communication import who_waits_text
 from yolo_mlops.analysis.model import RankAnalysis, TraceAnalysis
 from yolo_mlops.analysis.step_activity import boundary_text
 from yolo_mlops.labels import PHASE_LABEL_PREFIX

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from yolo_mlops import names
 from yolo_mlops.analysis.communication import who_waits_text
-from yolo_mlops.analysis.diagnosis import Finding, headline
+from yolo_mlops.analysis.diagnosis import headline
 from yolo_mlops.analysis.document import Block, Heading, Image, Paragraph, Table, render_html, render_markdown
+from yolo_mlops.analysis.findings import Finding
 from yolo_mlops.analysis.host import CUDA_SYNC_CATEGORY, DATA_LOADER_CATEGORY, OPTIMIZER_CATEGORY
 from yolo_mlops.analysis.idle_attribution import BETWEEN_PHASES
 from yolo_mlops.analysis.metrics import category_token

@@ -15,7 +15,8 @@ What each variant changes (ultralytics 8.4.190 semantics, checked in its source)
 
 Variants that only mean something on a CUDA device say so (`Variant.cuda_reason`); on a CPU device
 `skip_reason()` returns that reason and the sweep records the variant as skipped instead of running
-it as something else.
+it as something else. Which variant tries each remedy the diagnosis names is yolo_mlops/remedies.py's table, in
+the contracts layer (the diagnosis sits below sweeps and never imports this module); a test holds it to this catalogue.
 """
 
 from __future__ import annotations
