@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,32 +288,13 @@ def _make_trainer_class():
         def setup_train(self, original):
             if self.ddp_settings is None:
                 return original()
-            if self.world_size == 1:  # ultralytics joins a process group and wraps the model only above one rank
-                _join_process_group("nccl" if self.device.type == "cuda" else "gloo", 1)
-            wrap = _ddp_wrapper(self, self.ddp_settings)
-            with ultralytics_compat.ddp_wrap(wrap):
-                result = original()
-            if self.world_size == 1:
-                import torch.nn.parallel as parallel
-
-                index = self.device.index if self.device.type == "cuda" else None
-                self.model = wrap(
-                    parallel.DistributedDataParallel,
-                    self.model,
-                    None if index is None else [index],
-                    find_unused_parameters=not bool(self.args.compile),
-                )
-            return result
+            return _setup_ddp_train(self, self.ddp_settings, original)
 
         def preprocess_batch(self, batch):
             inst = self.instrumentation
             self.last_batch_images = int(batch["img"].shape[0])
             if self.ddp_settings is not None and self.ddp_settings.no_sync_accumulation:
-                self.micro_batches += 1
-                # ultralytics steps the optimizer once `accumulate` micro-batches have run; only that one's backward
-                # needs the all-reduce (what DDP's no_sync() context sets, for the forward that follows)
-                wrapped: Any = self.model  # the DDP wrapper by now; ultralytics annotates the attribute as a path
-                wrapped.require_backward_grad_sync = self.micro_batches >= self.accumulate
+                _sync_on_last_micro_batch(self)
             inst.open("preprocess")  # host-to-device copy, normalisation
             try:
                 return super().preprocess_batch(batch)
@@ -326,10 +308,9 @@ def _make_trainer_class():
             with ultralytics_compat.train_loader_pin_memory(pin):
                 return super().get_dataloader(dataset_path, batch_size, rank, mode)
 
-        # `val: false` means no validation pass at all. ultralytics' own val=False still validates after the last
-        # epoch (and after a stop: max_steps sets one) and then validates best.pt once more: two passes over the
-        # validation set after a profiled run of a few steps, logged as val/* numbers the run was asked not to
-        # measure. ultralytics takes a None fitness as "no validation" (its EarlyStopping says so).
+        # `val: false` is no validation pass at all: ultralytics' own val=False still validates after the last epoch
+        # (a max_steps stop included) and best.pt once more, val/* numbers the run was asked not to measure; it
+        # takes a None fitness as "no validation" (its EarlyStopping says so).
         def validate(self):
             if self.args.val:
                 with self.instrumentation.label(VALIDATION_LABEL):
@@ -346,14 +327,8 @@ def _make_trainer_class():
             # ultralytics validates best.pt on a rank's CUDA device; CPU ranks keep the last epoch's validation
             if self.args.val and not (RANK != -1 and self.args.device == "cpu"):
                 return super().final_eval()
-            if RANK not in {-1, 0}:
-                return None  # rank 0 owns the checkpoints
-            # the checkpoints as ultralytics leaves them: without the optimizer state
-            from ultralytics.utils.torch_utils import strip_optimizer
-
-            results = strip_optimizer(self.last) if self.last.exists() else {}
-            if self.best.exists():
-                strip_optimizer(self.best, updates={"train_results": results.get("train_results")})
+            if RANK in {-1, 0}:  # rank 0 owns the checkpoints
+                _strip_checkpoints(self.last, self.best)
             return None
 
         def optimizer_step(self):
@@ -367,6 +342,44 @@ def _make_trainer_class():
                 inst.close_all()
 
     return ProfiledDetectionTrainer
+
+
+def _setup_ddp_train(trainer: Any, settings: DdpSettings, original: Callable[[], Any]) -> Any:
+    """ultralytics' train setup on a data-parallel rank, its model wrapped in DDP with the job's switches; a job of
+    one rank joins its process group and wraps the model here (ultralytics does both only above one rank)."""
+    if trainer.world_size == 1:
+        _join_process_group("nccl" if trainer.device.type == "cuda" else "gloo", 1)
+    wrap = _ddp_wrapper(trainer, settings)
+    with ultralytics_compat.ddp_wrap(wrap):
+        result = original()
+    if trainer.world_size == 1:
+        import torch.nn.parallel as parallel
+
+        index = trainer.device.index if trainer.device.type == "cuda" else None
+        trainer.model = wrap(
+            parallel.DistributedDataParallel,
+            trainer.model,
+            None if index is None else [index],
+            find_unused_parameters=not bool(trainer.args.compile),
+        )
+    return result
+
+
+def _sync_on_last_micro_batch(trainer: Any) -> None:
+    """no_sync accumulation: ultralytics steps the optimizer once `accumulate` micro-batches have run; only that
+    one's backward needs the all-reduce (what DDP's no_sync() context sets, for the forward that follows)."""
+    trainer.micro_batches += 1
+    wrapped: Any = trainer.model  # the DDP wrapper by now; ultralytics annotates the attribute as a path
+    wrapped.require_backward_grad_sync = trainer.micro_batches >= trainer.accumulate
+
+
+def _strip_checkpoints(last: Path, best: Path) -> None:
+    """The checkpoints as ultralytics' final evaluation leaves them: without the optimizer state."""
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    results = strip_optimizer(last) if last.exists() else {}
+    if best.exists():
+        strip_optimizer(best, updates={"train_results": results.get("train_results")})
 
 
 DDP_TIMEOUT_S = 600  # a collective waiting longer than this for a rank fails the job (torchrun also stops it)
