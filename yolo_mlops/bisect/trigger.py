@@ -8,15 +8,11 @@ benchmark, and never on another machine, whose speed is not the one that regress
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
+from yolo_mlops.compat import prefect_client
 from yolo_mlops.config.benchmark import BISECT_DEPLOYMENT
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import MACHINE_VAR
 from yolo_mlops.trends.commit_range import BisectRange
-
-if TYPE_CHECKING:
-    from prefect.client.schemas.objects import FlowRun
 
 
 def start(target: BisectRange, deployment: str = BISECT_DEPLOYMENT, machine: str | None = None) -> tuple[str, str]:
@@ -26,14 +22,9 @@ def start(target: BisectRange, deployment: str = BISECT_DEPLOYMENT, machine: str
     Returns the flow run id and where it goes. A deployment that does not exist on the Prefect server is a
     ConfigError naming it; so is a machine to run on with a deployment that has no work pool (a served
     deployment runs wherever it is served: it cannot be sent to a machine)."""
-    from prefect.client.orchestration import get_client
-    from prefect.deployments import run_deployment
-    from prefect.exceptions import ObjectNotFound
-
     try:
-        with get_client(sync_client=True) as client:
-            found = client.read_deployment_by_name(deployment)
-    except ObjectNotFound:
+        found = prefect_client.deployment(deployment)
+    except prefect_client.NotFound:
         raise ConfigError(
             f"auto-bisect: no deployment {deployment!r} on the Prefect server "
             "(deploy/bootstrap.sh creates it from deploy/prefect.yaml)"
@@ -41,13 +32,11 @@ def start(target: BisectRange, deployment: str = BISECT_DEPLOYMENT, machine: str
     routing: dict = {}
     where = "any machine (the series' machine is not recorded)"
     if machine:
-        if not found.work_pool_name:
+        if not found.work_pool:
             raise ConfigError(
                 f"auto-bisect: deployment {deployment!r} has no work pool, so it cannot be sent to "
                 f"machine {machine!r}: deploy it to the process pool (deploy/prefect.yaml)"
             )
         routing = {"work_queue_name": machine, "job_variables": {"env": {MACHINE_VAR: machine}}}
-        where = f"work queue {machine!r} of pool {found.work_pool_name!r}"
-    # called from sync code, so run_deployment returns the FlowRun, not a coroutine
-    flow_run = cast("FlowRun", run_deployment(name=deployment, parameters=target.parameters(), timeout=0, **routing))
-    return str(flow_run.id), where
+        where = f"work queue {machine!r} of pool {found.work_pool!r}"
+    return prefect_client.start_deployment_run(deployment, target.parameters(), **routing), where

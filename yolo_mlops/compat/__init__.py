@@ -6,6 +6,8 @@ every reach into its private parts lives here, nowhere else.
 - `ultralytics`: the trainer's private methods the project overrides, arguments older releases lack, patches;
 - `mlflow`: search filters and environment variables older servers and clients lack;
 - `prefect`: the temporary server's process, the process pool of a sweep's lanes;
+- `prefect_client`: Prefect's public API as the library calls it (settings, limits, pools, deployment runs):
+  with `prefect`, the only Prefect imports outside flows/;
 - `nvml`: the GPM API older bindings lack.
 
 Each module names the releases it was checked against; tests/compat tests every branch against fakes of the old

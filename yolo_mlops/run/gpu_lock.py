@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from yolo_mlops.compat import prefect_client
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import cuda_indices, machine_name
 
@@ -69,42 +70,27 @@ def _limit_of(index: int) -> str:
 
 
 def _exists(name: str) -> bool:
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            return False
-    return True
+    return prefect_client.concurrency_limit(name) is not None
 
 
 def _shared_server() -> bool:
-    from prefect.settings import PREFECT_API_URL
-
-    return bool(PREFECT_API_URL.value())
+    return prefect_client.api_url() is not None
 
 
 def check_limit(name: str | None) -> int | None:
     """The limit's slot count; a missing or inactive limit is an error (never run unthrottled on a shared GPU)."""
     if name is None:
         return None
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            limit = client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            raise ConfigError(
-                f"Prefect concurrency limit {name!r} does not exist; create it once with "
-                f"`prefect gcl create {name} --limit 1` or deploy/bootstrap.sh on that machine "
-                "(GPU runs never go unthrottled)"
-            ) from None
+    limit = prefect_client.concurrency_limit(name)
+    if limit is None:
+        raise ConfigError(
+            f"Prefect concurrency limit {name!r} does not exist; create it once with "
+            f"`prefect gcl create {name} --limit 1` or deploy/bootstrap.sh on that machine "
+            "(GPU runs never go unthrottled)"
+        )
     if not limit.active:
         raise ConfigError(f"Prefect concurrency limit {name!r} is inactive: it would not throttle anything")
-    return int(limit.limit)
+    return limit.slots
 
 
 @contextlib.contextmanager
@@ -116,7 +102,5 @@ def hold(name: str | list[str] | None) -> Iterator[None]:
     if not names:
         yield
         return
-    from prefect.concurrency.sync import concurrency
-
-    with concurrency(names, occupy=1, strict=True):
+    with prefect_client.occupy(names):
         yield

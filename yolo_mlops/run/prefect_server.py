@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import IO
 
+from yolo_mlops.compat import prefect as prefect_compat
+from yolo_mlops.compat import prefect_client
 from yolo_mlops.errors import ConfigError
 
 STARTUP_TIMEOUT_S = 180  # above the slowest start measured on a loaded 2-core box (docs/benchmarks.md)
@@ -103,17 +105,13 @@ def _database_files(database: Path) -> list[Path]:
 def detach_temporary_server() -> bool:
     """This process's temporary Prefect server in a session of its own, its output in `server_log()`, so that a
     terminal's Ctrl-C reaches only the command (compat/prefect.py says why); False when there is none to manage."""
-    from yolo_mlops.compat import prefect as prefect_compat
-
     return prefect_compat.own_session_server(server_log)
 
 
 def api_url() -> str | None:
     """The Prefect API this process talks to: PREFECT_API_URL as Prefect reads it (environment or profile); None
     when the command starts its temporary server instead."""
-    from prefect.settings import PREFECT_API_URL
-
-    return PREFECT_API_URL.value() or None
+    return prefect_client.api_url()
 
 
 def check_api(context: str = "") -> None:
@@ -126,7 +124,7 @@ def check_api(context: str = "") -> None:
         return
     from yolo_mlops.tracking import connection
 
-    answer = connection.probe(url.rstrip("/") + "/health", headers=_auth_headers())
+    answer = connection.probe(url.rstrip("/") + "/health", headers=prefect_client.auth_headers())
     if answer.status is None:
         raise ConfigError(
             f"{context}no Prefect server answers at {url} ({answer.silence}); start it (`prefect server start`), "
@@ -143,18 +141,3 @@ def check_api(context: str = "") -> None:
             f"{context}no Prefect API at {url}: GET /health answered {got}, not Prefect's `true`; point "
             "PREFECT_API_URL at the Prefect server's API (http://HOST:4200/api)"
         )
-
-
-def _auth_headers() -> dict[str, str]:
-    """The Authorization header Prefect's client sends: a self-hosted server's basic auth, or a Cloud API key."""
-    import base64
-
-    from prefect.settings import get_current_settings
-
-    api = get_current_settings().api
-    if api.auth_string is not None:
-        secret = api.auth_string.get_secret_value()
-        return {"Authorization": "Basic " + base64.b64encode(secret.encode()).decode()}
-    if api.key is not None:
-        return {"Authorization": f"Bearer {api.key.get_secret_value()}"}
-    return {}
