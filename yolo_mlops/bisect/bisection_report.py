@@ -13,15 +13,30 @@ from yolo_mlops.trends.trend import is_operator
 
 
 def report(plan: BisectPlan, result: BisectResult) -> str:
-    from yolo_mlops.render import fmt, markdown_table
-    from yolo_mlops.trends.trend_report import attribution_text
-
-    metric = plan.request.metric
+    """The bisection as text: the range, each step's table row, what the steps decided on, the outcome, the cost."""
     lines = [
         f"bisect {plan.good.line()} .. {plan.bad.line()}",
         f"repository {plan.repo}, {len(plan.commits)} commits; workload {plan.workload_label} "
         f"(from run {plan.workload_run}); {plan.history_note}",
+        steps_table(plan, result),
+        decided_on_text(plan, result),
+        *outcome_lines(plan, result),
     ]
+    installs = sorted(result.install_s.values())
+    lines.append(
+        f"{result.runs} profiled runs in {len(result.steps)} steps (premise + {len(result.steps) - 1}; at "
+        f"most {plan.max_steps} bisection steps for {len(plan.commits)} commits), {result.wall_s:.0f} s"
+        + (f" ({len(installs)} commits installed, {np.median(installs):.1f} s each)" if installs else "")
+        + f"; parent MLflow run {result.parent_run_id} in experiment {plan.request.bisect_experiment!r}"
+    )
+    return "\n".join(lines)
+
+
+def steps_table(plan: BisectPlan, result: BisectResult) -> str:
+    """One row a step: commit, runs, medians, shift (and the step time's beside a figure), t, p, decision."""
+    from yolo_mlops.render import fmt, markdown_table
+
+    metric = plan.request.metric
     figure = result.figure
     rows = []
     for s in result.steps:
@@ -53,8 +68,16 @@ def report(plan: BisectPlan, result: BisectResult) -> str:
     ]
     if figure is not None:
         head += ["step-time t", "figure shift"]
-    lines.append(markdown_table([*head, "t", "p", "decision"], rows))
-    lines.append(decided_on_text(plan, result))
+    return markdown_table([*head, "t", "p", "decision"], rows)
+
+
+def outcome_lines(plan: BisectPlan, result: BisectResult) -> list[str]:
+    """No regression, inconclusive with the narrowed range, or the first bad commit with its shift and evidence."""
+    from yolo_mlops.render import fmt
+    from yolo_mlops.trends.trend_report import attribution_text
+
+    metric, figure = plan.request.metric, result.figure
+    lines: list[str] = []
     premise = result.steps[0].decision
     if result.result == NO_REGRESSION:
         lines.append(
@@ -90,14 +113,7 @@ def report(plan: BisectPlan, result: BisectResult) -> str:
         if result.attribution is not None:
             lines.append("operators that moved (good runs vs first bad runs of its step):")
             lines.append(attribution_text(result.attribution))
-    installs = sorted(result.install_s.values())
-    lines.append(
-        f"{result.runs} profiled runs in {len(result.steps)} steps (premise + {len(result.steps) - 1}; at "
-        f"most {plan.max_steps} bisection steps for {len(plan.commits)} commits), {result.wall_s:.0f} s"
-        + (f" ({len(installs)} commits installed, {np.median(installs):.1f} s each)" if installs else "")
-        + f"; parent MLflow run {result.parent_run_id} in experiment {plan.request.bisect_experiment!r}"
-    )
-    return "\n".join(lines)
+    return lines
 
 
 def decided_on_text(plan: BisectPlan, result: BisectResult) -> str:

@@ -491,37 +491,43 @@ def simulate_bisection(
         premise = run_premise_named(pair(commits), settings)
         verdict = "no_regression"
         if premise.decision.verdict == REGRESSION:
-            figure = premise.figure
-            counts["figure"] += figure is not None
-            psides = premise.figure_sides if premise.figure_sides is not None else premise.step_sides
-
-            def value(o: Observation, figure: Figure | None = figure) -> float:
-                return figure.value(o.entries or {}) if figure is not None else o.slowness
-
-            lo, hi, verdict = 0, commits, "right"
-            earlier: list[list[float]] = []
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                measure = pair(mid)
-
-                def values(i: int, measure: Observe = measure) -> tuple[float, float]:
-                    g, c = measure(i)
-                    return value(g), value(c)
-
-                decision, sides = run_step(values, settings, psides, earlier)
-                earlier += [sides.good, sides.other]
-                if decision.verdict == BAD:
-                    hi = mid
-                elif decision.verdict == GOOD:
-                    lo = mid
-                else:
-                    verdict = "inconclusive"
-                    break
-            if verdict == "right" and hi != slow_at:
-                verdict = "wrong"
+            counts["figure"] += premise.figure is not None
+            first_bad = _simulated_search(premise, pair, commits, settings)
+            verdict = "inconclusive" if first_bad is None else "right" if first_bad == slow_at else "wrong"
         counts[verdict] += 1
         runs.append(sum(log))
         counts["right_within"] += verdict == "right" and runs[-1] <= max_runs
     rates: dict[str, float] = {k: v / trials for k, v in counts.items()}
     rates.update(runs_mean=float(np.mean(runs)), runs_max=float(np.max(runs)))
     return rates
+
+
+def _simulated_search(premise: Premise, pair: Callable[[int], Observe], commits: int, settings: Settings) -> int | None:
+    """The bisection after a premise that named a regression, over commits 1..commits of a simulated range: the
+    first bad commit, or None where a step stayed undecided. Each step decides on the premise's figure (or on step
+    time) with the earlier steps' sides as history, as `search.bisect` does."""
+    figure = premise.figure
+    psides = premise.figure_sides if premise.figure_sides is not None else premise.step_sides
+
+    def value(o: Observation) -> float:
+        return figure.value(o.entries or {}) if figure is not None else o.slowness
+
+    lo, hi = 0, commits
+    earlier: list[list[float]] = []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        measure = pair(mid)
+
+        def values(i: int, measure: Observe = measure) -> tuple[float, float]:
+            g, c = measure(i)
+            return value(g), value(c)
+
+        decision, sides = run_step(values, settings, psides, earlier)
+        earlier += [sides.good, sides.other]
+        if decision.verdict == BAD:
+            hi = mid
+        elif decision.verdict == GOOD:
+            lo = mid
+        else:
+            return None
+    return hi
