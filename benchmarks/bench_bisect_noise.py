@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from harness import interleave
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT_PROCESS = REPO / "yolo_mlops" / "bisect" / "commit_process.py"
@@ -74,29 +75,28 @@ def measure(runs: int, lengths: list[tuple[int, int]], home: Path, out: Path | N
 
     records: dict[str, list[dict]] = {f"{s}:{a}": [] for s, a in lengths}
     index = 0
-    for _ in range(runs):
-        for steps, active in lengths:
-            run_id = one_run(home, spec(steps, active), index)
-            index += 1
-            mlflow = connection.client()
-            run = mlflow.get_run(run_id)
-            step_ms = run.data.metrics[names.STEP_TIME_P50]
-            profile = profile_from_run(mlflow, run_id, active, step_ms)
-            ops = {name: ms for (kind, name), ms in profile.entries.items() if kind == "operator"} if profile else {}
-            records[f"{steps}:{active}"].append(
-                {
-                    "run_id": run_id,
-                    "step_ms": step_ms,
-                    "operators": ops,
-                    "profiled_steps": profile.steps if profile else None,
-                }
-            )
-            print(
-                f"run {index}: {steps} steps, {active} profiled: step {step_ms:.2f} ms, {len(ops)} operators",
-                flush=True,
-            )
-            if out is not None:  # after every run: an interrupted measurement keeps what it measured
-                out.write_text(json.dumps(records, indent=1))
+    for _, (steps, active) in interleave(lengths, runs, order="same"):
+        run_id = one_run(home, spec(steps, active), index)
+        index += 1
+        mlflow = connection.client()
+        run = mlflow.get_run(run_id)
+        step_ms = run.data.metrics[names.STEP_TIME_P50]
+        profile = profile_from_run(mlflow, run_id, active, step_ms)
+        ops = {name: ms for (kind, name), ms in profile.entries.items() if kind == "operator"} if profile else {}
+        records[f"{steps}:{active}"].append(
+            {
+                "run_id": run_id,
+                "step_ms": step_ms,
+                "operators": ops,
+                "profiled_steps": profile.steps if profile else None,
+            }
+        )
+        print(
+            f"run {index}: {steps} steps, {active} profiled: step {step_ms:.2f} ms, {len(ops)} operators",
+            flush=True,
+        )
+        if out is not None:  # after every run: an interrupted measurement keeps what it measured
+            out.write_text(json.dumps(records, indent=1))
     return records
 
 

@@ -20,10 +20,10 @@ import argparse
 import platform
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
+from harness import Samples, Stopwatch, interleave
 
 from yolo_mlops.render import fmt, markdown_table
 from yolo_mlops.trends.changepoint import detect, segments
@@ -94,18 +94,15 @@ def detect_history(series: list[np.ndarray]) -> int:
 def bench_speed(repeats: int) -> str:
     kinds = ["stationary", "realistic", "busy"]
     data = {k: history(k) for k in kinds}
-    times: dict[str, list[float]] = {k: [] for k in kinds}
+    times: Samples[str] = Samples(kinds)
     found = {}
     detect_history(data["realistic"])  # warm-up (imports, first allocations)
-    for _ in range(repeats):
-        for k in kinds:  # interleaved, so machine noise hits every kind alike
-            t0 = time.perf_counter()
+    for _, k in interleave(kinds, repeats, order="same"):  # interleaved, so machine noise hits every kind alike
+        with Stopwatch() as watch:
             found[k] = detect_history(data[k])
-            times[k].append(time.perf_counter() - t0)
-    rows = [
-        [k, found[k], fmt(statistics.median(times[k]), ".3f"), fmt(min(times[k]), ".3f"), fmt(max(times[k]), ".3f")]
-        for k in kinds
-    ]
+        times.add(k, watch.seconds)
+    medians = times.medians()
+    rows = [[k, found[k], fmt(medians[k], ".3f"), fmt(min(times[k]), ".3f"), fmt(max(times[k]), ".3f")] for k in kinds]
     return markdown_table(
         ["history (8 metrics x 1,000 runs)", "change points found", "median s", "min s", "max s"], rows
     )

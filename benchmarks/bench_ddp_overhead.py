@@ -27,6 +27,7 @@ from pathlib import Path
 
 # run as a script (by torch.distributed.run too): its folder is on sys.path
 from bench_instrumentation_overhead import synthetic_run, train_instrumented, training_options
+from harness import Samples, interleave, time_child
 
 FIRST_MEASURED = 7  # 1-based: after the profiler window (steps 1-5) and the step that exports its trace (6)
 RANKS = 2
@@ -104,47 +105,42 @@ def main() -> None:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
     }
-    steps_ms: dict[str, list[float]] = {"plain": [], "instrumented": []}
-    wall_s: dict[str, list[float]] = {"plain": [], "instrumented": []}
-    for repeat in range(args.repeats):
-        order = ("plain", "instrumented") if repeat % 2 == 0 else ("instrumented", "plain")
-        for mode in order:
-            out = Path(tempfile.mkdtemp(prefix=f"bench-ddp-{mode}-"))
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-                str(RANKS),
-                __file__,
-                "--rank-child",
-                mode,
-                "--out",
-                str(out),
-                *training_options(args),
-            ]
-            started = time.perf_counter()
-            subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            wall = time.perf_counter() - started
-            median, count = job_step_ms(out, mode)
-            steps_ms[mode].append(median)
-            wall_s[mode].append(wall)
-            print(
-                f"repeat {repeat + 1} {mode:<12} median step {median:8.2f} ms over {count} steps "
-                f"(slower rank); whole command {wall:6.1f} s",
-                flush=True,
-            )
-    ratios = [i / p for i, p in zip(steps_ms["instrumented"], steps_ms["plain"], strict=True)]
-    plain, instrumented = statistics.median(steps_ms["plain"]), statistics.median(steps_ms["instrumented"])
-    print(f"median step: plain {plain:.2f} ms, instrumented {instrumented:.2f} ms")
+    steps_ms: Samples[str] = Samples(["plain", "instrumented"])
+    wall_s: Samples[str] = Samples(steps_ms)
+    for repeat, mode in interleave(steps_ms, args.repeats, order="alternate"):
+        out = Path(tempfile.mkdtemp(prefix=f"bench-ddp-{mode}-"))
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(RANKS),
+            __file__,
+            "--rank-child",
+            mode,
+            "--out",
+            str(out),
+            *training_options(args),
+        ]
+        child = time_child(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = wall_s.add(mode, child.seconds)
+        median, count = job_step_ms(out, mode)
+        steps_ms.add(mode, median)
+        print(
+            f"repeat {repeat + 1} {mode:<12} median step {median:8.2f} ms over {count} steps "
+            f"(slower rank); whole command {wall:6.1f} s",
+            flush=True,
+        )
+    ratios = steps_ms.paired_ratios("instrumented", "plain")
+    step, wall_median = steps_ms.medians(), wall_s.medians()
+    print(f"median step: plain {step['plain']:.2f} ms, instrumented {step['instrumented']:.2f} ms")
     print(
         f"ratio instrumented/plain: {statistics.median(ratios):.4f} (per-repeat ratios "
         f"{', '.join(f'{r:.4f}' for r in ratios)})"
     )
     print(
-        f"whole command: plain {statistics.median(wall_s['plain']):.1f} s, instrumented "
-        f"{statistics.median(wall_s['instrumented']):.1f} s (medians)"
+        f"whole command: plain {wall_median['plain']:.1f} s, instrumented {wall_median['instrumented']:.1f} s (medians)"
     )
 
 

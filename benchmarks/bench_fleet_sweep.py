@@ -20,10 +20,8 @@ workers use both cores, as two GPUs of one host compete for its CPUs and data lo
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -31,6 +29,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from harness import Samples, Stopwatch, interleave  # noqa: E402
 from local_fleet import local_fleet  # noqa: E402
 from pool_sweeps import parent_run_id, start_pool_sweep, sweep_children, sweep_workload  # noqa: E402
 
@@ -42,12 +41,11 @@ def _sweep(fleet, config: Path, experiment: str, exclusive: bool) -> tuple[float
     options = ["--experiment", experiment]
     if exclusive:
         options += ["--isolation", "exclusive"]
-    t0 = time.perf_counter()
-    proc, log = start_pool_sweep(fleet, config, 4, *options)
-    if proc.wait(3600) != 0:
-        raise SystemExit(f"sweep failed:\n{log.read_text(errors='replace')[-4000:]}")
-    wall = time.perf_counter() - t0
-    return wall, parent_run_id(log)
+    with Stopwatch() as watch:
+        proc, log = start_pool_sweep(fleet, config, 4, *options)
+        if proc.wait(3600) != 0:
+            raise SystemExit(f"sweep failed:\n{log.read_text(errors='replace')[-4000:]}")
+    return watch.seconds, parent_run_id(log)
 
 
 def _child_step_ms(fleet, parent_id: str) -> list[float]:
@@ -65,23 +63,21 @@ def main() -> int:
         help="one core per machine (default), or both machines on every core",
     )
     args = parser.parse_args()
-    walls: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
-    steps: dict[str, list[float]] = {"side-by-side": [], "exclusive": []}
+    walls: Samples[str] = Samples(["side-by-side", "exclusive"])
+    steps: Samples[str] = Samples(walls)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         cpus = {m: str(i) for i, m in enumerate(MACHINES)} if args.pin else None
         with local_fleet(Path(tmp), {m: {} for m in MACHINES}, cpus) as fleet:
             config = Path(tmp) / "tiny.yaml"
             config.write_text(yaml.safe_dump(TINY))
             _sweep(fleet, config, "bench-fleet-warmup", exclusive=False)  # datasets built, caches warm
-            for repeat in range(args.repeats):
-                order = ("side-by-side", "exclusive") if repeat % 2 == 0 else ("exclusive", "side-by-side")
-                for mode in order:
-                    wall, parent = _sweep(fleet, config, f"bench-fleet-{mode}", exclusive=mode == "exclusive")
-                    walls[mode].append(wall)
-                    steps[mode] += _child_step_ms(fleet, parent)
-                    print(f"repeat {repeat + 1} {mode}: {wall:.1f} s", flush=True)
-    side, excl = statistics.median(walls["side-by-side"]), statistics.median(walls["exclusive"])
-    step_side, step_excl = statistics.median(steps["side-by-side"]), statistics.median(steps["exclusive"])
+            for repeat, mode in interleave(walls, args.repeats, order="alternate"):
+                wall, parent = _sweep(fleet, config, f"bench-fleet-{mode}", exclusive=mode == "exclusive")
+                walls.add(mode, wall)
+                steps[mode] += _child_step_ms(fleet, parent)
+                print(f"repeat {repeat + 1} {mode}: {wall:.1f} s", flush=True)
+    side, excl = walls.medians().values()
+    step_side, step_excl = steps.medians().values()
     print()
     print("| sweep of 8 children over 2 machines | whole command, median s | child step p50, median ms |")
     print("|---|---|---|")

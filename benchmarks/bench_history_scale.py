@@ -90,6 +90,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--measure"]:
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # processes.py (ports, polls, stop), postgres_cluster.py, machines.py
 
+from harness import Samples, command_line, interleave  # noqa: E402
 from postgres_cluster import pg_bindir, running_cluster  # noqa: E402
 from processes import base_env, free_port, http_ok, poll_until, start, stop  # noqa: E402
 
@@ -311,7 +312,7 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
         text=True,
     )
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
+        raise SystemExit(f"{command_line(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
     fields = dict(f.split("=") for f in proc.stdout.rsplit("MEASURED ", 1)[1].split())
     return float(fields["wall_s"]), int(fields["peak_rss_kib"]) / 1024, proc.stdout
 
@@ -336,7 +337,7 @@ def judge_main(run_ids: list[str]) -> int:
     return 0
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 60_000])
     parser.add_argument("--repeats", type=int, default=3)
@@ -374,7 +375,96 @@ def main() -> int:
     )
     parser.add_argument("--after-src", type=Path, help="the source tree compared with the baseline (default: this)")
     parser.add_argument("--judge", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+Command = tuple[list[str], dict[str, str]]  # a command and its environment
+
+
+def size_commands(
+    args: argparse.Namespace, arms: list, fillers: list, size: int, env: dict[str, str], uncached_url: str
+) -> dict[str, Command]:
+    """The timed commands at one size, by name: each arm's trends and judgings (and without a baseline the
+    uncached judging and `fleet`)."""
+    cli = [sys.executable, "-m", "yolo_mlops.cli"]
+    judge = [sys.executable, str(Path(__file__).resolve()), "--judge"]
+    commands: dict[str, Command] = {}  # name -> (command, environment)
+    for (label, experiment, _ops, src), filler in zip(arms, fillers, strict=True):
+        key = filler.series[0][0]
+        suite = filler.night_runs(size, "node-0")[:SUITE]
+        arm_env = env | {"BENCH_EXPERIMENT": experiment}
+        if src is not None:  # that tree's yolo_mlops first (the editable install's finder comes after)
+            arm_env["PYTHONPATH"] = str(src.resolve())
+        commands |= {
+            "trends --series" + label: (
+                cli + ["trends", "--experiment", experiment, "--series", key[:10]],
+                arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+            ),
+            "nightly judging" + label: ([*judge, *suite], arm_env),
+            "nightly judging, no history cache" + label: (
+                [*judge, *suite],
+                arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+            ),
+        }
+        if args.baseline_src is None:
+            commands |= {
+                "nightly judging, auth cache off": (
+                    [*judge, *suite],
+                    arm_env | {"MLFLOW_TRACKING_URI": uncached_url},
+                ),
+                "fleet, no cache": (
+                    cli + ["fleet", "--experiment", experiment],
+                    arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
+                ),
+                "fleet, cache": (cli + ["fleet", "--experiment", experiment], arm_env),
+            }
+    return commands
+
+
+def time_size(args: argparse.Namespace, arms: list, commands: dict[str, Command], size: int) -> list[tuple]:
+    """The commands at one size, caches warmed untimed first, then `--repeats` interleaved rounds: a row per
+    command (size, name, median s, median peak RSS MiB, the rounds' seconds)."""
+    results = []
+    if args.baseline_src is not None:  # the warm judgings' caches, once each, untimed
+        for label, *_ in arms:
+            timed(*commands["nightly judging" + label])
+    if (size > args.no_cache_up_to or args.no_fleet) and "fleet, no cache" in commands:
+        del commands["fleet, no cache"]  # reads every run each time: timed at the small sizes only
+    if args.no_fleet and "fleet, cache" in commands:
+        del commands["fleet, cache"]
+    for name in ("fleet, cache", "nightly judging", "nightly judging, auth cache off"):
+        if name in commands:  # each cache brought up to this size once, untimed: later reads refresh it
+            timed(*commands[name])
+    times: Samples[str] = Samples(commands)
+    rss: Samples[str] = Samples(commands)
+    for _, name in interleave(commands, args.repeats, order="same"):
+        wall, peak, _out = timed(*commands[name])
+        times.add(name, wall)
+        rss.add(name, peak)
+    if args.profile_judge:
+        stats = f"{args.profile_judge}.{size}.prof"
+        judge_cmd, judge_env = commands["nightly judging" + arms[-1][0]]
+        timed(judge_cmd, judge_env | {"BENCH_JUDGE_PROFILE": stats})
+        print(f"  cProfile of one judging: {stats}", flush=True)
+    if args.profile_fleet and "fleet, cache" in commands:
+        stats = f"{args.profile_fleet}.{size}.prof"
+        fleet_cmd, fleet_env = commands["fleet, cache"]
+        timed([sys.executable, "-m", "cProfile", "-o", stats, *fleet_cmd[1:]], fleet_env)
+        print(f"  cProfile of one fleet: {stats}", flush=True)
+    median_s, median_rss = times.medians(), rss.medians()
+    for name, values in times.items():
+        row = (size, name, median_s[name], median_rss[name], values)
+        results.append(row)
+        print(
+            f"{size:>6} runs  {name:<44}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
+            f"({', '.join(f'{v:.2f}' for v in values)})",
+            flush=True,
+        )
+    return results
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     if args.judge:
         return judge_main(args.judge)
     if any(s % SERIES for s in args.sizes) or args.sizes != sorted(args.sizes):
@@ -416,78 +506,14 @@ def main() -> int:
             location = client.get_experiment(experiment_id).artifact_location
             fillers.append(Filler(servers.db_url, experiment_id, location, home, operators, tag=label.strip(" []")))
         cli = [sys.executable, "-m", "yolo_mlops.cli"]
-        judge = [sys.executable, str(Path(__file__).resolve()), "--judge"]
         filled = 0
         results = []
         for size in args.sizes:
             for filler in fillers:
                 filler.fill(filled, size)
             filled = size
-            commands: dict[str, tuple[list[str], dict[str, str]]] = {}  # name -> (command, environment)
-            for (label, experiment, _ops, src), filler in zip(arms, fillers, strict=True):
-                key = filler.series[0][0]
-                suite = filler.night_runs(size, "node-0")[:SUITE]
-                arm_env = env | {"BENCH_EXPERIMENT": experiment}
-                if src is not None:  # that tree's yolo_mlops first (the editable install's finder comes after)
-                    arm_env["PYTHONPATH"] = str(src.resolve())
-                commands |= {
-                    "trends --series" + label: (
-                        cli + ["trends", "--experiment", experiment, "--series", key[:10]],
-                        arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                    ),
-                    "nightly judging" + label: ([*judge, *suite], arm_env),
-                    "nightly judging, no history cache" + label: (
-                        [*judge, *suite],
-                        arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                    ),
-                }
-                if args.baseline_src is None:
-                    commands |= {
-                        "nightly judging, auth cache off": (
-                            [*judge, *suite],
-                            arm_env | {"MLFLOW_TRACKING_URI": uncached_url},
-                        ),
-                        "fleet, no cache": (
-                            cli + ["fleet", "--experiment", experiment],
-                            arm_env | {"YOLO_MLOPS_HISTORY_CACHE": "0"},
-                        ),
-                        "fleet, cache": (cli + ["fleet", "--experiment", experiment], arm_env),
-                    }
-            if args.baseline_src is not None:  # the warm judgings' caches, once each, untimed
-                for label, *_ in arms:
-                    timed(*commands["nightly judging" + label])
-            if (size > args.no_cache_up_to or args.no_fleet) and "fleet, no cache" in commands:
-                del commands["fleet, no cache"]  # reads every run each time: timed at the small sizes only
-            if args.no_fleet and "fleet, cache" in commands:
-                del commands["fleet, cache"]
-            for name in ("fleet, cache", "nightly judging", "nightly judging, auth cache off"):
-                if name in commands:  # each cache brought up to this size once, untimed: later reads refresh it
-                    timed(*commands[name])
-            times: dict[str, list[float]] = {}
-            rss: dict[str, list[float]] = {}
-            for _ in range(args.repeats):
-                for name, (cmd, cmd_env) in commands.items():
-                    wall, peak, _out = timed(cmd, cmd_env)
-                    times.setdefault(name, []).append(wall)
-                    rss.setdefault(name, []).append(peak)
-            if args.profile_judge:
-                stats = f"{args.profile_judge}.{size}.prof"
-                judge_cmd, judge_env = commands["nightly judging" + arms[-1][0]]
-                timed(judge_cmd, judge_env | {"BENCH_JUDGE_PROFILE": stats})
-                print(f"  cProfile of one judging: {stats}", flush=True)
-            if args.profile_fleet and "fleet, cache" in commands:
-                stats = f"{args.profile_fleet}.{size}.prof"
-                fleet_cmd, fleet_env = commands["fleet, cache"]
-                timed([sys.executable, "-m", "cProfile", "-o", stats, *fleet_cmd[1:]], fleet_env)
-                print(f"  cProfile of one fleet: {stats}", flush=True)
-            for name, values in times.items():
-                row = (size, name, statistics.median(values), statistics.median(rss[name]), values)
-                results.append(row)
-                print(
-                    f"{size:>6} runs  {name:<44}  median {row[2]:6.2f} s  peak RSS {row[3]:5.0f} MiB  "
-                    f"({', '.join(f'{v:.2f}' for v in values)})",
-                    flush=True,
-                )
+            commands = size_commands(args, arms, fillers, size, env, uncached_url)
+            results += time_size(args, arms, commands, size)
         help_times = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
         print(f"--help: median {statistics.median(help_times):.2f} s")
         print("\n| runs | command | median s | peak RSS MiB |\n|---|---|---|---|")

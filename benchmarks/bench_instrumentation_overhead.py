@@ -40,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import Samples, round_order
+
 if TYPE_CHECKING:
     from yolo_mlops.config import RunSpec
 
@@ -280,6 +282,56 @@ def window_steps(skip_first: int) -> tuple[int, int]:
     return first, skip_first + WINDOW["wait"] + WINDOW["warmup"] + WINDOW["active"]
 
 
+def remember_trainers(trainer_seen: list[Any]) -> None:
+    """Every trainer the library makes from now on, appended to `trainer_seen`: what it was left with after
+    training (its callbacks) is checked for MLflow."""
+    from yolo_mlops.run import training
+
+    keep_trainer = training._make_trainer_class
+
+    def make_trainer_class():
+        trainer_class = keep_trainer()
+        init = trainer_class.__init__
+
+        def remembered(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            trainer_seen.append(self)
+
+        trainer_class.__init__ = remembered
+        return trainer_class
+
+    training._make_trainer_class = make_trainer_class
+
+
+def train_plain(plan, ends: list[int], steps: int) -> Any:
+    """The plain arm: ultralytics' own trainer on the plan's arguments, stopped after `steps` steps; each step's end
+    (perf_counter_ns) appended to `ends`. Returns the trainer."""
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    from yolo_mlops.run import training
+
+    class Trainer(DetectionTrainer):
+        """val=False as the instrumented arm (the library) takes it: no validation pass after the stop and
+        none of best.pt, which ultralytics otherwise runs after the measured steps (child time only)."""
+
+        def validate(self):
+            return {}, None
+
+        def final_eval(self):
+            return None
+
+    trainer = Trainer(overrides=training.ultralytics_args(plan))
+
+    def stop_at_max(trainer):
+        ends.append(time.perf_counter_ns())
+        if len(ends) >= steps:
+            trainer.stop = True
+
+    trainer.add_callback("on_train_batch_end", stop_at_max)
+    trainer.train()
+    return trainer
+
+
 def child(
     mode: str,
     steps: int,
@@ -308,44 +360,10 @@ def child(
         if mode in ("instrumented", "breakdown"):
             if tally is not None:
                 install_tally(tally)
-            keep_trainer = training._make_trainer_class
-
-            def make_trainer_class():  # the trainer, remembered for what it was left with after training
-                trainer_class = keep_trainer()
-                init = trainer_class.__init__
-
-                def remembered(self, *args, **kwargs):
-                    init(self, *args, **kwargs)
-                    trainer_seen.append(self)
-
-                trainer_class.__init__ = remembered
-                return trainer_class
-
-            training._make_trainer_class = make_trainer_class
+            remember_trainers(trainer_seen)
             train_instrumented(plan, ends, (lambda: per_step.append(tally.snapshot())) if tally is not None else None)
         else:
-            from ultralytics.models.yolo.detect import DetectionTrainer
-
-            class Trainer(DetectionTrainer):
-                """val=False as the instrumented arm (the library) takes it: no validation pass after the stop and
-                none of best.pt, which ultralytics otherwise runs after the measured steps (child time only)."""
-
-                def validate(self):
-                    return {}, None
-
-                def final_eval(self):
-                    return None
-
-            trainer = Trainer(overrides=training.ultralytics_args(plan))
-
-            def stop_at_max(trainer):
-                ends.append(time.perf_counter_ns())
-                if len(ends) >= steps:
-                    trainer.stop = True
-
-            trainer.add_callback("on_train_batch_end", stop_at_max)
-            trainer.train()
-            trainer_seen.append(trainer)
+            trainer_seen.append(train_plain(plan, ends, steps))
     intervals = [(b - a) / 1e6 for a, b in zip(ends, ends[1:], strict=False)]  # interval i = step i+1
     first_in_window, window_end = window_steps(skip_first)
     # step index k (0-based) has interval index k-1; drop step 0 (no interval), window steps and the export step
@@ -492,56 +510,67 @@ def main() -> None:
             args.skip_first,
         )
         return
-    results: dict[str, list[float]] = {"plain": [], "instrumented": []}
-    before: dict[str, list[float]] = {"plain": [], "instrumented": []}
+    results: Samples[str] = Samples(["plain", "instrumented"])
+    before: Samples[str] = Samples(results)
     breakdowns: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "YOLO_MLOPS_HOME": os.environ.get("YOLO_MLOPS_HOME", str(Path(tmp) / "home"))}
         for repeat in range(args.repeats):
-            modes = ["plain", "instrumented"] if repeat % 2 == 0 else ["instrumented", "plain"]
+            modes = round_order(list(results), repeat, order="alternate")
             for mode in modes + (["breakdown"] if args.breakdown else []):
-                out = Path(tmp) / f"{mode}-{repeat}.json"
-                subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--child",
-                        mode,
-                        "--out",
-                        str(out),
-                        *training_options(args),
-                        "--device",
-                        args.device,
-                        "--model",
-                        args.model,
-                        "--nvml-backend",
-                        args.nvml_backend,
-                        "--skip-first",
-                        str(args.skip_first),
-                    ],
-                    check=True,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                row = json.loads(out.read_text())
+                row = run_child(args, mode, Path(tmp) / f"{mode}-{repeat}.json", env)
                 if row.get("mlflow_imported") or row.get("callbacks_mlflow"):
                     print(f"MLflow during training in {mode}: {row.get('callbacks_mlflow') or 'mlflow imported'}")
                 if mode == "breakdown":
                     breakdowns.append(row)
                     print(f"breakdown {repeat} (timed child) median step {row['median_ms']:8.2f} ms", flush=True)
                     continue
-                results[mode].append(row["median_ms"])
+                results.add(mode, row["median_ms"])
                 pre = row.get("before_window_median_ms")
                 if pre is not None:
-                    before[mode].append(pre)
+                    before.add(mode, pre)
                 print(
                     f"repeat {repeat} {mode:<12} median step {row['median_ms']:8.2f} ms over {row['steps']} steps"
                     + (f" (before the window {pre:.2f} ms)" if pre is not None else ""),
                     flush=True,
                 )
-    plain, inst = statistics.median(results["plain"]), statistics.median(results["instrumented"])
-    ratios = [i / p for i, p in zip(results["instrumented"], results["plain"], strict=True)]
+    print_ratios(results, before)
+    print_breakdown(breakdowns)
+
+
+def run_child(args: argparse.Namespace, mode: str, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One arm's training in a fresh process (`--child MODE`): the row it writes to `out`."""
+    subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--out",
+            str(out),
+            *training_options(args),
+            "--device",
+            args.device,
+            "--model",
+            args.model,
+            "--nvml-backend",
+            args.nvml_backend,
+            "--skip-first",
+            str(args.skip_first),
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return json.loads(out.read_text())
+
+
+def print_ratios(results: Samples[str], before: Samples[str]) -> None:
+    """The arms' medians of medians and their ratio: of the medians, and repeat by repeat."""
+    median = results.medians()
+    plain, inst = median["plain"], median["instrumented"]
+    ratios = results.paired_ratios("instrumented", "plain")
     print(f"\nplain        median of medians {plain:8.2f} ms")
     print(f"instrumented median of medians {inst:8.2f} ms")
     print(
@@ -552,11 +581,8 @@ def main() -> None:
         f"median of the per-pair ratios: {statistics.median(ratios):.4f} (range {min(ratios):.3f} - {max(ratios):.3f})"
     )
     if before["plain"] and before["instrumented"]:
-        print(
-            f"before the window: plain {statistics.median(before['plain']):.2f} ms, instrumented "
-            f"{statistics.median(before['instrumented']):.2f} ms"
-        )
-    print_breakdown(breakdowns)
+        pre = before.medians()
+        print(f"before the window: plain {pre['plain']:.2f} ms, instrumented {pre['instrumented']:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from harness import Samples, Stopwatch, interleave
 
 # torch, the project and the tests' small conv net (tests/conv_net.py) are imported inside the functions:
 # benchmarks/gpu_checks.py parses this script's arguments (build_parser) in its own process, with the standard
-# library only
+# library and benchmarks/harness.py only
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 WINDOW = {"wait": 1, "warmup": 1, "active": 3, "with_stack": True}
 
@@ -70,8 +70,7 @@ def window(build, out: Path, device: str) -> tuple[float, float, dict]:
     model, optimizer, loss = build()
     cuda = device != "cpu"
     profiler = TrainingProfiler(settings, out, with_cuda=cuda, device=device)
-    started = time.perf_counter()
-    with profiler:
+    with Stopwatch() as watch, profiler:
         for _ in range(settings.window_end_step):
             optimizer.zero_grad(set_to_none=True)
             loss().backward()
@@ -79,7 +78,7 @@ def window(build, out: Path, device: str) -> tuple[float, float, dict]:
             if cuda:
                 torch.cuda.synchronize()
             profiler.step()
-    took = time.perf_counter() - started
+    took = watch.seconds
     result = profiler.memory.result
     assert result is not None, profiler.memory.status
     return result.compute_s, took, {"device": result.device, **{k: round(v, 2) for k, v in result.metrics().items()}}
@@ -109,20 +108,20 @@ def main() -> None:
         "yolo11n": (f"yolo11n {args.imgsz}px batch {args.batch} + SGD", lambda: yolo11n(dev, args.imgsz, args.batch)),
     }
     arms = dict(builders[m.strip()] for m in args.models.split(",") if m.strip())
-    split: dict[str, list[float]] = {name: [] for name in arms}
-    whole: dict[str, list[float]] = {name: [] for name in arms}
+    split: Samples[str] = Samples(arms)
+    whole: Samples[str] = Samples(arms)
     last: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            for name, build in arms.items():
-                s, w, last[name] = window(build, Path(tmp) / f"{r}_{len(split[name])}_{abs(hash(name))}", device)
-                split[name].append(s)
-                whole[name].append(w)
+        for r, name in interleave(arms, args.repeats, order="same"):
+            s, w, last[name] = window(arms[name], Path(tmp) / f"{r}_{len(split[name])}_{abs(hash(name))}", device)
+            split.add(name, s)
+            whole.add(name, w)
+    split_median, whole_median = split.medians(), whole.medians()
     summary = {
         name: {
-            "split_s_median": statistics.median(split[name]),
+            "split_s_median": split_median[name],
             "split_s": split[name],
-            "window_s_median": statistics.median(whole[name]),
+            "window_s_median": whole_median[name],
             "last": last[name],
         }
         for name in arms
@@ -132,8 +131,8 @@ def main() -> None:
     for name in arms:
         runs = [round(s, 3) for s in split[name]]
         print(
-            f"{name}: split median {statistics.median(split[name]):.3f} s (runs {runs}),"
-            f" whole window median {statistics.median(whole[name]):.2f} s; {last[name]}"
+            f"{name}: split median {split_median[name]:.3f} s (runs {runs}),"
+            f" whole window median {whole_median[name]:.2f} s; {last[name]}"
         )
 
 

@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from harness import interleave
 
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 
@@ -109,15 +110,14 @@ def main() -> None:
 
     results: dict[bool, list[tuple[float, int, float]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            for jobs in (True, False) if repeat % 2 == 0 else (False, True):
-                results[jobs].append(one_start(jobs, args.idle_s, Path(tmp)))
-                health, procs, cpu = results[jobs][-1]
-                print(
-                    f"repeat {repeat}: jobs {'on ' if jobs else 'off'}  /health after {health:5.1f} s  "
-                    f"{procs:2d} processes  {cpu:5.1f} CPU s",
-                    flush=True,
-                )
+        for repeat, jobs in interleave((True, False), args.repeats, order="alternate"):
+            results[jobs].append(one_start(jobs, args.idle_s, Path(tmp)))
+            health, procs, cpu = results[jobs][-1]
+            print(
+                f"repeat {repeat}: jobs {'on ' if jobs else 'off'}  /health after {health:5.1f} s  "
+                f"{procs:2d} processes  {cpu:5.1f} CPU s",
+                flush=True,
+            )
     print(f"\n| job execution | median s to /health | processes | median CPU s (start + {args.idle_s:.0f} s idle) |")
     print("|---|---|---|---|")
     for jobs in (True, False):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import BinaryIO, cast
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rank_traces import timed  # noqa: E402
 from bench_trace_analysis import write_big_trace  # noqa: E402
+from harness import column_medians, round_order  # noqa: E402
 
 from yolo_mlops.profiling.trace_gzip import write_members  # noqa: E402
 
@@ -60,7 +60,7 @@ def main() -> None:
         (form, setting): [] for form in forms for setting in settings
     }
     for repeat in range(args.repeats):
-        order = settings[repeat % len(settings) :] + settings[: repeat % len(settings)]
+        order = round_order(settings, repeat, order="rotate")
         for form, path in forms.items():
             for setting in order:
                 runs[(form, setting)].append(timed_under(setting, path))
@@ -69,7 +69,7 @@ def main() -> None:
     print("| form | mmap threshold | analyze s | peak RSS MiB (reader process) |")
     print("|---|---|---|---|")
     for (form, setting), results in runs.items():
-        seconds, own, child = (statistics.median(r[i] for r in results) for i in range(3))
+        seconds, own, child = column_medians(results)
         reader = f" (+{child:.0f})" if child else ""
         print(f"| {form} | {setting} | {seconds:.2f} | {own:.0f}{reader} |")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import msgspec
 from bench_trace_analysis import FIXTURES as TRACES  # run as a script: its folder is on sys.path
 from bench_trace_analysis import gpu_traces_dir
+from harness import interleave, time_child
 
 from yolo_mlops.analysis.trace_loader import _TypedEvent
 
@@ -49,9 +49,7 @@ def one_repeat(path: Path) -> dict[str, float]:
 
 
 def interpreter_with_msgspec() -> float:
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import msgspec.json"], check=True)
-    return time.perf_counter() - start
+    return time_child([sys.executable, "-c", "import msgspec.json"], check=True).seconds
 
 
 def main() -> None:
@@ -61,10 +59,12 @@ def main() -> None:
     fixtures = gpu_traces_dir()
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in TRACES}
     starts = []
-    for _ in range(repeats):  # interleaved: every trace and the interpreter start in each repeat
-        starts.append(interpreter_with_msgspec())
-        for name in TRACES:
-            samples[name].append(one_repeat(fixtures / name))
+    # interleaved: every trace and the interpreter start in each repeat
+    for _, arm in interleave([None, *TRACES], repeats, order="same"):
+        if arm is None:
+            starts.append(interpreter_with_msgspec())
+        else:
+            samples[arm].append(one_repeat(fixtures / arm))
     start_s = statistics.median(starts)
     print(f"interpreter + import msgspec.json: {start_s:.3f} s (median of {repeats})")
     print("| trace | events | gunzip s | typed decode s | one bare pass s | start + gunzip + decode + pass s |")

@@ -26,6 +26,7 @@ import statistics
 import time
 
 import numpy as np
+from harness import Samples, round_order
 
 from yolo_mlops.nvml import FakeNvmlBackend, FakeScript, NvmlSampler
 from yolo_mlops.nvml.backend import Mode
@@ -103,8 +104,8 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
     step = _make_training()
     _block(step, 20)  # warm-up
     conditions = ("without", "with", "control")
-    wall: dict[str, list[float]] = {c: [] for c in conditions}
-    cpu: dict[str, list[float]] = {c: [] for c in conditions}
+    wall: Samples[str] = Samples(conditions)
+    cpu: Samples[str] = Samples(conditions)
     # Steps split by whether a poll happened during them. A long step catches a poll more
     # often, so the split is biased; the control blocks get the same split against a
     # pseudo-poll grid (first "poll" one interval after the block starts, like the
@@ -112,8 +113,7 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
     split: dict[str, list[int]] = {"with_poll": [], "with_no_poll": [], "control_poll": [], "control_no_poll": []}
     interval_ns = int(1e9 / rate_hz)
     for repeat in range(repeats):
-        order = conditions[repeat % 3 :] + conditions[: repeat % 3]
-        for condition in order:
+        for condition in round_order(conditions, repeat, order="rotate"):
             if condition == "with":
                 with NvmlSampler(FakeNvmlBackend(FakeScript(mode="utilization")), interval_s=1.0 / rate_hz) as sampler:
                     w, c, spans = _block(step, steps)
@@ -126,18 +126,18 @@ def training_ratio(repeats: int, steps: int, rate_hz: float) -> dict[str, object
                 for start, end in spans:
                     polled = bool(((polls >= start) & (polls <= end)).any())
                     split[f"{prefix}_poll" if polled else f"{prefix}_no_poll"].append(end - start)
-            wall[condition].append(w)
-            cpu[condition].append(c)
+            wall.add(condition, w)
+            cpu.add(condition, c)
 
-    def ratios(times: dict[str, list[float]], condition: str) -> dict[str, float]:
-        return _quartiles([a / b for a, b in zip(times[condition], times["without"], strict=True)])
+    def ratios(times: Samples[str], condition: str) -> dict[str, float]:
+        return _quartiles(times.paired_ratios(condition, "without"))
 
     return {
         "rate_hz": rate_hz,
         "repeats": repeats,
         "steps_per_block": steps,
-        "median_step_ms_without": 1e3 * statistics.median(wall["without"]),
-        "median_step_ms_with": 1e3 * statistics.median(wall["with"]),
+        "median_step_ms_without": 1e3 * wall.medians()["without"],
+        "median_step_ms_with": 1e3 * wall.medians()["with"],
         "wall_ratio_with_sampler": ratios(wall, "with"),
         "wall_ratio_aa_control": ratios(wall, "control"),
         "cpu_ratio_with_sampler": ratios(cpu, "with"),

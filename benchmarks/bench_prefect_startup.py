@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from harness import Samples, interleave
 
 CHILD = """
 import time
@@ -60,21 +61,22 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             reused = Path(tmp) / "reused.db"
             start_once(reused)  # the first command's migration: not part of either arm
-            times: dict[str, list[float]] = {"new-db": [], "reused-db": []}
-            for repeat in range(args.repeats):
-                times["new-db"].append(start_once(Path(tmp) / f"new-{repeat}.db"))
-                times["reused-db"].append(start_once(reused))
-                print(
-                    f"repeat {repeat + 1}: new-db {times['new-db'][-1]:.1f} s, "
-                    f"reused-db {times['reused-db'][-1]:.1f} s",
-                    flush=True,
-                )
+            times: Samples[str] = Samples(["new-db", "reused-db"])
+            for repeat, arm in interleave(times, args.repeats, order="same"):
+                times.add(arm, start_once(Path(tmp) / f"new-{repeat}.db" if arm == "new-db" else reused))
+                if arm == "reused-db":
+                    print(
+                        f"repeat {repeat + 1}: new-db {times['new-db'][-1]:.1f} s, "
+                        f"reused-db {times['reused-db'][-1]:.1f} s",
+                        flush=True,
+                    )
     finally:
         for burner in burners:
             burner.kill()
             burner.wait()
-    for arm, values in times.items():
-        print(f"{arm:<10} median {statistics.median(values):.1f} s  (min {min(values):.1f}, max {max(values):.1f})")
+    for arm, median in times.medians().items():
+        values = times[arm]
+        print(f"{arm:<10} median {median:.1f} s  (min {min(values):.1f}, max {max(values):.1f})")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ a fresh process per trace costs a fork each, where a spawned one would import th
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rank_traces import arguments, timed, write_rank_traces  # noqa: E402
+from harness import column_medians, interleave  # noqa: E402
 
 # the reused-workers arm: spawned workers without a task limit
 REUSED_WORKERS = """\
@@ -36,14 +36,12 @@ def main() -> None:
     command = ["analyze", str(folder), "--format", "json"]
     arms = {"fresh process per trace": "", "reused workers": REUSED_WORKERS}
     results: dict[str, list[tuple[float, int]]] = {arm: [] for arm in arms}
-    for repeat in range(args.repeats):
-        for arm in arms if repeat % 2 == 0 else reversed(arms):
-            seconds, _, worker = timed(command, prelude=arms[arm])
-            results[arm].append((seconds, worker))
-            print(f"repeat {repeat + 1}, {arm}: {seconds:.2f} s, largest worker {worker} MiB", flush=True)
+    for repeat, arm in interleave(arms, args.repeats, order="alternate"):
+        seconds, _, worker = timed(command, prelude=arms[arm])
+        results[arm].append((seconds, worker))
+        print(f"repeat {repeat + 1}, {arm}: {seconds:.2f} s, largest worker {worker} MiB", flush=True)
     for arm, runs in results.items():
-        seconds = statistics.median(r[0] for r in runs)
-        worker = statistics.median(r[1] for r in runs)
+        seconds, worker = column_medians(runs)
         print(f"{arm}: {seconds:.2f} s, largest worker {worker:.0f} MiB (medians of {len(runs)})")
 
 

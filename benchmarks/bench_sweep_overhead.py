@@ -24,7 +24,6 @@ import argparse
 import os
 import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import workloads  # noqa: E402
+from harness import Stopwatch, medians  # noqa: E402
 from isolation import isolate  # noqa: E402
 
 GOAL_S = 2.0
@@ -54,20 +54,86 @@ def _task_durations(flow_run_id: str) -> dict[str, float]:
     return out
 
 
-def main() -> int:
+def report(children: int, rows: list[dict[str, float]], sweep_wall: float, spent: dict[str, float]) -> str:
+    """The '## Sweep orchestration' section of docs/benchmarks.md: medians over the children after the first."""
+    first, steady = rows[0], rows[1:] or rows
+    med = medians({k: [r[k] for r in steady] for k in steady[0]})
+    med["engine"] = med["overhead"] - med["pipeline"]
+    sweep_level = sweep_wall - sum(r["wall"] + r["acquire"] for r in rows)
+    verdict = "met" if med["overhead"] <= GOAL_S else "NOT met"
+    lines = [
+        "## Sweep orchestration",
+        "",
+        "Orchestration overhead per sweep child = child wall time (the `profile-training` subflow call, "
+        "concurrency slot held) minus the child's `train` task (ultralytics setup, the training steps, profiler "
+        "export, final validation). A real `sweep` flow on Prefect's test server and a SQLite MLflow store "
+        f"runs {children} baseline repeats of YOLO11n (imgsz 64, batch 4, 6 steps, synthetic data, CPU) "
+        "under a concurrency limit of 1. Medians over children 2..n (the first pays for cold imports).",
+        "",
+        f"Command: `.venv/bin/python benchmarks/bench_sweep_overhead.py --children {children} --write-docs`",
+        "",
+        f"Machine: {os.cpu_count()} shared vCPUs ({platform.processor() or platform.machine()}, other jobs "
+        f"running, load average {os.getloadavg()[0]:.1f}), Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| per child (median) | seconds |",
+        "|---|---|",
+        f"| child wall | {med['wall']:.2f} |",
+        f"| train task | {med['train']:.2f} |",
+        f"| **overhead = wall - train** (range over children 2..n: {min(r['overhead'] for r in steady):.2f}"
+        f"-{max(r['overhead'] for r in steady):.2f}) | **{med['overhead']:.2f}** |",
+        f"| of which prepare task (dataset check, env fingerprint, MLflow run + params) | {med['prepare']:.2f} |",
+        f"| of which analyze task | {med['analyze']:.2f} |",
+        f"| of which track task (MLflow metrics + artifact upload) | {med['track']:.2f} |",
+        f"| of which Prefect subflow/task engine (rest) | {med['engine']:.2f} |",
+        f"| slot acquire (uncontended, outside child wall) | {med['acquire']:.2f} |",
+        "",
+        "Each row is the median of its own column, so wall - train need not equal the median overhead; the "
+        "'Prefect engine' row is median overhead minus the median prepare + analyze + track.",
+        "",
+        f"First child: wall {first['wall']:.2f} s, overhead {first['overhead']:.2f} s. Sweep-level cost (plan, "
+        f"parent run, collecting {len(rows)} children's step times from MLflow, bootstrap, report, chart, "
+        f"artifacts): {sweep_level:.2f} s once per sweep: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
+        + f", rest (flow engine start, parent run creation; not broken down further) "
+        f"{sweep_level - sum(spent.values()):.2f}.",
+        "",
+        f"Goal (<= {GOAL_S:.0f} s overhead per child on CPU): **{verdict}** ({med['overhead']:.2f} s).",
+    ]
+    return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    """Replace (or append) the section in docs/benchmarks.md."""
+    docs = ROOT / "docs" / "benchmarks.md"
+    current = docs.read_text() if docs.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"^## Sweep orchestration\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(current):
+        current = pattern.sub(text + "\n\n", current)
+    else:
+        current = current.rstrip("\n") + "\n\n" + text + "\n"
+    docs.write_text(current)
+    print(f"\nwrote {docs}")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--children", type=int, default=6)
     parser.add_argument(
         "--write-docs", action="store_true", help="replace '## Sweep orchestration' in docs/benchmarks.md"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     isolate(Path(tempfile.mkdtemp(prefix="bench-sweep-")))
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.testing.utilities import prefect_test_harness
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.config import SweepRequest, build_run_spec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
 
@@ -113,9 +179,9 @@ def main() -> int:
     with prefect_test_harness(server_startup_timeout=180):
         with get_client(sync_client=True) as client:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="bench-slot", limit=1))
-        t0 = time.perf_counter()
-        result = sweep(base=base, variants=[], repeats=args.children, concurrency_limit="bench-slot")
-        sweep_wall = time.perf_counter() - t0
+        with Stopwatch() as watch:
+            result = sweep(SweepRequest(base=base, variants=[], repeats=args.children, concurrency_limit="bench-slot"))
+        sweep_wall = watch.seconds
         rows = []
         for child in result.children:
             tasks = _task_durations(child["flow_run_id"])
@@ -130,62 +196,10 @@ def main() -> int:
                     **{k: tasks.get(k, float("nan")) for k in ("prepare", "analyze", "track")},
                 }
             )
-    first, steady = rows[0], rows[1:] or rows
-    med = {k: statistics.median(r[k] for r in steady) for k in steady[0]}
-    med["engine"] = med["overhead"] - med["pipeline"]
-    sweep_level = sweep_wall - sum(r["wall"] + r["acquire"] for r in rows)
-    verdict = "met" if med["overhead"] <= GOAL_S else "NOT met"
-    lines = [
-        "## Sweep orchestration",
-        "",
-        "Orchestration overhead per sweep child = child wall time (the `profile-training` subflow call, "
-        "concurrency slot held) minus the child's `train` task (ultralytics setup, the training steps, profiler "
-        "export, final validation). A real `sweep` flow on Prefect's test server and a SQLite MLflow store "
-        f"runs {args.children} baseline repeats of YOLO11n (imgsz 64, batch 4, 6 steps, synthetic data, CPU) "
-        "under a concurrency limit of 1. Medians over children 2..n (the first pays for cold imports).",
-        "",
-        f"Command: `.venv/bin/python benchmarks/bench_sweep_overhead.py --children {args.children} --write-docs`",
-        "",
-        f"Machine: {os.cpu_count()} shared vCPUs ({platform.processor() or platform.machine()}, other jobs "
-        f"running, load average {os.getloadavg()[0]:.1f}), Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d')}.",
-        "",
-        "| per child (median) | seconds |",
-        "|---|---|",
-        f"| child wall | {med['wall']:.2f} |",
-        f"| train task | {med['train']:.2f} |",
-        f"| **overhead = wall - train** (range over children 2..n: {min(r['overhead'] for r in steady):.2f}"
-        f"-{max(r['overhead'] for r in steady):.2f}) | **{med['overhead']:.2f}** |",
-        f"| of which prepare task (dataset check, env fingerprint, MLflow run + params) | {med['prepare']:.2f} |",
-        f"| of which analyze task | {med['analyze']:.2f} |",
-        f"| of which track task (MLflow metrics + artifact upload) | {med['track']:.2f} |",
-        f"| of which Prefect subflow/task engine (rest) | {med['engine']:.2f} |",
-        f"| slot acquire (uncontended, outside child wall) | {med['acquire']:.2f} |",
-        "",
-        "Each row is the median of its own column, so wall - train need not equal the median overhead; the "
-        "'Prefect engine' row is median overhead minus the median prepare + analyze + track.",
-        "",
-        f"First child: wall {first['wall']:.2f} s, overhead {first['overhead']:.2f} s. Sweep-level cost (plan, "
-        f"parent run, collecting {len(rows)} children's step times from MLflow, bootstrap, report, chart, "
-        f"artifacts): {sweep_level:.2f} s once per sweep: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
-        + f", rest (flow engine start, parent run creation; not broken down further) "
-        f"{sweep_level - sum(spent.values()):.2f}.",
-        "",
-        f"Goal (<= {GOAL_S:.0f} s overhead per child on CPU): **{verdict}** ({med['overhead']:.2f} s).",
-    ]
-    text = "\n".join(lines)
+    text = report(args.children, rows, sweep_wall, spent)
     print(text)
     if args.write_docs:
-        docs = ROOT / "docs" / "benchmarks.md"
-        current = docs.read_text() if docs.exists() else "# Benchmarks\n"
-        pattern = re.compile(r"^## Sweep orchestration\n.*?(?=^## |\Z)", re.S | re.M)
-        if pattern.search(current):
-            current = pattern.sub(text + "\n\n", current)
-        else:
-            current = current.rstrip("\n") + "\n\n" + text + "\n"
-        docs.write_text(current)
-        print(f"\nwrote {docs}")
+        write_docs(text)
     return 0
 
 

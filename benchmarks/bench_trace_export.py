@@ -18,10 +18,10 @@ import json
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from harness import Samples, Stopwatch, interleave
 from torch.profiler import ProfilerActivity, profile
 
 from yolo_mlops.profiling.torch_profiler import write_chrome_trace
@@ -72,16 +72,15 @@ def main() -> None:
     args = parser.parse_args()
 
     writers = ("torch", "one gzip stream", "write_chrome_trace")
-    times: dict[str, list[float]] = {name: [] for name in writers}
+    times: Samples[str] = Samples(writers)
     sizes: dict[str, list[int]] = {name: [] for name in writers}
     events: dict[str, list[int]] = {name: [] for name in writers}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            for name in writers[i % 3 :] + writers[: i % 3]:
-                prof = profiled_cycle(args.steps, args.imgsz, args.batch)  # a cycle's trace is saved only once
-                folder = Path(tmp) / f"{name}-{i}"
-                folder.mkdir()
-                started = time.perf_counter()
+        for i, name in interleave(writers, args.repeats, order="rotate"):
+            prof = profiled_cycle(args.steps, args.imgsz, args.batch)  # a cycle's trace is saved only once
+            folder = Path(tmp) / f"{name}-{i}"
+            folder.mkdir()
+            with Stopwatch() as watch:
                 if name == "torch":
                     path = folder / "w.1.pt.trace.json.gz"
                     prof.export_chrome_trace(str(path))
@@ -89,20 +88,19 @@ def main() -> None:
                     path = write_one_stream(prof, folder)
                 else:
                     path = write_chrome_trace(prof, folder, "w")
-                times[name].append(time.perf_counter() - started)
-                sizes[name].append(path.stat().st_size)
-                events[name].append(len(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]))
-    base = statistics.median(times["torch"])
+            times.add(name, watch.seconds)
+            sizes[name].append(path.stat().st_size)
+            events[name].append(len(json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]))
+    medians, ratios = times.medians(), times.ratios("torch")
     print(
         f"{args.steps} profiled steps of YOLO11n (imgsz {args.imgsz}, batch {args.batch}, shapes and memory "
         f"recorded), {args.repeats} interleaved repeats, a fresh cycle each, torch {torch.__version__}"
     )
     print("| writer | median s | ratio | median events | median file MB |")
     print("|---|---|---|---|---|")
-    for name, values in times.items():
-        median = statistics.median(values)
+    for name in times:
         print(
-            f"| {name} | {median:.3f} | {median / base:.2f} | {statistics.median(events[name]):,.0f} | "
+            f"| {name} | {medians[name]:.3f} | {ratios[name]:.2f} | {statistics.median(events[name]):,.0f} | "
             f"{statistics.median(sizes[name]) / 1e6:.2f} |"
         )
 

@@ -9,10 +9,8 @@ repeats, in one process (matplotlib imported once, as in the nightly judging).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from yolo_mlops.trends.history import HistoryRun
 from yolo_mlops.trends.trend import DetectionSettings, SeriesTrend, series_trend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/histories.py: the run records
+from harness import Samples, Stopwatch, interleave  # noqa: E402
 from histories import history_run  # noqa: E402
 
 DAY_MS = 86_400_000
@@ -57,18 +56,18 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     trends: dict[int, SeriesTrend] = {n: series_trend(history(n), DetectionSettings()) for n in args.runs}
-    times: dict[int, list[float]] = {n: [] for n in args.runs}
+    times: Samples[int] = Samples(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         trend_report.plot_series(trends[args.runs[0]], Path(tmp) / "warm.png")  # fonts and caches loaded once
-        for _ in range(args.repeats):
-            for n, trend in trends.items():
-                start = time.perf_counter()
-                trend_report.plot_series(trend, Path(tmp) / f"{n}.png")
-                times[n].append(time.perf_counter() - start)
+        for _, n in interleave(trends, args.repeats, order="same"):
+            with Stopwatch() as watch:
+                trend_report.plot_series(trends[n], Path(tmp) / f"{n}.png")
+            times.add(n, watch.seconds)
+    medians = times.medians()
     print("| runs | version changes | plot_series median s | repeats |\n|---|---|---|---|")
     for n, trend in trends.items():
         changes = max(len(m.candidates) for m in trend.metrics)
-        print(f"| {n} | {changes} | {statistics.median(times[n]):.3f} | {', '.join(f'{t:.3f}' for t in times[n])} |")
+        print(f"| {n} | {changes} | {medians[n]:.3f} | {', '.join(f'{t:.3f}' for t in times[n])} |")
     return 0
 
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +27,7 @@ from pathlib import Path
 
 SERIES, RUNS, SHIFT_AT, EXPERIMENT = 20, 200, 120, "bench-trends"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/machines.py: the made-up node
+from harness import medians, time_child  # noqa: E402
 
 
 def _populate(db_dir: Path) -> None:
@@ -109,14 +108,14 @@ def main() -> int:
     page = queries.SEARCH_PAGE_SIZE
     cli, query, detect = [], [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        out = subprocess.run(
+        timed = time_child(
             [sys.executable, "-m", "yolo_mlops.cli", "trends", "--experiment", EXPERIMENT],
             capture_output=True,
             text=True,
             env=os.environ.copy(),
         )
-        cli.append(time.perf_counter() - t0)
+        out = timed.proc
+        cli.append(timed.seconds)
         if out.returncode != 0:
             print(out.stderr, file=sys.stderr)
             return 1
@@ -129,9 +128,10 @@ def main() -> int:
         f"runs read: {runs} ({-(-runs // page)} pages of {page}); series whose step-time shift at run "
         f"{SHIFT_AT} was found exactly: {shifted}/{SERIES // 2} planted"
     )
+    median = medians({"cli": cli, "query": query, "detect": detect})
     print(
-        f"median of {args.repeats}: cli {statistics.median(cli):.2f} s, query {statistics.median(query):.2f} s, "
-        f"detect {statistics.median(detect):.2f} s (cli runs: {', '.join(f'{c:.2f}' for c in cli)})"
+        f"median of {args.repeats}: cli {median['cli']:.2f} s, query {median['query']:.2f} s, "
+        f"detect {median['detect']:.2f} s (cli runs: {', '.join(f'{c:.2f}' for c in cli)})"
     )
     return 0
 

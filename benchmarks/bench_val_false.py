@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
+
+from harness import Samples, Stopwatch, interleave
 
 
 def _arms():
@@ -68,18 +68,17 @@ def main() -> None:
         }
     )
     arms = _arms()
-    seconds: dict[str, list[float]] = {name: [] for name in arms}
+    seconds: Samples[str] = Samples(arms)
     val_metrics: dict[str, set[str]] = {name: set() for name in arms}
-    for repeat in range(args.repeats + 1):  # repeat 0 warms both arms up and is not counted
-        for name, trainer_class in arms.items():
-            training._make_trainer_class = trainer_class
-            start = time.perf_counter()
+    for repeat, name in interleave(arms, args.repeats + 1, order="same"):  # repeat 0 warms both arms up, not counted
+        training._make_trainer_class = arms[name]
+        with Stopwatch() as watch:
             prepared = pipeline.prepare(spec)
             outcome = pipeline.train(prepared)
             pipeline.track(prepared, outcome, pipeline.analyze(prepared, outcome))
-            if repeat:
-                seconds[name].append(time.perf_counter() - start)
-            val_metrics[name] |= set(outcome.val_metrics)
+        if repeat:
+            seconds.add(name, watch.seconds)
+        val_metrics[name] |= set(outcome.val_metrics)
 
     print(
         f"YOLO11n, imgsz {args.imgsz}, batch {args.batch}, {args.max_steps} steps, {args.images} training and "
@@ -87,10 +86,9 @@ def main() -> None:
     )
     print("| arm | median s (whole run) | ratio | val/* metrics logged |")
     print("|---|---|---|---|")
-    base = statistics.median(seconds[next(iter(arms))])
+    medians, ratios = seconds.medians(), seconds.ratios(next(iter(arms)))
     for name in arms:
-        median = statistics.median(seconds[name])
-        print(f"| {name} | {median:.2f} | {median / base:.2f} | {len(val_metrics[name])} |")
+        print(f"| {name} | {medians[name]:.2f} | {ratios[name]:.2f} | {len(val_metrics[name])} |")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from yolo_mlops.trends.history import HistoryRun
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/histories.py: the run records
 from bench_changepoint import history as cp_history  # noqa: E402
+from harness import Stopwatch  # noqa: E402
 from histories import history_run  # noqa: E402
 
 HISTORY, NIGHT, CONFIRM = 60, 3, 3
@@ -522,10 +522,10 @@ def bench_speed(repeats: int = 5) -> str:
         data = cp_history(kind)
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            for v in data:
-                drift.analyze(v)
-            times.append(time.perf_counter() - t0)
+            with Stopwatch() as watch:
+                for v in data:
+                    drift.analyze(v)
+            times.append(watch.seconds)
         rows.append([kind, fmt(statistics.median(times), ".3f"), fmt(max(times), ".3f")])
     return markdown_table(["history (8 metrics x 1,000 runs)", "median s (change points + drift)", "max s"], rows)
 
@@ -581,8 +581,9 @@ def main() -> int:
         parser.error(f"--sections: unknown {', '.join(unknown)}; one of {', '.join(sections)}")
     for name in wanted:
         title, run = sections[name]
-        t0 = time.perf_counter()
-        print(f"### {title}\n\n{run()}\n\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
+        with Stopwatch() as watch:
+            table = run()
+        print(f"### {title}\n\n{table}\n\n({watch.seconds:.0f} s)\n", flush=True)
     return 0
 
 

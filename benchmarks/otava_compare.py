@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_changepoint import Planted, exact_within, history  # noqa: E402
+from harness import Samples, Stopwatch, interleave  # noqa: E402
 
 from yolo_mlops.render import fmt, markdown_table  # noqa: E402
 from yolo_mlops.trends.changepoint import detect  # noqa: E402
@@ -76,9 +75,9 @@ def run_otava(python: str, series: list[np.ndarray]) -> tuple[float, list[list[i
 
 
 def run_ours(series: list[np.ndarray], **kw) -> tuple[float, list[list[int]]]:
-    t0 = time.perf_counter()
-    found = [[cp.index for cp in detect(s, **kw)] for s in series]
-    return time.perf_counter() - t0, found
+    with Stopwatch() as watch:
+        found = [[cp.index for cp in detect(s, **kw)] for s in series]
+    return watch.seconds, found
 
 
 def groups(seeds: int) -> list[tuple[str, list[Planted], list[int]]]:
@@ -106,6 +105,50 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, float]:
     same = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
     near = sum(exact_within(x, y) for x, y in zip(a, b, strict=True)) / len(a)
     return 100 * same, 100 * near
+
+
+def print_timing(otava: str, repeats: int) -> None:
+    """Detection time of Otava and of ours (both modes) on three sets of series, medians of interleaved repeats."""
+    timing_sets = {
+        "8 metrics x 1,000 runs (realistic)": history("realistic"),
+        "8 metrics x 1,000 runs (stationary)": history("stationary"),
+        "100 series x 200 runs (one 5% shift)": [Planted(200, 1.0, shifts=((100, 5.0),)).values(s) for s in range(100)],
+    }
+    trows = []
+    for name, series in timing_sets.items():
+        t: Samples[str] = Samples(["otava", "compat", "ours"])
+        found = {}
+        for _, arm in interleave(t, repeats, order="same"):
+            if arm == "otava":
+                sec, found[arm] = run_otava(otava, series)
+            else:
+                sec, found[arm] = run_ours(series, otava_compatible=arm == "compat")
+            t.add(arm, sec)
+        med = t.medians()
+        trows.append(
+            [
+                name,
+                fmt(med["otava"], ".3f"),
+                fmt(med["compat"], ".3f"),
+                fmt(med["ours"], ".3f"),
+                fmt(med["otava"] / med["ours"], ".1f"),
+                "/".join(fmt(x, ".0f") for x in agreement(found["compat"], found["otava"])),
+            ]
+        )
+    print(f"### Timing (in-process, median of {repeats} interleaved repeats)\n")
+    print(
+        markdown_table(
+            [
+                "series",
+                "Otava s",
+                "ours, otava_compatible s",
+                "ours, default s",
+                "Otava / ours",
+                "compatible vs Otava identical/+-1 (%)",
+            ],
+            trows,
+        )
+    )
 
 
 def main() -> int:
@@ -153,47 +196,7 @@ def main() -> int:
         + "\n"
     )
 
-    timing_sets = {
-        "8 metrics x 1,000 runs (realistic)": history("realistic"),
-        "8 metrics x 1,000 runs (stationary)": history("stationary"),
-        "100 series x 200 runs (one 5% shift)": [Planted(200, 1.0, shifts=((100, 5.0),)).values(s) for s in range(100)],
-    }
-    trows = []
-    for name, series in timing_sets.items():
-        t: dict[str, list[float]] = {"otava": [], "compat": [], "ours": []}
-        found = {}
-        for _ in range(args.repeats):  # interleaved
-            sec, found["otava"] = run_otava(otava, series)
-            t["otava"].append(sec)
-            sec, found["compat"] = run_ours(series, otava_compatible=True)
-            t["compat"].append(sec)
-            sec, found["ours"] = run_ours(series)
-            t["ours"].append(sec)
-        med = {k: statistics.median(v) for k, v in t.items()}
-        trows.append(
-            [
-                name,
-                fmt(med["otava"], ".3f"),
-                fmt(med["compat"], ".3f"),
-                fmt(med["ours"], ".3f"),
-                fmt(med["otava"] / med["ours"], ".1f"),
-                "/".join(fmt(x, ".0f") for x in agreement(found["compat"], found["otava"])),
-            ]
-        )
-    print(f"### Timing (in-process, median of {args.repeats} interleaved repeats)\n")
-    print(
-        markdown_table(
-            [
-                "series",
-                "Otava s",
-                "ours, otava_compatible s",
-                "ours, default s",
-                "Otava / ours",
-                "compatible vs Otava identical/+-1 (%)",
-            ],
-            trows,
-        )
-    )
+    print_timing(otava, args.repeats)
     return 0
 
 
