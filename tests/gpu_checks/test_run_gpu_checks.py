@@ -188,7 +188,8 @@ def test_dry_run_fails_when_a_step_command_rots(tmp_path):
 
 
 def _gpu_checks_module():
-    """benchmarks/gpu_checks.py as a module (a script: the standard library only at module level)."""
+    """benchmarks/gpu_checks.py as a module (a script: the standard library only at module level); loading it puts
+    benchmarks/ on sys.path, where its steps' package `gpu_check` is."""
     spec = importlib.util.spec_from_file_location("gpu_checks_under_test", ROOT / "benchmarks" / "gpu_checks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -221,7 +222,10 @@ def test_later_steps_never_cut_an_earlier_one_below_its_need(tmp_path, monkeypat
 
 
 def test_the_overhead_and_the_fixes_from_the_h100_run():
-    gc = _gpu_checks_module()
+    _gpu_checks_module()
+    from gpu_check.overhead import pairs_ratio
+    from gpu_check.sweeps import LAUNCH_BOUND_FIXES, launch_fixes
+
     # run2's two finished pairs: the ratio over them is reported when the step is cut short
     repeats = [
         {"repeat": 0, "mode": "plain", "median_ms": 54.45, "steps": 33},
@@ -230,12 +234,13 @@ def test_the_overhead_and_the_fixes_from_the_h100_run():
         {"repeat": 1, "mode": "plain", "median_ms": 57.36, "steps": 33},
         {"repeat": 2, "mode": "plain", "median_ms": 55.0, "steps": 33},
     ]
-    partial = gc._pairs_ratio(repeats)
+    partial = pairs_ratio(repeats)
     assert partial["pairs"] == 2 and partial["per_pair"] == [1.142, 1.055]
     assert partial["ratio"] == pytest.approx(((62.20 + 60.52) / 2) / ((54.45 + 57.36) / 2), abs=1e-4)
 
     class Smoke:
         mode = "gpu"
+        tiny = False
 
         def __init__(self, findings):
             self.findings = findings
@@ -245,8 +250,8 @@ def test_the_overhead_and_the_fixes_from_the_h100_run():
 
     launch_bound = {"severity": "high", "title": "launch-bound", "recommended_variants": ["compile", "batch_32"]}
     cudnn = {"severity": "low", "title": "cudnn.benchmark is off", "recommended_variants": ["cudnn_benchmark"]}
-    assert gc.launch_fixes(Smoke([launch_bound, cudnn])) == "compile,batch_32"  # the top finding's
-    assert gc.launch_fixes(Smoke([])) == gc.LAUNCH_BOUND_FIXES == "compile,batch_32"
+    assert launch_fixes(Smoke([launch_bound, cudnn])) == "compile,batch_32"  # the top finding's
+    assert launch_fixes(Smoke([])) == LAUNCH_BOUND_FIXES == "compile,batch_32"
 
 
 def test_bad_invocations_get_one_clear_line(tmp_path):
