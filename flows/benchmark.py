@@ -14,7 +14,6 @@ notify: with `RegressionDetected` on a confirmed regression, with `BenchmarkRuns
 from __future__ import annotations
 
 import uuid
-from functools import partial
 
 from prefect import flow, runtime, task
 from prefect.artifacts import create_image_artifact, create_markdown_artifact
@@ -85,11 +84,7 @@ def benchmark(suite: BenchmarkSuite = BenchmarkSuite()) -> dict[str, JudgedSerie
     judged = [
         j
         for experiment, run_ids in night.runs_by_experiment.items()
-        for j in nightly.judge_confirmed(
-            partial(judge_series, experiment, run_ids, suite),
-            suite.confirm_repeats,
-            partial(_run_confirmation, night, suite),
-        )
+        for j in _judge_confirmed(suite, night, experiment, run_ids)
     ]
     night.add_notes(judged)
     regressions = [j for j in judged if j.status == "regression"]
@@ -116,6 +111,20 @@ def _run_rounds(suite: BenchmarkSuite, night: nightly.Night, start: int, counts:
                 night.failures.append(f"{label}: {type(exc).__name__}: {exc}")
                 continue
             night.ran(i, spec, result.run_id)
+
+
+def _judge_confirmed(
+    suite: BenchmarkSuite, night: nightly.Night, experiment: str, run_ids: list[str]
+) -> list[JudgedSeries]:
+    """The experiment's series judged (the first round); a series with a new regression is re-measured by its
+    confirmation runs before it alerts and judged again over them (the confirmation round)."""
+    first = judge_series(experiment, run_ids, suite, nightly.JudgingRound(confirm_repeats=suite.confirm_repeats))
+    pending = nightly.awaiting_confirmation(first)
+    if not pending:
+        return first
+    runs = {j.series: _run_confirmation(night, suite, j) for j in pending}
+    again = judge_series(experiment, run_ids, suite, nightly.confirmation_round(pending, runs))
+    return nightly.with_confirmations(first, again)
 
 
 def _repeats_needed(suite: BenchmarkSuite, night: nightly.Night) -> list[int]:

@@ -6,9 +6,9 @@ functions over an MLflow client:
 - `judge_night`: the verdict of every series that tonight's runs belong to (change points, drift, version
   boundaries, detection power), logged on tonight's runs as tags, metrics and the series' picture and report.
   A new regression can be held back for confirmation runs and judged again over them (`confirm`).
-- `Night`: what a night ran so far (its runs by experiment and configuration, failures, notes), and
-  `judge_confirmed`, the judging with its confirmation runs before a regression alerts; the flow passes in how
-  a run is made and how a series is judged (Prefect tasks and subflows), so the loop itself is plain code.
+- `Night`: what a night ran so far (its runs by experiment and configuration, failures, notes).
+- the confirmation rounds as data: `awaiting_confirmation` (the series to re-measure), `confirmation_round`
+  (what the second judging looks at), `with_confirmations` (the night's verdicts); the flow makes the runs.
 - `repeats_needed`: `repeats="auto"`, the runs a configuration needs tonight to see the suite's target shift.
 - `markdown` and `failure_message`: what the flow publishes and what it fails with.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,22 +125,20 @@ class JudgingRound:
     suspects: dict[str, list[str]] | None = None
 
 
-def judge_confirmed(
-    judge: Callable[[JudgingRound], list[JudgedSeries]],
-    confirm_repeats: int,
-    confirm: Callable[[JudgedSeries], list[str]],
-) -> list[JudgedSeries]:
-    """The night's series judged (the first round); a series with a new regression is re-measured before it
-    alerts (`confirm` makes its confirmation runs and returns their ids) and judged again over them (the
-    confirmation round), the series without one keeping their first verdict."""
-    first = judge(JudgingRound(confirm_repeats=confirm_repeats))
-    pending = [j for j in first if j.confirm_metrics]
-    if not pending:
-        return first
-    runs = {j.series: confirm(j) for j in pending}
-    suspects = {j.series: j.confirm_metrics for j in pending}
-    again = {j.series: j for j in judge(JudgingRound(confirmations=runs, suspects=suspects))}
-    return [again.get(j.series, j) for j in first]
+def awaiting_confirmation(first: list[JudgedSeries]) -> list[JudgedSeries]:
+    """The series of a first round whose new regression is re-measured before it alerts."""
+    return [j for j in first if j.confirm_metrics]
+
+
+def confirmation_round(pending: list[JudgedSeries], runs: dict[str, list[str]]) -> JudgingRound:
+    """The second look: the series awaiting confirmation, judged over their confirmation runs (series -> ids)."""
+    return JudgingRound(confirmations=runs, suspects={j.series: j.confirm_metrics for j in pending})
+
+
+def with_confirmations(first: list[JudgedSeries], again: list[JudgedSeries]) -> list[JudgedSeries]:
+    """The night's verdicts: a series judged again replaces its first verdict, the others keep theirs."""
+    by_series = {j.series: j for j in again}
+    return [by_series.get(j.series, j) for j in first]
 
 
 def judge_night(
