@@ -17,9 +17,41 @@ DEFAULT_EXPERIMENT = names.BENCHMARK_EXPERIMENT
 
 def cmd_trends(args: argparse.Namespace) -> int:
     from yolo_mlops.tracking import connection
-    from yolo_mlops.trends import bounds, history, operators, power, trend_report
+    from yolo_mlops.trends import history, power, trend_report
     from yolo_mlops.trends.attribution import change_point_attributions
-    from yolo_mlops.trends.trend import WATCHED_BY_NAME, DetectionSettings, is_operator, latest_status, series_trend
+    from yolo_mlops.trends.trend import DetectionSettings, series_trend
+
+    _check_args(args)
+    settings = DetectionSettings(max_pvalue=args.max_pvalue)
+    mlflow = connection.checked_client()
+    if args.series is None:
+        grouped = history.load_experiment_series(mlflow, args.experiment, args.across_machines)
+        # the watched metrics of every series; its operator series are judged with --series (and each night)
+        _print_all_series([series_trend(runs, settings, operators=False) for runs in grouped.values()], args)
+        return 0
+    key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
+    if len(runs) < 2:
+        raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyze yet")
+    trend = series_trend(runs, settings)
+    wanted = [args.metric] if args.metric else None
+    if args.metric and trend.metric(args.metric) is None:
+        raise ConfigError(f"no run of series {key} logged {args.metric}")
+    attributions = change_point_attributions(mlflow, trend)
+    detectable = power.for_trend(trend, _repeats(trend, args.repeats))
+    if args.format == "json":
+        print(json.dumps(_series_json(trend, attributions, detectable, wanted, args.repeats), indent=2, default=str))
+    else:
+        print(trend_report.series_report(trend, attributions, wanted, detectable))
+    if args.plot is not None:
+        trend_report.plot_series(trend, args.plot, wanted)
+        print(f"\nplot: {args.plot}")
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Every argument judged before any store is opened: one line for each mistake."""
+    from yolo_mlops.trends import bounds
+    from yolo_mlops.trends.trend import WATCHED_BY_NAME, is_operator
 
     if args.metric and args.metric not in WATCHED_BY_NAME and not is_operator(args.metric):
         raise ConfigError(
@@ -34,100 +66,80 @@ def cmd_trends(args: argparse.Namespace) -> int:
         raise ConfigError(f"--repeats {args.repeats}: must be >= 1")
     if args.plot is not None and args.series is None:
         raise ConfigError("--plot needs --series KEY (one picture per series)")
-    settings = DetectionSettings(max_pvalue=args.max_pvalue)
-    mlflow = connection.checked_client()
-    if args.series is None:
-        grouped = history.load_experiment_series(mlflow, args.experiment, args.across_machines)
-        # the watched metrics of every series; its operator series are judged with --series (and each night)
-        series = [series_trend(runs, settings, operators=False) for runs in grouped.values()]
-        series.sort(key=lambda t: -t.runs[-1].start_time_ms)
-        detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
-        if args.format == "json":
-            print(
-                json.dumps(
-                    [
-                        {
-                            "series": t.series,
-                            "label": t.label,
-                            "runs": len(t.runs),
-                            "latest_status": latest_status(t),
-                            "change_points": sum(len(m.changes) for m in t.metrics),
-                            "drifts": [m.metric for m in t.metrics if m.drift is not None],
-                            "min_detectable_shift_pct": {
-                                d.metric: _finite(d.shift_pct) for d in detectable_by_series[t.series]
-                            },
-                            "repeats": _repeats(t, args.repeats),
-                        }
-                        for t in series
-                    ],
-                    indent=2,
-                )
-            )
-        else:
-            print(f"{len(series)} series in experiment {args.experiment!r}\n")
-            print(trend_report.series_table(series))
-            print(
-                "\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
-                "last level change):"
-            )
-            for t in series:
-                for d in detectable_by_series[t.series]:
-                    if d.metric == names.STEP_TIME_P50:
-                        print(f"- {t.series}: " + trend_report.detectable_line(d))
-        return 0
-    key, runs = history.load_one_series(mlflow, args.experiment, args.series, args.across_machines)
-    if len(runs) < 2:
-        raise ConfigError(f"series {key} has one run ({runs[0].run_id}): no history to analyze yet")
-    trend = series_trend(runs, settings)
-    wanted = [args.metric] if args.metric else None
-    if args.metric and trend.metric(args.metric) is None:
-        raise ConfigError(f"no run of series {key} logged {args.metric}")
-    attributions = change_point_attributions(mlflow, trend)
-    detectable = power.for_trend(trend, _repeats(trend, args.repeats))
+
+
+def _print_all_series(series: list, args: argparse.Namespace) -> None:
+    """Every series of the experiment, newest first: its status and change points, and its detection power."""
+    from yolo_mlops.trends import power, trend_report
+    from yolo_mlops.trends.trend import latest_status
+
+    series.sort(key=lambda t: -t.runs[-1].start_time_ms)
+    detectable_by_series = {t.series: power.for_trend(t, _repeats(t, args.repeats)) for t in series}
     if args.format == "json":
-        print(
-            json.dumps(
-                {
-                    "series": trend.series,
-                    "label": trend.label,
-                    "latest_status": latest_status(trend),
-                    "min_detectable_shift": [
-                        {**asdict(d), "shift_pct": _finite(d.shift_pct)}
-                        for d in detectable
-                        if not wanted or d.metric in wanted
-                    ],
-                    "metrics": [asdict(m) for m in trend.metrics if not wanted or m.metric in wanted],
-                    "operators": [asdict(m) for m in trend.operators if not wanted or m.metric in wanted],
-                    "operator_min_detectable_shift": [
-                        {**asdict(d), "shift_pct": _finite(d.shift_pct)}
-                        for d in power.for_operators(trend, _repeats(trend, args.repeats))
-                        if not wanted or d.metric in wanted
-                    ],
-                    "operator_findings": [
-                        {
-                            **asdict(f),
-                            "factor": _finite(f.factor),
-                            "delta_ms": f.delta_ms,
-                            "share_pct": f.share_pct,
-                            "severity": f.severity,
-                            "below_step_power": f.below_step_power,
-                        }
-                        for f in operators.history_findings(trend, _step_power(detectable))
-                        if not wanted or f.metric in wanted
-                    ],
-                    "renames": [asdict(r) for r in trend.renames],
-                    "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()} for k, a in attributions.items()],
-                },
-                indent=2,
-                default=str,
-            )
-        )
-    else:
-        print(trend_report.series_report(trend, attributions, wanted, detectable))
-    if args.plot is not None:
-        trend_report.plot_series(trend, args.plot, wanted)
-        print(f"\nplot: {args.plot}")
-    return 0
+        rows = [
+            {
+                "series": t.series,
+                "label": t.label,
+                "runs": len(t.runs),
+                "latest_status": latest_status(t),
+                "change_points": sum(len(m.changes) for m in t.metrics),
+                "drifts": [m.metric for m in t.metrics if m.drift is not None],
+                "min_detectable_shift_pct": {d.metric: _finite(d.shift_pct) for d in detectable_by_series[t.series]},
+                "repeats": _repeats(t, args.repeats),
+            }
+            for t in series
+        ]
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{len(series)} series in experiment {args.experiment!r}\n")
+    print(trend_report.series_table(series))
+    print(
+        "\nsmallest step in step time found in one night (90% of nights; noise from the runs since the "
+        "last level change):"
+    )
+    for t in series:
+        for d in detectable_by_series[t.series]:
+            if d.metric == names.STEP_TIME_P50:
+                print(f"- {t.series}: " + trend_report.detectable_line(d))
+
+
+def _series_json(trend, attributions, detectable, wanted: list[str] | None, repeats: int | None) -> dict:
+    """One series as `--format json` writes it: watched metrics and operator series, power, findings, renames."""
+    from yolo_mlops.trends import operators, power
+    from yolo_mlops.trends.trend import latest_status
+
+    def kept(metric: str) -> bool:
+        return not wanted or metric in wanted
+
+    return {
+        "series": trend.series,
+        "label": trend.label,
+        "latest_status": latest_status(trend),
+        "min_detectable_shift": [
+            {**asdict(d), "shift_pct": _finite(d.shift_pct)} for d in detectable if kept(d.metric)
+        ],
+        "metrics": [asdict(m) for m in trend.metrics if kept(m.metric)],
+        "operators": [asdict(m) for m in trend.operators if kept(m.metric)],
+        "operator_min_detectable_shift": [
+            {**asdict(d), "shift_pct": _finite(d.shift_pct)}
+            for d in power.for_operators(trend, _repeats(trend, repeats))
+            if kept(d.metric)
+        ],
+        "operator_findings": [
+            {
+                **asdict(f),
+                "factor": _finite(f.factor),
+                "delta_ms": f.delta_ms,
+                "share_pct": f.share_pct,
+                "severity": f.severity,
+                "below_step_power": f.below_step_power,
+            }
+            for f in operators.history_findings(trend, _step_power(detectable))
+            if kept(f.metric)
+        ],
+        "renames": [asdict(r) for r in trend.renames],
+        "attributions": [{"metric": k[0], "run_id": k[1], **a.to_dict()} for k, a in attributions.items()],
+    }
 
 
 def _repeats(trend, given: int | None) -> int:
