@@ -170,6 +170,12 @@ def test_an_operator_regression_is_confirmed_or_dismissed_like_step_time():
 # ---- a preempted run: an outlier of its night, set aside -----------------------------------------------------
 
 
+def _series(t: trend.SeriesTrend, metric: str) -> trend.MetricTrend:
+    found = t.metric(metric)
+    assert found is not None, metric
+    return found
+
+
 def _preempted(runs, index: int, metric: str, factor: float):
     """The runs with run `index`'s `metric` x factor: the run lost time inside that operator (a preemption)."""
     r = runs[index]
@@ -181,9 +187,9 @@ def _preempted(runs, index: int, metric: str, factor: float):
 def test_a_preempted_run_is_set_aside_from_the_operator_series_and_opens_no_event():
     runs = _preempted(operator_history(9, seed=21), 8 * 3 + 1, SMALL, 3.0)  # no change; tonight's second run
     t = trend.series_trend(runs)
-    assert t.metric(SMALL).set_aside == (runs[25].run_id,)
+    assert _series(t, SMALL).set_aside == (runs[25].run_id,)
     assert sum(len(m.set_aside) for m in t.operators) == 1  # the other operators and runs kept
-    assert t.metric(SMALL).runs_without_metric == 0  # a gap of its own, not a run without tables
+    assert _series(t, SMALL).runs_without_metric == 0  # a gap of its own, not a run without tables
     v = trend.verdict(t, _night(runs, 8))
     assert not [m for m in confirm.needs_confirmation(v) if trend.is_operator(m)], v
     (row,) = [line for line in operators.operator_table(t).splitlines() if line.startswith("| aten::sim_op_12 |")]
@@ -197,10 +203,10 @@ def test_a_regression_with_a_preempted_run_in_its_night_is_found_with_the_outlie
     runs = operator_history(3, slowed=(SMALL, 2, 1.3), op_noise=0.01, load_noise=0.005, seed=8)
     runs = _preempted(runs, 8, SMALL, 2.6)
     t = trend.series_trend(runs)
-    assert t.metric(SMALL).set_aside == (runs[8].run_id,)
+    assert _series(t, SMALL).set_aside == (runs[8].run_id,)
     assert trend.verdict(t, _night(runs, 2)).per_metric[SMALL] == "regression"
     unscreened = trend.series_trend(runs, trend.DetectionSettings(outlier_sds=0.0))
-    assert unscreened.metric(SMALL).set_aside == ()
+    assert _series(unscreened, SMALL).set_aside == ()
     assert trend.verdict(unscreened, _night(runs, 2)).per_metric[SMALL] == "stable"  # the screen is why
 
 
