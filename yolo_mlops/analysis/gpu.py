@@ -161,18 +161,6 @@ def _hta_rounded_in_place(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, 
     return ts, dur
 
 
-def unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values. np.unique's first call imports numpy.ma, a cost at the start of every CLI run
-    (docs/benchmarks.md, "Figures behind code choices")."""
-    if values.size == 0:
-        return values.copy()
-    ordered = np.sort(values, kind="stable")
-    keep = np.empty(ordered.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
-
-
 def selected(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """values[mask], or values themselves when the mask keeps them all (no copy of a big trace's column)."""
     return values if mask.all() else values[mask]
@@ -222,7 +210,7 @@ def select_gpu_activities(trace: RankTrace) -> GpuActivities:
     start, end = _hta_rounded_in_place(trace.ts[keep], trace.dur[keep])  # both selections are copies
     name_id = trace.name_id[keep]
     code_by_name = np.full(len(trace.names), KERNEL_TYPES.index(OTHER), dtype=np.int8)
-    for i in unique(name_id).tolist():  # GPU names only: a trace has far more host names
+    for i in np.unique(name_id).tolist():  # GPU names only: a trace has far more host names
         code_by_name[i] = KERNEL_TYPES.index(kernel_type(trace.names[i]))
     return GpuActivities(
         start=start,
@@ -303,7 +291,7 @@ def kernel_type_breakdown(acts: GpuActivities) -> list[KernelTypeShare]:
     if not any(s.size for s, _ in merged):
         return []
     totals = np.zeros(1 << len(BREAKDOWN_KERNEL_TYPES))
-    edges = unique(np.concatenate([s[CHUNK_ELEMENTS::CHUNK_ELEMENTS] for s, _ in merged])).tolist()
+    edges = np.unique(np.concatenate([s[CHUNK_ELEMENTS::CHUNK_ELEMENTS] for s, _ in merged])).tolist()
     taken = [(0, 0)] * len(merged)  # each type's starts and ends in the windows before
     previous = np.zeros(0)  # the last boundary of the windows before: its segment ends in this window
     for edge in [*edges, None]:
@@ -337,7 +325,7 @@ def _overlap_label(state_bits: int) -> str:
 
 def idle_breakdown(acts: GpuActivities) -> list[StreamIdle]:
     rows: list[StreamIdle] = []
-    for stream in unique(acts.stream):
+    for stream in np.unique(acts.stream):
         on_stream = acts.stream == stream
         start, end, launch = (selected(v, on_stream) for v in (acts.start, acts.end, acts.launch_ts))
         if not in_order(start):  # a stable sort leaves ordered starts as they are
@@ -415,6 +403,6 @@ def kernel_time_share_pct(acts: GpuActivities, names: list[str], predicate) -> f
     total = float((acts.end - acts.start).sum())
     if total <= 0:
         return None
-    used = unique(acts.name_id)  # only the kernels' names: a trace has far more host names
+    used = np.unique(acts.name_id)  # only the kernels' names: a trace has far more host names
     hit_ids = used[np.fromiter((bool(predicate(names[i])) for i in used), dtype=bool, count=used.size)]
     return 100.0 * _selected_difference(acts.end, acts.start, id_mask(acts.name_id, hit_ids, len(names))) / total

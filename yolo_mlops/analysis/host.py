@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, merge_intervals, unique
+from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, merge_intervals
 from yolo_mlops.analysis.trace_loader import GPU_ACTIVITY_CATEGORIES, RankTrace, TraceError
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
 
@@ -170,7 +170,7 @@ def host_category_times(
         ev, st = candidates[in_cat], step_idx[in_cat]
         times = np.zeros(steps.count)
         counts = np.zeros(steps.count, dtype=np.int64)
-        for s in unique(st):
+        for s in np.unique(st):
             sel = ev[st == s]
             start = trace.ts[sel]
             end = np.minimum(start + trace.dur[sel], steps.end[s])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, GpuActivities, merge_intervals, selected, unique
+from yolo_mlops.analysis.gpu import CHUNK_ELEMENTS, GpuActivities, merge_intervals, selected
 from yolo_mlops.analysis.host import (
     CUDA_SYNC_CATEGORY,
     DATA_LOADER_CATEGORY,
@@ -83,7 +83,7 @@ def exclusive_split(target: Intervals, layers: list[tuple[str, Intervals]], fall
     origin = float(target[0][0])
     target = (target[0] - origin, target[1] - origin)
     layers = [(name, (s - origin, e - origin)) for name, (s, e) in layers]
-    cuts = unique(np.concatenate([target[0], target[1]] + [a for _, (s, e) in layers for a in (s, e)]))
+    cuts = np.unique(np.concatenate([target[0], target[1]] + [a for _, (s, e) in layers for a in (s, e)]))
     mids, lengths = (cuts[:-1] + cuts[1:]) / 2, np.diff(cuts)
     keep = _covered(target, mids)
     mids, lengths = mids[keep], lengths[keep]
@@ -208,7 +208,7 @@ def _intersect(a: Intervals, b: Intervals) -> Intervals:
         return _empty()
     origin = float(min(a[0][0], b[0][0]))  # see exclusive_split: midpoints need relative coordinates
     a, b = (a[0] - origin, a[1] - origin), (b[0] - origin, b[1] - origin)
-    cuts = unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    cuts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
     mids = (cuts[:-1] + cuts[1:]) / 2
     keep = _covered(a, mids) & _covered(b, mids)
     return _merged(cuts[:-1][keep] + origin, cuts[1:][keep] + origin)

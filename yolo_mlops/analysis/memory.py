@@ -82,7 +82,7 @@ def growth_trend(step_peaks: list[float | None]) -> tuple[float | None, bool]:
     x = np.array([i for i, _ in points], dtype=float)
     y = np.array([p for _, p in points], dtype=float)
     dx = x - x.mean()
-    slope = float((dx * (y - y.mean())).sum() / (dx * dx).sum())  # least squares (np.polyfit pulls in numpy.ma)
+    slope = float((dx * (y - y.mean())).sum() / (dx * dx).sum())  # least squares
     if len(points) < MEMORY_GROWTH_MIN_STEPS:
         return slope, False
     steps = np.diff(y)
