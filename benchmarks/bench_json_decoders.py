@@ -1,16 +1,16 @@
 """Benchmark: the JSON decoders in this project's dependency stack, turning trace events into what the analyses read.
 
-The trace loader (`yolo_mlops/analysis/trace_loader.py`) decodes the events with msgspec into a typed struct of
-the fields it uses, then builds numpy-ready columns from those objects in Python. This measures, on the same
-decompressed text of a generated trace (`bench_trace_analysis.write_big_trace`), cut into the loader's ~4 MiB
-blocks of whole events, each in one thread (the time one core spends):
+The trace loader (`yolo_mlops/analysis/loading/`, `DecodeBackend.MSGSPEC_CHUNKED`) decodes the events with
+msgspec into a typed struct of the fields it uses, then builds numpy-ready columns from those objects in Python.
+This measures, on the same decompressed text of a generated trace (`bench_trace_analysis.write_big_trace`), cut
+into the loader's ~4 MiB blocks of whole events, each in one thread (the time one core spends):
 
-- msgspec, typed: the loader's own decoder (`_CHUNK_DECODER`);
+- msgspec, typed: the loader's own decoder (`msgspec_chunks.CHUNK_DECODER`);
 - msgspec, untyped, and orjson: every key of every event into dicts;
 - pyarrow's JSON reader and polars' NDJSON reader, each with an explicit schema of the same fields and one thread;
   they read one object per line, so the blocks are first rewritten to that (a C-level bytes.replace, counted);
   real Kineto traces spread an event over several lines, which these readers would need more rewriting for;
-- the loader's column building on top of the typed decode (`_ColumnBuilder.add_events`).
+- the loader's column building on top of the typed decode (`columns.ColumnBuilder.add_events`).
 
 Interleaved repeats (each repeat runs every decoder once, order rotating), medians. Also `gzip -dc` of the file.
 
@@ -38,7 +38,8 @@ import polars as pl  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.json as pa_json  # noqa: E402
 
-from yolo_mlops.analysis import trace_loader  # noqa: E402
+from yolo_mlops.analysis.loading.columns import ColumnBuilder  # noqa: E402
+from yolo_mlops.analysis.loading.msgspec_chunks import CHUNK_DECODER  # noqa: E402
 from yolo_mlops.render import markdown_table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -92,7 +93,7 @@ def _one_per_line(block: bytes) -> bytes:
 
 
 def msgspec_typed(blocks: list[bytes]) -> int:
-    return sum(len(trace_loader._CHUNK_DECODER.decode(_as_array(b))) for b in blocks)
+    return sum(len(CHUNK_DECODER.decode(_as_array(b))) for b in blocks)
 
 
 _UNTYPED = msgspec.json.Decoder()
@@ -120,9 +121,9 @@ def polars_reader(blocks: list[bytes]) -> int:
 
 
 def typed_and_columns(blocks: list[bytes]) -> int:
-    columns = trace_loader._ColumnBuilder()
+    columns = ColumnBuilder()
     for b in blocks:
-        columns.add_events(trace_loader._CHUNK_DECODER.decode(_as_array(b)))
+        columns.add_events(CHUNK_DECODER.decode(_as_array(b)))
     return columns.seen_events
 
 

@@ -23,11 +23,11 @@ from bench_trace_analysis import FIXTURES as TRACES  # run as a script: its fold
 from bench_trace_analysis import gpu_traces_dir
 from harness import interleave, time_child
 
-from yolo_mlops.analysis.trace_loader import _TypedEvent
+from yolo_mlops.analysis.loading.events import TypedEvent
 
 
 class Trace(msgspec.Struct, gc=False):
-    traceEvents: list[_TypedEvent]  # the loader's own event type: the same fields, decoded the same way
+    traceEvents: list[TypedEvent]  # the loader's own event type: the same fields, decoded the same way
 
 
 DECODER = msgspec.json.Decoder(Trace)

@@ -21,8 +21,8 @@ from harness import column_medians, interleave  # noqa: E402
 # the reused-workers arm: spawned workers without a task limit
 REUSED_WORKERS = """\
 import multiprocessing, concurrent.futures as cf
-from yolo_mlops.analysis import trace_analysis
-trace_analysis._worker_context = lambda: multiprocessing.get_context("spawn")
+from yolo_mlops.analysis import worker_pool
+worker_pool._server_context = lambda: multiprocessing.get_context("spawn")
 class _Reused(cf.ProcessPoolExecutor):
     def __init__(self, *args, max_tasks_per_child=None, **kwargs):
         super().__init__(*args, **kwargs)

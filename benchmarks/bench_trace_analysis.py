@@ -320,6 +320,9 @@ FLOOR_CHILD = r"""
 import contextlib, io, json, os, sys, time, zlib
 from concurrent.futures import ThreadPoolExecutor
 from yolo_mlops.analysis import trace_loader as loader
+from yolo_mlops.analysis.loading.columns import ColumnBuilder
+from yolo_mlops.analysis.loading.formats import TRACE_EVENTS_KEY_RE
+from yolo_mlops.analysis.loading.msgspec_chunks import CHUNK_DECODER
 from yolo_mlops.profiling import trace_gzip
 single, members_path = sys.argv[1], sys.argv[2]
 result = {}
@@ -341,16 +344,16 @@ with ThreadPoolExecutor(threads) as pool:
 result["zlib_members_threads_s"] = time.perf_counter() - t
 result["threads"] = threads
 decode = columns = 0.0
-builder = loader._ColumnBuilder()
+builder = ColumnBuilder()
 with open(members_path, "rb") as fh:
     for i, member in enumerate(members):
         text = trace_gzip.member_text(fh, member)
         if i == 0:
-            text = text[loader._TRACE_EVENTS_KEY_RE.search(text).end():]
+            text = text[TRACE_EVENTS_KEY_RE.search(text).end():]
         if not member.ends_at_event:  # the last member: the array's end and the metadata after it
             text = text[: text.rindex(b"]")] + b","
         t = time.perf_counter()
-        events = loader._CHUNK_DECODER.decode(b"[" + text.rstrip().rstrip(b",") + b"]")
+        events = CHUNK_DECODER.decode(b"[" + text.rstrip().rstrip(b",") + b"]")
         decode += time.perf_counter() - t
         t = time.perf_counter()
         builder.add_events(events)

@@ -13,6 +13,10 @@ import pytest
 from yolo_mlops.analysis import analyze_traces, trace_loader
 from yolo_mlops.analysis.collectives import FROM_HOST_CALLS, FROM_NCCL_KERNELS
 from yolo_mlops.analysis.diagnosis import DiagnosisInput, diagnose
+from yolo_mlops.analysis.loading import formats
+from yolo_mlops.analysis.loading.columns import ColumnBuilder
+from yolo_mlops.analysis.loading.ijson_stream import stream_events_ijson
+from yolo_mlops.analysis.loading.msgspec_chunks import decode_events_chunked
 from yolo_mlops.analysis.metrics import headline_metrics
 
 NCCL_FIXTURES = ["a100_nccl_rank0.json.gz", "small_comm_rank0.json.gz"]
@@ -110,12 +114,12 @@ def test_a_one_rank_nccl_job_has_calls_and_bytes_but_no_time():
 def test_collective_records_read_alike_by_every_parser_path(tmp_path):
     """The msgspec blocks and the ijson fallback read the same record_param_comms; NCCL kernels that carry a
     "Collective name" arg too (older torch) are not records."""
-    fast = trace_loader._ColumnBuilder()
-    with trace_loader._open_binary(ONE_RANK_NCCL) as fh:
-        assert trace_loader._decode_events_chunked(trace_loader._read_blocks(fh), fast)
-    slow = trace_loader._ColumnBuilder()
-    with trace_loader._open_binary(ONE_RANK_NCCL) as fh:
-        trace_loader._stream_events_ijson(fh, slow)
+    fast = ColumnBuilder()
+    with formats.open_binary(ONE_RANK_NCCL) as fh:
+        assert decode_events_chunked(formats.read_blocks(fh), fast)
+    slow = ColumnBuilder()
+    with formats.open_binary(ONE_RANK_NCCL) as fh:
+        stream_events_ijson(fh, slow, formats.READ_BUFFER_BYTES)
     assert fast.collectives == slow.collectives
     assert len(fast.collectives) == 16  # 10 collectives and 6 waits on them
     first = fast.collectives[0]

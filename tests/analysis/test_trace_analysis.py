@@ -260,25 +260,28 @@ def _columns_equal(a, b) -> None:
 
 def test_chunked_decoder_matches_streaming_parser(cpu_trace_file, gpu_traces_dir):
     """The fast msgspec path and the ijson fallback read the same columns from real traces."""
-    from yolo_mlops.analysis import trace_loader as loader
+    from yolo_mlops.analysis.loading import formats
+    from yolo_mlops.analysis.loading.columns import ColumnBuilder
+    from yolo_mlops.analysis.loading.ijson_stream import stream_events_ijson
+    from yolo_mlops.analysis.loading.msgspec_chunks import decode_events_chunked
 
     for path in (cpu_trace_file, gpu_traces_dir / "small_comm_rank0.json.gz"):
-        fast = loader._ColumnBuilder()
-        with loader._open_binary(path) as fh:
-            assert loader._decode_events_chunked(loader._read_blocks(fh), fast)
-        slow = loader._ColumnBuilder()
-        with loader._open_binary(path) as fh:
-            loader._stream_events_ijson(fh, slow)
+        fast = ColumnBuilder()
+        with formats.open_binary(path) as fh:
+            assert decode_events_chunked(formats.read_blocks(fh), fast)
+        slow = ColumnBuilder()
+        with formats.open_binary(path) as fh:
+            stream_events_ijson(fh, slow, formats.READ_BUFFER_BYTES)
         _columns_equal(fast, slow)
 
 
 @pytest.mark.parametrize("layout", ["compact", "indented", "spaced", "odd_value"])
 def test_any_json_layout_gives_the_same_analysis(tmp_path, trace_builder, layout, monkeypatch):
     """Layouts the chunked decoder does not cut (or values it rejects) fall back to ijson."""
-    from yolo_mlops.analysis import trace_loader as loader
+    from yolo_mlops.analysis.loading import backends, formats
 
-    monkeypatch.setattr(loader, "READ_BUFFER_BYTES", 512)  # many blocks even for a small trace
-    monkeypatch.setattr(loader, "METADATA_HEAD_BYTES", 512)  # the head is the first block
+    monkeypatch.setattr(formats, "READ_BUFFER_BYTES", 512)  # many blocks even for a small trace
+    monkeypatch.setattr(formats, "METADATA_HEAD_BYTES", 512)  # the head is the first block
     doc = _two_step_gpu_trace(trace_builder, rank=0).document()
     reference = analyze_traces(_two_step_gpu_trace(trace_builder, rank=0).write(tmp_path / "ref.json"))
     if layout == "compact":
@@ -293,13 +296,13 @@ def test_any_json_layout_gives_the_same_analysis(tmp_path, trace_builder, layout
     path = tmp_path / f"{layout}.json"
     path.write_text(text)
     fallbacks: list[int] = []
-    streaming = loader._stream_events_ijson
+    streaming = backends.stream_events_ijson
 
     def counted_streaming(*args):
         fallbacks.append(1)
         return streaming(*args)
 
-    monkeypatch.setattr(loader, "_stream_events_ijson", counted_streaming)
+    monkeypatch.setattr(backends, "stream_events_ijson", counted_streaming)
     result = analyze_traces(path).ranks[0]
     assert bool(fallbacks) == (layout == "odd_value")  # a string ts is a type the fast decoder rejects
     assert result.gpu == reference.ranks[0].gpu
@@ -548,11 +551,11 @@ def test_a_value_out_of_range_is_a_trace_error_naming_the_file(tmp_path):
 def test_integer_columns_are_as_narrow_as_their_values_and_keep_every_value(tmp_path, monkeypatch, small_batches):
     import numpy as np
 
-    from yolo_mlops.analysis import trace_loader
+    from yolo_mlops.analysis.loading import formats
     from yolo_mlops.analysis.trace_loader import load_trace_file
 
     if small_batches:  # columns widen while read: the first batches fit int8, later ones need int16 and int64
-        monkeypatch.setattr(trace_loader, "READ_BUFFER_BYTES", 512)
+        monkeypatch.setattr(formats, "READ_BUFFER_BYTES", 512)
 
     def kernel(i: int, correlation: int) -> dict:
         args = {"stream": 7, "correlation": correlation}

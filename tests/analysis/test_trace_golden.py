@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parallel_reading import as_members, force_parallel_reading  # noqa: E402
 from trace_golden_gen import trace_text  # noqa: E402
 
-from yolo_mlops.analysis import trace_loader  # noqa: E402
+from yolo_mlops.analysis.loading import parallel as parallel_reader  # noqa: E402
 from yolo_mlops.cli.analyze import analyze_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_fixture_as_members_read_in_parallel_equals_golden(tmp_path, fixture, pa
 @pytest.mark.parametrize("parallel", [True, False])
 def test_generated_trace_as_members_equals_golden(tmp_path, name, parallel, parts, monkeypatch):
     if not parallel:
-        monkeypatch.setattr(trace_loader, "_parallel_processes", lambda: 1)
+        monkeypatch.setattr(parallel_reader, "parallel_processes", lambda: 1)
     (tmp_path / "members").mkdir()  # same file name: the warnings name the file
     path = as_members(write_generated(tmp_path, name), tmp_path / "members" / f"{name}.json.gz")
     assert _same_but_for_location(analysis_json(path), golden(name))

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,10 +38,8 @@ from yolo_mlops.analysis.trace_loader import (
     in_rank_order,
     load_trace_file,
 )
+from yolo_mlops.analysis.worker_pool import WorkerPool, cores
 from yolo_mlops.labels import PHASE_LABEL_PREFIX
-
-if TYPE_CHECKING:
-    from multiprocessing.context import BaseContext
 
 GPU_WINDOW_HTA = "all but the last ProfilerStep (as HTA)"
 GPU_WINDOW_ALL = "whole trace (fewer than 2 ProfilerSteps)"
@@ -239,21 +235,18 @@ def analyze_traces(path: str | Path | list[Path], workers: int | None = None) ->
     """Analyze one trace file, a directory of per-rank traces, or a list of rank traces (a data-parallel
     job's, one per rank folder). Raises TraceError on bad input.
 
-    Several traces of PARALLEL_MIN_BYTES or more in all are analyzed in `workers` processes (default: one per
-    core), each loading one trace at a time: wall time falls with the cores, and each worker's memory is that of
-    the largest trace, not of all of them."""
+    Several traces of PARALLEL_MIN_BYTES or more in all are analyzed in `workers` processes of the analysis
+    layer's pool (analysis/worker_pool.py; default: one per core), each loading one trace: wall time falls with
+    the cores, and each worker's memory is that of its trace, not of all of them."""
     files, source = _trace_files(path)
     if workers is None:
         big = sum(f.stat().st_size for f in files) >= PARALLEL_MIN_BYTES
-        workers = min(len(files), os.cpu_count() or 1) if big else 1
+        workers = min(len(files), cores()) if big else 1
     if workers > 1 and len(files) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        # a fresh process per trace: a worker that analyzed a trace before keeps some of its heap, so the peak
-        # of a worker that took several would pass the largest trace's own. Exactly 1: above it the executor can
-        # stop replacing workers and hang (CPython gh-115634, fixed only in newer releases)
-        with ProcessPoolExecutor(workers, mp_context=_worker_context(), max_tasks_per_child=1) as pool:
-            results = list(pool.map(_analyze_file, files, range(len(files))))
+        # each trace in a process of its own (worker_pool.py): a worker's peak is that of its own trace
+        with WorkerPool(workers, len(files)) as pool:
+            futures = [pool.submit(_analyze_file, f, i) for i, f in enumerate(files)]
+            results = [future.result() for future in futures]
     else:
         results = [_analyze_file(f, i) for i, f in enumerate(files)]
     ordered = in_rank_order(results, source)
@@ -287,19 +280,6 @@ def _check_one_job(results: list[_RankResult], source: str) -> None:
                 f"{source}: the traces are not of one job: {described(first)}, {described(other)}; "
                 "analyze them one at a time"
             )
-
-
-def _worker_context() -> BaseContext:
-    """forkserver where the platform has it: each worker is forked from a server process that imported the
-    analysis once (a spawned worker imports it again for every trace); never a plain fork, as the
-    caller may be a Prefect worker with threads of its own."""
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])  # read when the server starts (the first pool of the process)
-    return context
 
 
 def _trace_files(path: str | Path | list[Path]) -> tuple[list[Path], str]:
