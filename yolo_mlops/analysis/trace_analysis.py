@@ -151,18 +151,10 @@ def _step_time_stats(steps: Steps) -> StepTimeStats | None:
         count=steps.count,
         total_us=float(d.sum()),
         mean_us=float(d.mean()),
-        median_us=_median(d),
+        median_us=float(np.median(d)),
         min_us=float(d.min()),
         max_us=float(d.max()),
     )
-
-
-def _median(values: np.ndarray) -> float:
-    """np.median without it: its first call imports numpy.ma, a cost at the start of every CLI run that a sort
-    avoids (docs/benchmarks.md, "Figures behind code choices")."""
-    ordered = np.sort(values)
-    n = ordered.size
-    return float((ordered[(n - 1) // 2] + ordered[n // 2]) / 2)
 
 
 def _device_properties(trace: RankTrace) -> tuple[str | None, float | None, float | None]:
