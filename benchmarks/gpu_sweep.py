@@ -62,7 +62,7 @@ def main() -> int:
     import torch
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import ProfilerSettings, RunSpec
+    from yolo_mlops.config import ProfilerSettings, RunSpec, SweepRequest
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock
     from yolo_mlops.run.environment import cuda_indices, machine_name
@@ -128,13 +128,15 @@ def main() -> int:
             for name in limits:
                 _create_limit(name)
         result = sweep(
-            base=base,
-            variants=names,
-            repeats=args.repeats,
-            order="interleaved",
-            warmup_steps=args.warmup_steps,
-            concurrency_limit=limit,
-            devices=devices,
+            SweepRequest(
+                base=base,
+                variants=names,
+                repeats=args.repeats,
+                order="interleaved",
+                warmup_steps=args.warmup_steps,
+                concurrency_limit=limit,
+                devices=devices,
+            )
         )
     print()
     print(result.markdown)

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from yolo_mlops import names, sweeps
 from yolo_mlops.analysis import Finding
-from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.config import RunSpec, SweepRequest, build_run_spec, deep_merge
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.flows.sweep import sweep
 from yolo_mlops.run import gpu_lock
@@ -66,7 +66,7 @@ def optimize(
     )
     result = None
     if recs.variants:
-        result = sweep(
+        request = SweepRequest(
             base=base,
             variants=recs.variants,
             repeats=repeats,
@@ -78,6 +78,7 @@ def optimize(
                 names.OPTIMIZE_RECOMMENDED: ",".join(recs.variants),
             },
         )
+        result = sweep(request)
     rows, markdown = sweeps.recommendation_report(recs, result.rows if result else None, profiled.run_id)
     if result is not None:
         sweeps.log_recommendations(connection.client(), result.parent_run_id, rows, markdown)

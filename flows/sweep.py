@@ -1,11 +1,13 @@
 """Prefect flow `sweep`: baseline + variants x repeats as `profile-training` runs under one MLflow parent run.
 
-Thin: planning, collection, statistics and reports live in `yolo_mlops.sweeps`. This flow only
-- validates the plan (variants, skip reasons, devices, pool, concurrency limits) before anything is created,
+Planning, collection, statistics and reports live in `yolo_mlops.sweeps`; this flow
+- takes one `SweepRequest` (a deployment run passes `{"request": {...}}`) and validates its plan (variants, skip
+  reasons, devices, pool, concurrency limits) before anything is created,
 - creates the parent MLflow run (`yolo_mlops.run_kind=sweep`) and ends it FINISHED unless the sweep itself breaks,
-- runs the children, isolating failures (a failed or lost child is recorded, the sweep goes on), through
-  `sweeps.lanes`: one after another here, one lane per device in worker processes, or one lane per machine of
-  a work pool; a child here is a `profile-training` subflow inside its device's limit (`run_variant_child`),
+- runs the children, isolating failures (a failed or lost child is recorded, the sweep goes on): one after another
+  here, one `run_lane` task per device in the worker processes of a ProcessPoolTaskRunner, or one thread per
+  machine of a work pool; it waits on each lane within the bound of `sweeps.lanes.Waits`; a child here is a
+  `profile-training` subflow inside its device's limit (`run_variant_child`),
 - logs the comparison to the parent run and as Prefect artifacts.
 
 Deployment entrypoint: `flows/sweep.py:sweep`.
@@ -14,18 +16,21 @@ Deployment entrypoint: `flows/sweep.py:sweep`.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import Field
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from yolo_mlops import names, sweeps
-from yolo_mlops.config import RunSpec
+from yolo_mlops.compat import prefect as prefect_compat
+from yolo_mlops.config import SweepRequest
 from yolo_mlops.flows.profile_training import profile_training
 from yolo_mlops.run import gpu_lock, pipeline, preflight
 from yolo_mlops.sweeps import ChildOutcome, SweepPlan, VariantRow, lanes, remote
@@ -90,77 +95,16 @@ def run_lane(plan: SweepPlan, lane: Lane, parent_run_id: str, dataset_yaml: Path
 
 
 @flow(name="sweep", log_prints=True)
-def sweep(
-    base: RunSpec = RunSpec(),
-    variants: list[str] = ["amp_bf16", "cudnn_benchmark", "channels_first"],  # noqa: B006 - Prefect copies
-    repeats: Annotated[int, Field(ge=1, le=50)] = 3,
-    order: Literal["interleaved", "blocked"] = "interleaved",
-    warmup_steps: Annotated[int, Field(ge=0, description="steps discarded at the start of every child")] = 1,
-    concurrency_limit: Annotated[
-        str | None,
-        Field(
-            description="Prefect global concurrency limit each child holds; default gpu-<index> on a GPU, none on "
-            "CPU; it must exist (strict)"
-        ),
-    ] = None,
-    custom_variants: Annotated[
-        dict[str, dict[str, Any]],
-        Field(
-            description="ad-hoc variants: name -> RunSpec field changes, e.g. "
-            "{'sgd': {'train_args': {'optimizer': 'SGD'}}}"
-        ),
-    ] = {},  # noqa: B006
-    extra_tags: Annotated[dict[str, str], Field(description="extra tags for the parent MLflow run")] = {},  # noqa: B006
-    devices: Annotated[
-        list[str] | None,
-        Field(description="run children side by side, one per device (CUDA indices), blocks paired within a device"),
-    ] = None,
-    pool: Annotated[
-        str | None,
-        Field(
-            description="Prefect work pool: children run on its machines (one work queue per machine), each a run "
-            "of the pool's profile-training deployment"
-        ),
-    ] = None,
-    deployment: Annotated[
-        str | None, Field(description="the pool's profile-training deployment, when it has several")
-    ] = None,
-    isolation: Annotated[
-        Literal["side-by-side", "exclusive"],
-        Field(description="exclusive: one child at a time over all devices/machines (no interference, slower)"),
-    ] = "side-by-side",
-    lost_after_s: Annotated[
-        float,
-        Field(gt=0, description="a pool machine whose worker has not polled for this long is lost: its child fails"),
-    ] = remote.LOST_AFTER_S,
-    start_timeout_s: Annotated[
-        float,
-        Field(gt=0, description="a child not running this long after its submission (pool) is cancelled and fails"),
-    ] = remote.START_TIMEOUT_S,
-    run_timeout_s: Annotated[
-        float, Field(gt=0, description="a child not finished this long after its start is cancelled and fails")
-    ] = remote.RUN_TIMEOUT_S,
-) -> SweepResult:
-    target = remote.find_target(pool, deployment, lost_after_s) if pool is not None else None
-    plan = sweeps.plan_sweep(
-        base,
-        list(variants),
-        repeats,
-        order,
-        warmup_steps,
-        concurrency_limit,
-        custom_variants,
-        devices=devices,
-        pool=pool,
-        machines=target.machines if target else None,
-        isolation=isolation,
-    )
+def sweep(request: SweepRequest = SweepRequest()) -> SweepResult:
+    target = remote.find_target(request.pool, request.deployment, request.lost_after_s) if request.pool else None
+    plan = sweeps.plan_request(request, target.machines if target else None)
     if target is not None:
         for machine, why in sorted(target.idle.items()):
-            print(f"machine {machine} of pool {pool} not used: {why}")
+            print(f"machine {machine} of pool {request.pool} not used: {why}")
     limits = {lane.limit for lane in plan.lanes} if plan.lanes else {plan.concurrency_limit}
     # check_limit gives None only for a None name; these names are all set
     slots = [slot for name in sorted(x for x in limits if x) if (slot := gpu_lock.check_limit(name)) is not None]
+    base = request.base
     if target is None:
         dataset = pipeline.resolve_dataset(base, preflight.check(base))
     else:  # a pool's machines check their own dataset and device; the runs all go to this tracking store
@@ -170,22 +114,14 @@ def sweep(
         print(f"skipping variant {name}: {reason}")
 
     mlflow = connection.client()
-    tags = {**sweeps.parent_tags(plan), **extra_tags}
+    tags = {**sweeps.parent_tags(plan), **request.extra_tags}
     if slots:
         tags[names.SWEEP_CONCURRENCY_SLOTS] = str(min(slots))
     parent_id = writes.create_run(mlflow, base.experiment, base.run_name or "sweep", tags, sweeps.parent_params(plan))
     experiment_id = queries.experiment_of(mlflow, parent_id)
     with run_end.run_guard(mlflow, parent_id):
-        dataset_yaml = dataset.yaml_path if dataset else None
-        outcomes = lanes.run_lanes(
-            plan,
-            parent_id,
-            target,
-            lanes.Waits(lost_after_s, start_timeout_s, run_timeout_s),
-            partial(run_variant_child, plan, parent_id, dataset_yaml),
-            run_lane,
-            {"plan": plan, "parent_run_id": parent_id, "dataset_yaml": dataset_yaml},
-        )
+        waits = lanes.Waits(request.lost_after_s, request.start_timeout_s, request.run_timeout_s)
+        outcomes = _run_children(plan, parent_id, target, waits, dataset.yaml_path if dataset else None)
         lanes.end_lost_children(mlflow, outcomes)
         lanes.end_stopped_children(mlflow, parent_id, outcomes)
         records = sweeps.collect(mlflow, plan, parent_id, outcomes)
@@ -217,22 +153,70 @@ def sweep(
         rows=report.rows,
         table=table,
         markdown=markdown,
-        children=[
-            {
-                "variant": o.child.variant,
-                "repeat": o.child.repeat,
-                "position": o.child.position,
-                "block": o.child.block,
-                "lane": o.child.lane,
-                "status": o.status,
-                "run_id": o.run_id,
-                "flow_run_id": o.flow_run_id,
-                "error": o.error,
-                "wall_s": o.wall_s,
-                "acquire_s": o.acquire_s,
-                "started": o.started,
-                "ended": o.ended,
-            }
-            for o in outcomes
-        ],
+        children=[_child_row(o) for o in outcomes],
     )
+
+
+def _run_children(
+    plan: SweepPlan, parent_id: str, target: remote.PoolTarget | None, waits: lanes.Waits, dataset_yaml: Path | None
+) -> list[ChildOutcome]:
+    """Every child's outcome, in the plan's order: one after another here without lanes; with lanes, one thread
+    per machine of a pool, or one worker process per device of this machine."""
+    if not plan.lanes:
+        return [
+            run_variant_child(plan, parent_id, dataset_yaml, child, plan.concurrency_limit) for child in plan.children
+        ]
+    if target is not None:
+        with ThreadPoolExecutor(max_workers=lanes.width(plan), thread_name_prefix="sweep-lane") as pool:
+            done = list(pool.map(lambda lane: lanes.run_pool_lane(plan, lane, target, parent_id, waits), plan.lanes))
+    else:
+        done = _local_lanes(plan, parent_id, waits, dataset_yaml)
+    return lanes.in_plan_order(plan, done)
+
+
+def _local_lanes(
+    plan: SweepPlan, parent_id: str, waits: lanes.Waits, dataset_yaml: Path | None
+) -> list[list[ChildOutcome]]:
+    """Lanes as `run_lane` tasks in worker processes, connected to this flow's Prefect server (a temporary server
+    included). A lane not done within `waits.lane_s` of its children (counted from the sweep's start, lanes queued
+    behind others under exclusive isolation included) fails its children and its worker processes are ended."""
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    with (
+        temporary_settings({PREFECT_API_URL: api_url}),
+        prefect_compat.process_pool_runner(lanes.width(plan)) as runner,
+    ):
+        parameters = {"plan": plan, "parent_run_id": parent_id, "dataset_yaml": dataset_yaml}
+        futures = [runner.submit(run_lane, parameters={**parameters, "lane": lane}) for lane in plan.lanes]
+        bound = waits.lane_s(len(plan.children))  # every child, should the lanes run one after another
+        deadline = time.monotonic() + bound
+        done, overdue = [], False
+        for lane, future in zip(plan.lanes, futures, strict=True):
+            try:
+                done.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                done.append(lanes.failed_lane(plan, lane, lanes.overdue_reason(lane, bound)))
+                overdue = True
+            except Exception as exc:  # noqa: BLE001 - a lane whose process died fails its children; the sweep goes on
+                done.append(lanes.failed_lane(plan, lane, lanes.broken_reason(lane, exc)))
+        if overdue:  # their children's MLflow runs are ended FAILED by `end_stopped_children`
+            prefect_compat.end_pool_processes(runner)
+        return done
+
+
+def _child_row(o: ChildOutcome) -> dict[str, Any]:
+    return {
+        "variant": o.child.variant,
+        "repeat": o.child.repeat,
+        "position": o.child.position,
+        "block": o.child.block,
+        "lane": o.child.lane,
+        "status": o.status,
+        "run_id": o.run_id,
+        "flow_run_id": o.flow_run_id,
+        "error": o.error,
+        "wall_s": o.wall_s,
+        "acquire_s": o.acquire_s,
+        "started": o.started,
+        "ended": o.ended,
+    }

@@ -17,7 +17,7 @@ from typing import Any
 import mlflow
 import pytest
 
-from yolo_mlops.config import build_run_spec
+from yolo_mlops.config import SweepRequest, build_run_spec
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def ddp_sweep(prefect_server, mlflow_client):
     """A sweep of the accumulation variant over 2-rank jobs: the baseline job and its no_sync twin, one repeat."""
     from yolo_mlops.flows.sweep import sweep
 
-    return sweep(base=_spec("ddp-sweep"), variants=["ddp_no_sync_accumulate"], repeats=1, warmup_steps=1)
+    return sweep(SweepRequest(base=_spec("ddp-sweep"), variants=["ddp_no_sync_accumulate"], repeats=1, warmup_steps=1))
 
 
 def _child(ddp_sweep, mlflow_client, variant: str):

@@ -6,7 +6,7 @@ import pytest
 from workloads import tiny
 
 from yolo_mlops import names, sweeps
-from yolo_mlops.config import RunSpec
+from yolo_mlops.config import RunSpec, SweepRequest
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.sweeps import remote
 from yolo_mlops.sweeps.plan import check_devices
@@ -121,10 +121,12 @@ def test_a_device_lane_runs_in_its_own_process(prefect_server, mlflow_client):
     from yolo_mlops.run.environment import machine_name
 
     result = sweep(
-        base=RunSpec.model_validate(tiny(experiment="sweep-lanes")),
-        variants=["batch_2"],
-        repeats=2,
-        devices=["cpu"],
+        SweepRequest(
+            base=RunSpec.model_validate(tiny(experiment="sweep-lanes")),
+            variants=["batch_2"],
+            repeats=2,
+            devices=["cpu"],
+        )
     )
     assert [c["status"] for c in result.children] == ["ok"] * 4
     assert [(c["lane"], c["block"]) for c in result.children] == [("cpu", 0), ("cpu", 0), ("cpu", 1), ("cpu", 1)]

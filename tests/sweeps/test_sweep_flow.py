@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from workloads import tiny
 
-from yolo_mlops.config import RunSpec
+from yolo_mlops.config import RunSpec, SweepRequest
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import pipeline, preflight
 from yolo_mlops.sweeps import stats
@@ -49,7 +49,7 @@ def sweeps_done(prefect_server, mlflow_client):
 
     def run(key, **kwargs):
         try:
-            results[key] = sweep(**kwargs)
+            results[key] = sweep(SweepRequest(**kwargs))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors[key] = exc
 
@@ -214,10 +214,12 @@ def test_missing_concurrency_limit_is_an_error_not_unthrottled(prefect_server, m
 
     with pytest.raises(ConfigError, match="concurrency limit 'no-such-limit' does not exist"):
         sweep(
-            base=RunSpec.model_validate({**TINY, "experiment": "sweep-nolimit"}),
-            variants=["batch_2"],
-            repeats=1,
-            concurrency_limit="no-such-limit",
+            SweepRequest(
+                base=RunSpec.model_validate({**TINY, "experiment": "sweep-nolimit"}),
+                variants=["batch_2"],
+                repeats=1,
+                concurrency_limit="no-such-limit",
+            )
         )
     assert mlflow_client.get_experiment_by_name("sweep-nolimit") is None  # failed before any run existed
 

@@ -19,7 +19,7 @@ from uuid import UUID
 import pytest
 from workloads import tiny
 
-from yolo_mlops.config import RunSpec
+from yolo_mlops.config import RunSpec, SweepRequest
 from yolo_mlops.sweeps import ChildOutcome, remote
 from yolo_mlops.sweeps.plan import Child, Lane
 
@@ -148,7 +148,7 @@ def test_sweep_timeouts_must_be_positive(flow_args, says):
     from yolo_mlops.flows.sweep import sweep
 
     with pytest.raises(ParameterTypeError, match=says):
-        sweep.validate_parameters({"base": RunSpec(device="cpu"), **flow_args})
+        sweep.validate_parameters({"request": {"base": RunSpec(device="cpu"), **flow_args}})
 
 
 @pytest.mark.slow
@@ -161,12 +161,14 @@ def test_a_device_lane_past_its_bound_fails_its_children_and_the_sweep_goes_on(p
 
     # 200 CPU steps a child: a lane that was not ended would finish its children, not fail them with the bound
     result = sweep(
-        base=RunSpec.model_validate(tiny(max_steps=200, experiment="sweep-lane-timeout")),
-        variants=["batch_2"],
-        repeats=1,
-        devices=["cpu"],
-        start_timeout_s=0.01,
-        run_timeout_s=0.015,
+        SweepRequest(
+            base=RunSpec.model_validate(tiny(max_steps=200, experiment="sweep-lane-timeout")),
+            variants=["batch_2"],
+            repeats=1,
+            devices=["cpu"],
+            start_timeout_s=0.01,
+            run_timeout_s=0.015,
+        )
     )
     assert [c["status"] for c in result.children] == ["failed", "failed"]
     assert all("did not finish within 0.05 s" in c["error"] for c in result.children)

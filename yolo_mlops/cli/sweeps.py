@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from yolo_mlops.cli.run import add_run_options, demo_defaults, spec_from_args
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from yolo_mlops.config import SweepRequest
 
 
 def register(sub) -> None:
@@ -85,35 +91,13 @@ def _devices(args: argparse.Namespace) -> list[str] | None:
     return None if args.devices is None else args.devices.split(",")
 
 
-def _sweep_options(args: argparse.Namespace) -> dict:
-    """The flow parameters of the sweep options (--repeats, --order, --warmup-steps, --concurrency-limit)."""
-    return {
-        "repeats": args.repeats,
-        "order": args.order,
-        "warmup_steps": args.warmup_steps,
-        "concurrency_limit": args.concurrency_limit,
-    }
+def _request(args: argparse.Namespace, names: list[str]) -> SweepRequest:
+    """The SweepRequest of a command line (the sweep's run options build its base); ConfigError, one line, for a
+    bad option."""
+    from pydantic import ValidationError
 
-
-def _fleet_options(args: argparse.Namespace) -> dict:
-    """The flow parameters of --devices / --pool / --isolation, as given."""
-    options: dict = {
-        "devices": _devices(args),
-        "pool": args.pool,
-        "deployment": args.deployment,
-        "isolation": args.isolation,
-    }
-    if args.lost_after is not None:
-        options["lost_after_s"] = args.lost_after
-    return options
-
-
-def _sweep_plan(args: argparse.Namespace, names: list[str]):
-    """Validate variants, the base run, devices, the pool and the concurrency limits before MLflow starts."""
-    from yolo_mlops import sweeps
+    from yolo_mlops.config import SweepRequest
     from yolo_mlops.errors import ConfigError
-    from yolo_mlops.run import gpu_lock, preflight
-    from yolo_mlops.sweeps import remote
 
     if args.lost_after is not None and args.lost_after <= 0:
         raise ConfigError("--lost-after must be > 0 seconds")
@@ -122,53 +106,82 @@ def _sweep_plan(args: argparse.Namespace, names: list[str]):
     defaults = None
     if args.data is None and args.config is None:  # the synthetic dataset: start from the demo's sizes
         defaults = {k: v for k, v in demo_defaults().items() if k != "run_name"}
-    spec = spec_from_args(args, defaults)
-    target = None
-    if args.pool is not None:
-        from prefect.settings import PREFECT_API_URL
+    fields = {
+        "base": spec_from_args(args, defaults),
+        "variants": names,
+        "repeats": args.repeats,
+        "order": args.order,
+        "warmup_steps": args.warmup_steps,
+        "concurrency_limit": args.concurrency_limit,
+        "devices": _devices(args),
+        "pool": args.pool,
+        "deployment": args.deployment,
+        "isolation": args.isolation,
+    }
+    if args.lost_after is not None:
+        fields["lost_after_s"] = args.lost_after
+    try:
+        return SweepRequest(**fields)
+    except ValidationError as exc:
+        raise ConfigError(_option_error(exc)) from None
 
-        if not PREFECT_API_URL.value():
+
+def _option_error(exc: ValidationError) -> str:
+    """A refused sweep option, in one line: `--repeats: Input should be greater than or equal to 1`."""
+    parts = []
+    for err in exc.errors():
+        where = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "sweep"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _check(request: SweepRequest) -> None:
+    """Validate variants, the base run, devices, the pool and the concurrency limits before MLflow starts."""
+    from yolo_mlops import sweeps
+    from yolo_mlops.errors import ConfigError
+    from yolo_mlops.run import gpu_lock, prefect_server, preflight
+    from yolo_mlops.sweeps import remote
+
+    target = None
+    if request.pool is not None:
+        if prefect_server.api_url() is None:
             raise ConfigError("--pool needs the Prefect server the pool's workers poll: set PREFECT_API_URL")
         # the parent run is made here, its children on the pool's machines
-        preflight.check_servers(spec.experiment, prefect_context=f"--pool {args.pool}: ")
-        target = remote.find_target(args.pool, args.deployment, args.lost_after or remote.LOST_AFTER_S)
-    plan = sweeps.plan_sweep(
-        spec,
-        names,
-        args.repeats,
-        args.order,
-        args.warmup_steps,
-        args.concurrency_limit,
-        devices=_devices(args),
-        pool=args.pool,
-        machines=target.machines if target else None,
-        isolation=args.isolation,
-    )
+        preflight.check_servers(request.base.experiment, prefect_context=f"--pool {request.pool}: ")
+        target = remote.find_target(request.pool, request.deployment, request.lost_after_s)
+    plan = sweeps.plan_request(request, target.machines if target else None)
     if target is None:
-        preflight.check(spec)
+        preflight.check(request.base)
     limits = {lane.limit for lane in plan.lanes if lane.limit}
     if not limits and plan.concurrency_limit is not None:
         limits = {plan.concurrency_limit}
     for lane_limit in sorted(limits):
         gpu_lock.check_limit(lane_limit)
-    return spec
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    spec = _sweep_plan(args, names)
+    request = _request(args, names)
+    _check(request)
     from yolo_mlops.flows.sweep import sweep
 
-    result = sweep(base=spec, variants=names, **_sweep_options(args), **_fleet_options(args))
+    result = sweep(request)
     print("\n" + result.markdown)
     print(f"\nMLflow parent run {result.parent_run_id}: {result.run_url}")
     return 0
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    spec = _sweep_plan(args, [])
+    request = _request(args, [])
+    _check(request)
     from yolo_mlops.flows.optimize import optimize
 
-    result = optimize(base=spec, **_sweep_options(args))
+    result = optimize(
+        base=request.base,
+        repeats=request.repeats,
+        order=request.order,
+        warmup_steps=request.warmup_steps,
+        concurrency_limit=request.concurrency_limit,
+    )
     print("\n" + result.markdown)
     return 0

@@ -1,5 +1,5 @@
-"""Contracts shared by every layer: the run configuration (`RunSpec`), the nightly suite (`BenchmarkSuite`),
-the settings a run applied and the step arithmetic.
+"""Contracts shared by every layer: the run configuration (`RunSpec`), the nightly suite (`BenchmarkSuite`), a
+sweep's request (`SweepRequest`), the settings a run applied and the step arithmetic.
 
 A leaf of the import graph: stdlib, pydantic and yaml, plus `yolo_mlops.errors` and the MLflow names of
 `yolo_mlops.names`; never torch and nothing else of the project (tests/test_layers.py).
@@ -25,6 +25,7 @@ from yolo_mlops.config.run_spec import (
     yaml_error_line,
 )
 from yolo_mlops.config.steps import boundary_steps, resolve_steps, steps_per_epoch, window_inside_epoch
+from yolo_mlops.config.sweep import SweepRequest
 
 __all__ = [
     "DEFAULT_EXPERIMENT",
@@ -34,6 +35,7 @@ __all__ = [
     "NvmlSettings",
     "ProfilerSettings",
     "RunSpec",
+    "SweepRequest",
     "TorchSettings",
     "build_run_spec",
     "data_home",

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from yolo_mlops import names
 from yolo_mlops.config import RunSpec, build_run_spec, deep_merge
+from yolo_mlops.config.sweep import Isolation, Order, SweepRequest
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run import gpu_lock
 from yolo_mlops.run.environment import resolve_device
 from yolo_mlops.sweeps import variants
-
-Order = Literal["interleaved", "blocked"]
-Isolation = Literal["side-by-side", "exclusive"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +87,23 @@ class SweepPlan:
         return build_run_spec(deep_merge(spec.model_dump(mode="json"), changes))
 
 
+def plan_request(request: SweepRequest, machines: list[str] | None = None) -> SweepPlan:
+    """`plan_sweep` of a sweep request; `machines`: the pool's live machines (`remote.find_target`)."""
+    return plan_sweep(
+        request.base,
+        list(request.variants),
+        request.repeats,
+        request.order,
+        request.warmup_steps,
+        request.concurrency_limit,
+        request.custom_variants,
+        devices=request.devices,
+        pool=request.pool,
+        machines=machines,
+        isolation=request.isolation,
+    )
+
+
 def plan_sweep(
     base: RunSpec,
     variant_exprs: list[str],
@@ -107,14 +122,7 @@ def plan_sweep(
     `devices`: run the children on these devices of this machine (or, with `pool`, of every machine), one
     child per device at a time. `pool` + `machines`: submit the children to the work queues of those machines
     in that Prefect work pool (the flow finds the machines; see `sweeps.remote`)."""
-    if isolation not in ("side-by-side", "exclusive"):
-        raise ConfigError(f"isolation must be 'side-by-side' or 'exclusive', got {isolation!r}")
-    if repeats < 1:
-        raise ConfigError("repeats must be >= 1")
-    if warmup_steps < 0:
-        raise ConfigError("warmup_steps must be >= 0")
-    if order not in ("interleaved", "blocked"):
-        raise ConfigError(f"order must be 'interleaved' or 'blocked', got {order!r}")
+    _check_options(repeats, order, warmup_steps, isolation)
     custom = dict(custom_variants or {})
     clash = sorted(set(custom) & {variants.BASELINE})
     if clash:
@@ -126,6 +134,49 @@ def plan_sweep(
                 f"--devices makes each device a lane of single-device children; the base is a "
                 f"data-parallel job over GPUs {base.device!r}: sweep it without --devices"
             )
+    _check_spread(order, concurrency_limit, devices, pool, machines)
+    if pool is not None:  # devices resolve on the workers; skip reasons assume a GPU unless told otherwise
+        device = (devices or [base.device or "0"])[0]
+    else:
+        device = devices[0] if devices else resolve_device(base.device)
+    planned = _planned(base, variant_exprs, custom)
+    skipped = _skipped(base, planned, device, custom)
+    if concurrency_limit is None and pool is None:
+        concurrency_limit = _default_limit(device)
+    lanes = _lanes(base, devices, pool, machines, concurrency_limit)
+    runnable = [n for n in planned if n not in skipped]
+    return SweepPlan(
+        base=base,
+        device=device,
+        variants=planned,
+        skipped=skipped,
+        children=_children(runnable, repeats, order, lanes),
+        repeats=repeats,
+        order=order,
+        warmup_steps=warmup_steps,
+        concurrency_limit=concurrency_limit,
+        custom_variants=custom,
+        lanes=tuple(lanes),
+        pool=pool,
+        isolation=isolation,
+    )
+
+
+def _check_options(repeats: int, order: str, warmup_steps: int, isolation: str) -> None:
+    if isolation not in ("side-by-side", "exclusive"):
+        raise ConfigError(f"isolation must be 'side-by-side' or 'exclusive', got {isolation!r}")
+    if repeats < 1:
+        raise ConfigError("repeats must be >= 1")
+    if warmup_steps < 0:
+        raise ConfigError("warmup_steps must be >= 0")
+    if order not in ("interleaved", "blocked"):
+        raise ConfigError(f"order must be 'interleaved' or 'blocked', got {order!r}")
+
+
+def _check_spread(
+    order: str, concurrency_limit: str | None, devices: list[str] | None, pool: str | None, machines: list[str] | None
+) -> None:
+    """What children spread over devices or machines need: a machine to run on, whole blocks, a limit each."""
     if pool is not None and not machines:
         raise ConfigError(f"work pool {pool!r}: no machine to run on")
     if (devices or pool) and order != "interleaved":
@@ -138,10 +189,11 @@ def plan_sweep(
             "--concurrency-limit names one limit; over several devices each device holds its own "
             "(gpu-<machine>-<index>)"
         )
-    if pool is not None:  # devices resolve on the workers; skip reasons assume a GPU unless told otherwise
-        device = (devices or [base.device or "0"])[0]
-    else:
-        device = devices[0] if devices else resolve_device(base.device)
+
+
+def _planned(base: RunSpec, variant_exprs: list[str], custom: dict[str, dict[str, Any]]) -> list[str]:
+    """The baseline, then each variant once in canonical form; refused when only DDP switches would run on a
+    single process."""
     planned: list[str] = [variants.BASELINE]
     for expr in variant_exprs:
         name = variants.canonical(expr, custom)
@@ -153,47 +205,44 @@ def plan_sweep(
             f"{', '.join(ddp_only)}: DistributedDataParallel switches, and the base is a single process: the sweep "
             "would measure only the baseline; give the base ranks (--ranks 2 on CPU, several GPUs in --device)"
         )
+    return planned
+
+
+def _skipped(base: RunSpec, planned: list[str], device: str, custom: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Variant -> why it cannot run on `device`; every other variant applied once, so a bad combination fails
+    here, before any run."""
     skipped: dict[str, str] = {}
     for name in planned:
         reason = variants.skip_reason(name, device, custom, base.world_size)
         if reason:
             skipped[name] = reason
         else:
-            variants.apply_variant(base, name, custom)  # invalid combinations fail here, before any run
-    runnable = [n for n in planned if n not in skipped]
-    if concurrency_limit is None and pool is None:
-        held = gpu_lock.limit_names(device)
-        if len(held) > 1:  # one name per child: a data-parallel job over several GPUs would hold only the first's
-            raise ConfigError(
-                f"a sweep of a job over GPUs {device!r} holds one concurrency limit per child: give "
-                f"--concurrency-limit NAME, a limit every job on GPUs {device} takes, to keep other "
-                f"runs off all of them ({', '.join(held)} are each GPU's own)"
-            )
-        concurrency_limit = held[0] if held else None
-    lanes = _lanes(base, devices, pool, machines, concurrency_limit)
+            variants.apply_variant(base, name, custom)
+    return skipped
+
+
+def _default_limit(device: str) -> str | None:
+    """The one limit every child on `device` holds (its GPU's), None on CPU or a temporary server."""
+    held = gpu_lock.limit_names(device)
+    if len(held) > 1:  # one name per child: a data-parallel job over several GPUs would hold only the first's
+        raise ConfigError(
+            f"a sweep of a job over GPUs {device!r} holds one concurrency limit per child: give "
+            f"--concurrency-limit NAME, a limit every job on GPUs {device} takes, to keep other "
+            f"runs off all of them ({', '.join(held)} are each GPU's own)"
+        )
+    return held[0] if held else None
+
+
+def _children(runnable: list[str], repeats: int, order: str, lanes: list[Lane]) -> list[Child]:
+    """The children in run order; interleaved, each repeat is a block, and blocks go round the lanes."""
     if order == "interleaved":
         triples = [(n, r, r - 1) for r in range(1, repeats + 1) for n in runnable]
     else:
         triples = [(n, r, 0) for n in runnable for r in range(1, repeats + 1)]
-    children = [
+    return [
         Child(i, n, r, block, lanes[block % len(lanes)].name if lanes else "")
         for i, (n, r, block) in enumerate(triples)
     ]
-    return SweepPlan(
-        base=base,
-        device=device,
-        variants=planned,
-        skipped=skipped,
-        children=children,
-        repeats=repeats,
-        order=order,
-        warmup_steps=warmup_steps,
-        concurrency_limit=concurrency_limit,
-        custom_variants=custom,
-        lanes=tuple(lanes),
-        pool=pool,
-        isolation=isolation,
-    )
 
 
 def _lanes(

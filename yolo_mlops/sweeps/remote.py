@@ -19,24 +19,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
+from yolo_mlops.compat import prefect_client
+from yolo_mlops.config.sweep import LOST_AFTER_S, RUN_TIMEOUT_S, START_TIMEOUT_S
 from yolo_mlops.errors import ConfigError
 from yolo_mlops.run.environment import MACHINE_VAR, check_machine_name
 
 if TYPE_CHECKING:
-    from prefect.client.orchestration import SyncPrefectClient
-    from prefect.client.schemas import FlowRun
-
     from yolo_mlops.sweeps.collect import ChildOutcome
     from yolo_mlops.sweeps.plan import Lane
 
+__all__ = ["LOST_AFTER_S", "RUN_TIMEOUT_S", "START_TIMEOUT_S", "PoolTarget", "find_target", "run_remote_child"]
+
 PROFILE_FLOW = "profile-training"
 DEFAULT_QUEUE = "default"  # Prefect's own queue of every pool: not a machine
-LOST_AFTER_S = 120.0  # a dozen missed polls of a worker at Prefect's default `PREFECT_WORKER_QUERY_SECONDS` (10 s)
 POLL_S = 5.0
-START_TIMEOUT_S = 900.0  # a child submitted but not running after this long is cancelled (an image pull fits)
-RUN_TIMEOUT_S = 7200.0  # a child running for longer than this is cancelled
 
 
 @dataclass(frozen=True)
@@ -51,39 +49,37 @@ class PoolTarget:
     job_env: dict[str, str]  # the deployment's job environment, which a child's own variables extend
 
 
-def find_target(
-    pool: str,
-    deployment: str | None = None,
-    lost_after_s: float = LOST_AFTER_S,
-    client: SyncPrefectClient | None = None,
-) -> PoolTarget:
+def find_target(pool: str, deployment: str | None = None, lost_after_s: float = LOST_AFTER_S) -> PoolTarget:
     """The pool's `profile-training` deployment and its live machines; ConfigError (one line) otherwise."""
-    from prefect.client.orchestration import get_client
-
-    if client is None:
-        with get_client(sync_client=True) as own:
-            return find_target(pool, deployment, lost_after_s, own)
-    import httpx
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-    from prefect.exceptions import ObjectNotFound
-
-    try:
-        client.read_work_pool(pool)
-    except httpx.TransportError as exc:
+    with prefect_client.session() as api:
+        try:
+            exists = api.work_pool_exists(pool)
+        except prefect_client.Unreachable as exc:
+            raise ConfigError(
+                f"--pool {pool}: no Prefect server answers at {api.api_url} ({exc}); start the server the "
+                "pool's workers poll, or point PREFECT_API_URL at it"
+            ) from None
+        if not exists:
+            raise ConfigError(
+                f"work pool {pool!r} does not exist on {api.api_url} "
+                "(deploy/bootstrap.sh creates gpu-process and gpu-docker)"
+            )
+        chosen = _the_deployment(pool, deployment, api.deployments_of(PROFILE_FLOW))
+        machines, idle = _live_machines(api.work_queues(pool), lost_after_s)
+    if not machines:
         raise ConfigError(
-            f"--pool {pool}: no Prefect server answers at {client.api_url} ({type(exc).__name__}: "
-            f"{exc}); start the server the pool's workers poll, or point PREFECT_API_URL at it"
-        ) from None
-    except ObjectNotFound:
-        raise ConfigError(
-            f"work pool {pool!r} does not exist on {client.api_url} "
-            "(deploy/bootstrap.sh creates gpu-process and gpu-docker)"
-        ) from None
-    found = [
-        d
-        for d in client.read_deployments(flow_filter=FlowFilter(name=FlowFilterName(any_=[PROFILE_FLOW])))
-        if d.work_pool_name == pool and (deployment is None or d.name == deployment)
-    ]
+            f"work pool {pool!r} has no machine with a live worker: start one on each GPU machine with "
+            f"`prefect worker start --pool {pool} --work-queue <machine>`"
+            + (f" (queues: {', '.join(f'{k}: {v}' for k, v in sorted(idle.items()))})" if idle else "")
+        )
+    return PoolTarget(pool, chosen.id, f"{PROFILE_FLOW}/{chosen.name}", sorted(machines), idle, chosen.job_env)
+
+
+def _the_deployment(
+    pool: str, deployment: str | None, found: list[prefect_client.Deployment]
+) -> prefect_client.Deployment:
+    """The one profile-training deployment of `pool` (named `deployment` when given)."""
+    found = [d for d in found if d.work_pool == pool and (deployment is None or d.name == deployment)]
     if not found:
         which = f"deployment {deployment!r} of " if deployment else "deployment of "
         raise ConfigError(
@@ -94,10 +90,14 @@ def find_target(
             f"work pool {pool!r} has several {PROFILE_FLOW!r} deployments "
             f"({', '.join(sorted(d.name for d in found))}): name one with --deployment"
         )
-    chosen = found[0]
+    return found[0]
+
+
+def _live_machines(queues: list[prefect_client.WorkQueue], lost_after_s: float) -> tuple[list[str], dict[str, str]]:
+    """The queues a worker polled within `lost_after_s`, and why each other one is not used."""
     machines, idle = [], {}
     now = datetime.now(UTC)
-    for queue in client.read_work_queues(work_pool_name=pool):
+    for queue in queues:
         if queue.name == DEFAULT_QUEUE:
             continue
         age = _age_s(queue.last_polled, now)
@@ -106,30 +106,22 @@ def find_target(
         except ConfigError as exc:
             idle[queue.name] = str(exc).split(": use")[0]  # cannot name a machine (nor its GPU limits)
             continue
-        if queue.is_paused:
+        if queue.paused:
             idle[queue.name] = "queue paused"
         elif age > lost_after_s:
             idle[queue.name] = "no worker polled it yet" if age == float("inf") else f"last polled {age:.0f} s ago"
         else:
             machines.append(queue.name)
-    if not machines:
-        raise ConfigError(
-            f"work pool {pool!r} has no machine with a live worker: start one on each GPU machine with "
-            f"`prefect worker start --pool {pool} --work-queue <machine>`"
-            + (f" (queues: {', '.join(f'{k}: {v}' for k, v in sorted(idle.items()))})" if idle else "")
-        )
-    job_env = {str(k): str(v) for k, v in ((chosen.job_variables or {}).get("env") or {}).items()}
-    return PoolTarget(pool, str(chosen.id), f"{PROFILE_FLOW}/{chosen.name}", sorted(machines), idle, job_env)
+    return machines, idle
 
 
 def _age_s(moment: datetime | None, now: datetime) -> float:
     return float("inf") if moment is None else (now - moment).total_seconds()
 
 
-def queue_age_s(client: SyncPrefectClient, pool: str, machine: str) -> float:
+def queue_age_s(api: prefect_client.Session, pool: str, machine: str) -> float:
     """Seconds since a worker last polled the machine's queue (inf: never)."""
-    queue = client.read_work_queue_by_name(machine, work_pool_name=pool)
-    return _age_s(queue.last_polled, datetime.now(UTC))
+    return _age_s(api.queue_last_polled(pool, machine), datetime.now(UTC))
 
 
 def run_remote_child(
@@ -146,12 +138,9 @@ def run_remote_child(
     timeout: not running within `start_timeout_s` of its submission (a worker that polls but never starts it),
     or not finished within `run_timeout_s` of its start. A timed-out child is cancelled in Prefect and failed
     in the sweep, with the reason; the lane goes on with its next child."""
-    from prefect.client.orchestration import get_client
-    from prefect.deployments import run_deployment
-
     machine = lane.machine or ""
-    with get_client(sync_client=True) as client:
-        age = queue_age_s(client, target.pool, machine)
+    with prefect_client.session() as api:
+        age = queue_age_s(api, target.pool, machine)
         if age > lost_after_s:
             return _lost(
                 outcome,
@@ -162,59 +151,68 @@ def run_remote_child(
         outcome.started = time.time()
         # The queue is the machine: its name goes in as YOLO_MLOPS_MACHINE, since in a container of the
         # docker pool the host name is the container's id.
-        # cast: run_deployment dispatches on the caller; called synchronously, as here, it returns
-        # the FlowRun itself, not a coroutine
-        flow_run = cast(
-            "FlowRun",
-            run_deployment(
-                target.deployment_id,
-                parameters={"spec": spec_json},
-                flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
-                work_queue_name=machine,
-                timeout=0,
-                as_subflow=False,
-                tags=["yolo-mlops", "sweep-child"],
-                job_variables={"env": {**target.job_env, MACHINE_VAR: machine}},
-            ),
+        flow_run_id = prefect_client.start_deployment_run(
+            target.deployment_id,
+            {"spec": spec_json},
+            as_subflow=False,
+            flow_run_name=f"{outcome.child.variant} r{outcome.child.repeat} @ {lane.name}",
+            work_queue_name=machine,
+            tags=["yolo-mlops", "sweep-child"],
+            job_variables={"env": {**target.job_env, MACHINE_VAR: machine}},
         )
-        outcome.flow_run_id = str(flow_run.id)
-        running_since: float | None = None
-        while True:
-            state = client.read_flow_run(flow_run.id).state
-            if state is not None and state.is_final():
-                break
-            now = time.perf_counter()
-            if running_since is None and state is not None and state.is_running():
-                running_since = now
-            overdue = _overdue(
-                now - t0, None if running_since is None else now - running_since, start_timeout_s, run_timeout_s
-            )
-            if overdue:
-                reason = f"flow run {flow_run.id} on machine {machine!r} {overdue}; cancelled"
-                _cancel(client, flow_run.id, state, reason)
-                outcome.wall_s = time.perf_counter() - t0
-                outcome.ended = time.time()
-                return _lost(outcome, reason)
-            age = queue_age_s(client, target.pool, machine)
-            if age > lost_after_s:
-                reason = (
-                    f"machine {machine!r} lost: its worker stopped polling {age:.0f} s ago (bound "
-                    f"{lost_after_s:.0f} s) while flow run {flow_run.id} was "
-                    f"{state.name if state else 'unknown'}"
-                )
-                _mark_crashed(client, flow_run.id, reason)
-                outcome.wall_s = time.perf_counter() - t0
-                outcome.ended = time.time()
-                return _lost(outcome, reason)
-            time.sleep(poll_s)
+        outcome.flow_run_id = flow_run_id
+        waits = _Waits(lost_after_s, poll_s, start_timeout_s, run_timeout_s)
+        state, stopped = _wait_for_end(api, target.pool, machine, flow_run_id, t0, waits)
     outcome.wall_s = time.perf_counter() - t0
     outcome.ended = time.time()
-    if state.is_completed():
+    if stopped:
+        return _lost(outcome, stopped)
+    if state.completed:
         outcome.status = "ok"
     else:
         outcome.status = "failed"
-        outcome.error = f"flow run {flow_run.id} ended {state.name}: {state.message or ''}".strip()[:2000]
+        outcome.error = f"flow run {flow_run_id} ended {state.name}: {state.message}".strip()[:2000]
     return outcome
+
+
+@dataclass(frozen=True)
+class _Waits:
+    lost_after_s: float
+    poll_s: float
+    start_timeout_s: float
+    run_timeout_s: float
+
+
+def _wait_for_end(
+    api: prefect_client.Session, pool: str, machine: str, flow_run_id: str, t0: float, waits: _Waits
+) -> tuple[prefect_client.RunState, str]:
+    """Poll a submitted child until it ends (its final state, ''), or until it is stopped: cancelled past a
+    timeout or marked crashed when its machine is lost (its last state and the reason)."""
+    running_since: float | None = None
+    while True:
+        state = api.flow_run_state(flow_run_id)
+        if state is not None and state.final:
+            return state, ""
+        now = time.perf_counter()
+        if running_since is None and state is not None and state.running:
+            running_since = now
+        overdue = _overdue(
+            now - t0, None if running_since is None else now - running_since, waits.start_timeout_s, waits.run_timeout_s
+        )
+        last = state or prefect_client.RunState("unknown", "", False, False, False)
+        if overdue:
+            reason = f"flow run {flow_run_id} on machine {machine!r} {overdue}; cancelled"
+            _end(api, flow_run_id, "cancelling" if last.running else "cancelled", reason)
+            return last, reason
+        age = queue_age_s(api, pool, machine)
+        if age > waits.lost_after_s:
+            reason = (
+                f"machine {machine!r} lost: its worker stopped polling {age:.0f} s ago (bound "
+                f"{waits.lost_after_s:.0f} s) while flow run {flow_run_id} was {last.name}"
+            )
+            _end(api, flow_run_id, "crashed", reason)
+            return last, reason
+        time.sleep(waits.poll_s)
 
 
 def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s: float, run_timeout_s: float) -> str:
@@ -227,31 +225,17 @@ def _overdue(since_submit_s: float, since_start_s: float | None, start_timeout_s
     return ""
 
 
-def _cancel(client: SyncPrefectClient, flow_run_id, state, reason: str) -> None:
-    """A child that never started is Cancelled at once (no worker holds it); a running one is set Cancelling,
-    so its worker stops the process, as a cancellation from the UI does."""
-    from prefect.client.schemas.objects import State
-    from prefect.states import Cancelled, Cancelling
-
-    running = state is not None and state.is_running()
-    ending: State = Cancelling(message=reason) if running else Cancelled(message=reason)
+def _end(api: prefect_client.Session, flow_run_id: str, end: prefect_client.EndState, reason: str) -> None:
+    """A child that never started is Cancelled at once (no worker holds it); a running one is set Cancelling, so
+    its worker stops the process, as a cancellation from the UI does. The flow run of a lost machine would stay
+    RUNNING or SCHEDULED forever: it is marked Crashed, so the UI says so."""
     try:
-        client.set_flow_run_state(flow_run_id, ending, force=True)
+        api.end_flow_run(flow_run_id, end, reason)
     except Exception as exc:  # noqa: BLE001 - the sweep goes on; the flow run keeps its last state
-        print(f"could not cancel flow run {flow_run_id}: {type(exc).__name__}: {exc}")
+        print(f"could not set flow run {flow_run_id} {end}: {type(exc).__name__}: {exc}")
 
 
 def _lost(outcome: ChildOutcome, reason: str) -> ChildOutcome:
     outcome.status, outcome.error = "failed", reason
     print(f"child {outcome.child.variant} r{outcome.child.repeat} failed: {reason}")
     return outcome
-
-
-def _mark_crashed(client: SyncPrefectClient, flow_run_id, reason: str) -> None:
-    """The flow run of a lost machine would stay RUNNING or SCHEDULED forever: end it, so the UI says so."""
-    from prefect.states import Crashed
-
-    try:
-        client.set_flow_run_state(flow_run_id, Crashed(message=reason), force=True)
-    except Exception as exc:  # noqa: BLE001 - the sweep goes on; the flow run keeps its last state
-        print(f"could not mark flow run {flow_run_id} crashed: {type(exc).__name__}: {exc}")
