@@ -273,6 +273,76 @@ def test_no_import_against_the_direction_inside_a_layer():
     assert not sideways, "imports inside a layer against its direction:\n" + "\n".join(sideways)
 
 
+# Prefect is imported by the flows and, for the library, by its seam alone: compat/prefect.py (the differences between
+# its releases, its private parts) and compat/prefect_client.py (its public API as small typed functions over plain
+# data). Every import counts, module-level, in a function or under `if TYPE_CHECKING:`, and so does
+# `importlib.import_module("prefect...")`: the rest of the library takes and returns data.
+PREFECT_SEAM = ("yolo_mlops.compat.prefect", "yolo_mlops.compat.prefect_client")
+
+
+def _names_prefect(name: str | None) -> bool:
+    return name is not None and (name == "prefect" or name.startswith("prefect."))
+
+
+def prefect_imports(modules: dict[str, Path]) -> list[str]:
+    """Every import of Prefect outside flows/ and PREFECT_SEAM: module, file and line, and the statement."""
+    found = []
+    for module, path in sorted(modules.items()):
+        if module in PREFECT_SEAM or module == "yolo_mlops.flows" or module.startswith("yolo_mlops.flows."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                hit = any(_names_prefect(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                hit = node.level == 0 and _names_prefect(node.module)
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                hit = called in ("import_module", "__import__") and _names_prefect(str(node.args[0].value))
+            else:
+                continue
+            if hit:
+                found.append(
+                    f"{module} ({path.relative_to(REPO) if path.is_relative_to(REPO) else path}) line "
+                    f"{node.lineno}: {ast.unparse(node)}"
+                )
+    return found
+
+
+def test_prefect_is_imported_only_by_the_flows_and_its_seam():
+    found = prefect_imports(module_files())
+    assert not found, (
+        "Prefect imported outside flows/ and " + ", ".join(PREFECT_SEAM) + " (call the seam's functions, or move "
+        "the orchestration into the flow):\n" + "\n".join(found)
+    )
+
+
+def test_the_prefect_seam_exists():
+    modules = module_files()
+    assert set(PREFECT_SEAM) <= set(modules), sorted(set(PREFECT_SEAM) - set(modules))
+
+
+@pytest.mark.parametrize(
+    "source, line",
+    [
+        ("import prefect\n", 1),
+        ("import os, prefect.settings as s\n", 1),
+        ("def f():\n    from prefect.client.orchestration import get_client\n", 2),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from prefect import Flow\n", 3),
+        ("import importlib\nimportlib.import_module('prefect.deployments')\n", 2),
+        ("from prefectlike import x\nfrom . import prefect\nimport prefect_aws_free\n", None),
+    ],
+)
+def test_a_planted_prefect_import_is_reported(tmp_path: Path, source: str, line: int | None):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    found = prefect_imports({"yolo_mlops.trends.planted": path, "yolo_mlops.compat.prefect_client": path})
+    if line is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(f"yolo_mlops.trends.planted ({path}) line {line}: "), found
+    assert prefect_imports({"yolo_mlops.flows.planted": path}) == []
+
+
 @pytest.mark.parametrize(
     "check, graph, expected",
     [
