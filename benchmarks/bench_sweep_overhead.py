@@ -133,7 +133,7 @@ def main() -> int:
     from prefect.testing.utilities import prefect_test_harness
 
     from yolo_mlops import sweeps
-    from yolo_mlops.config import build_run_spec
+    from yolo_mlops.config import SweepRequest, build_run_spec
     from yolo_mlops.flows.sweep import sweep
     from yolo_mlops.run import gpu_lock, preflight
 
@@ -180,7 +180,7 @@ def main() -> int:
         with get_client(sync_client=True) as client:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name="bench-slot", limit=1))
         with Stopwatch() as watch:
-            result = sweep(base=base, variants=[], repeats=args.children, concurrency_limit="bench-slot")
+            result = sweep(SweepRequest(base=base, variants=[], repeats=args.children, concurrency_limit="bench-slot"))
         sweep_wall = watch.seconds
         rows = []
         for child in result.children:
