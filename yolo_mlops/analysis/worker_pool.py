@@ -61,15 +61,15 @@ class WorkerPool:
         workers = max(1, min(workers, tasks))
         if fork_is_safe() and tasks <= workers:
             self.start_method = "fork"
-            self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+            self._process_pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         else:
             context = _server_context()
             self.start_method = context.get_start_method()
-            self._executor = ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1)
+            self._process_pool = ProcessPoolExecutor(workers, mp_context=context, max_tasks_per_child=1)
         self._futures: list[Future] = []
 
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future:
-        future = self._executor.submit(fn, *args)
+        future = self._process_pool.submit(fn, *args)
         self._futures.append(future)
         return future
 
@@ -79,7 +79,7 @@ class WorkerPool:
     def __exit__(self, *exc_info: object) -> None:
         if not all(future.done() for future in self._futures):
             self._kill_workers()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._process_pool.shutdown(wait=True, cancel_futures=True)
 
     def _kill_workers(self) -> None:
         import multiprocessing
