@@ -26,8 +26,8 @@ demo: $(STAMP)
 # share a worker. TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 4
 
-# Judged on operator times of about a millisecond a step: beside the parallel workers, one preempted forward pass
-# among its 9 runs outweighs the planted change, so it runs alone after the rest.
+# Judged on real operator times night against night: beside the parallel workers the load, and with it every real
+# operator's time, changes from night to night (a real change the nightly reports), so it runs alone after the rest.
 ALONE_TESTS := tests/trends/test_operator_planted.py
 
 test: $(STAMP)
